@@ -1,0 +1,148 @@
+"""The transformer used in every experiment (SPEC §3): pre-norm blocks of any attention mixer."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Optional
+
+import torch
+from torch import nn
+
+from hyla.nn import MixtureOfExperts, MultiHeadAttention, RelativePositionBias, make_feedforward
+
+LAYERNORM_EPS = 1e-6
+
+
+@dataclass
+class ModelConfig:
+    """Sizes follow the authors' configs: qk_dim and v_dim are TOTALS over heads."""
+
+    num_layers: int = 2
+    dim: int = 128
+    num_heads: int = 8
+    qk_dim: int = 16
+    v_dim: int = 16
+    mlp_dim: int = 256
+    mixer: str = "softmax"
+    """a mixer name (hyla or authors' name); the three fields below override its axes"""
+    normalization: Optional[str] = None
+    value_network: Optional[str] = None
+    activation: Optional[str] = None
+    feedforward: str = "gelu_mlp"
+    """gelu_mlp | swiglu"""
+    num_experts: int = 0
+    """> 0: a top-k mixture of this many feed-forward experts in every block"""
+    experts_top_k: int = 2
+    attention_dropout: float = 0.0
+    seq_len: int = 16
+    """size of the relative position table (num_buckets = max_distance = seq_len)"""
+    bidirectional_position: bool = False
+    """False: the paper's one-directional buckets (keys after the query share distance 0)"""
+    causal: bool = False
+    input_dim: int = 0
+    """> 0: continuous tokens of this size, embedded by a Linear layer"""
+    vocab_size: int = 0
+    """> 0: token ids, embedding tied to the output (logits = h E^T / sqrt(D))"""
+    output_dim: int = 1
+    num_outputs: int = 1
+    """the model reads the last num_outputs positions; 0 = every position"""
+    paper_init: bool = True
+    """truncated-normal fan-in ("lecun normal") kernels and zero biases, as the authors' Flax code"""
+
+    def scaled(self, width_multiplier: int) -> "ModelConfig":
+        """Scale D, H, qk_dim, v_dim and the MLP width together (paper Fig. 4)."""
+        m = width_multiplier
+        return replace(self, dim=self.dim * m, num_heads=self.num_heads * m, qk_dim=self.qk_dim * m,
+                       v_dim=self.v_dim * m, mlp_dim=self.mlp_dim * m)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.attention_norm = nn.LayerNorm(cfg.dim, eps=LAYERNORM_EPS)
+        self.attention = MultiHeadAttention(
+            cfg.dim, cfg.num_heads, cfg.mixer, normalization=cfg.normalization, value_network=cfg.value_network,
+            activation=cfg.activation, qk_dim=cfg.qk_dim, v_dim=cfg.v_dim, causal=cfg.causal,
+            dropout=cfg.attention_dropout,
+        )
+        self.position = RelativePositionBias(cfg.num_heads, cfg.seq_len, cfg.bidirectional_position)
+        self.feedforward_norm = nn.LayerNorm(cfg.dim, eps=LAYERNORM_EPS)
+        self.feedforward = (
+            MixtureOfExperts(cfg.feedforward, cfg.dim, cfg.mlp_dim, cfg.num_experts, cfg.experts_top_k)
+            if cfg.num_experts > 0 else make_feedforward(cfg.feedforward, cfg.dim, cfg.mlp_dim)
+        )
+
+    def forward(self, x: torch.Tensor, return_latents: bool = False, kv_cache: dict | None = None):
+        offset = 0 if kv_cache is None or "k" not in kv_cache else kv_cache["k"].shape[1]
+        bias = self.position(x.shape[1], offset + x.shape[1], offset)  # [1, H, T, offset + T]
+        mixed = self.attention(self.attention_norm(x), bias=bias, return_latents=return_latents, kv_cache=kv_cache)
+        mixed, latents = mixed if return_latents else (mixed, None)
+        x = x + mixed
+        x = x + self.feedforward(self.feedforward_norm(x))
+        return x, latents
+
+
+class Transformer(nn.Module):
+    """Continuous-input (fuzzy logic, SRAVEN) or token-input (language modeling) transformer.
+
+    forward(x [B, T, input_dim] float | [B, T] long) -> logits [B, num_outputs, output_dim]
+    ([B, T, vocab_size] for token input with num_outputs=0); with return_latents=True also the
+    latent codes of every layer, a list of [B, H, T, T].
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        if (cfg.input_dim > 0) == (cfg.vocab_size > 0):
+            raise ValueError("set exactly one of input_dim (continuous tokens) and vocab_size (token ids)")
+        if cfg.num_outputs < 0 or cfg.num_outputs > cfg.seq_len:
+            raise ValueError(f"num_outputs must be in 0..seq_len={cfg.seq_len}, got {cfg.num_outputs}")
+        self.cfg = cfg
+        if cfg.vocab_size > 0:
+            self.embed = nn.Embedding(cfg.vocab_size, cfg.dim)
+            self.head = None  # tied to the embedding
+        else:
+            self.embed = nn.Linear(cfg.input_dim, cfg.dim)
+            self.head = nn.Linear(cfg.dim, cfg.output_dim)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
+        self.final_norm = nn.LayerNorm(cfg.dim, eps=LAYERNORM_EPS)
+        if cfg.paper_init:
+            self.apply(_lecun_normal_init)
+
+    def forward(self, x: torch.Tensor, return_latents: bool = False, kv_caches: list[dict] | None = None):
+        """kv_caches: one dict per layer for incremental decoding (see `MultiHeadAttention`)."""
+        self._check_input(x, kv_caches)
+        h = self.embed(x)  # [B, T, D]
+        latents = []
+        for i, block in enumerate(self.blocks):
+            h, layer_latents = block(h, return_latents, None if kv_caches is None else kv_caches[i])
+            latents.append(layer_latents)
+        h = self.final_norm(h)
+        if self.cfg.num_outputs:
+            h = h[:, -self.cfg.num_outputs:]
+        logits = self.head(h) if self.head is not None else h @ self.embed.weight.T / math.sqrt(self.cfg.dim)
+        return (logits, latents) if return_latents else logits
+
+    def _check_input(self, x: torch.Tensor, kv_caches) -> None:
+        cfg = self.cfg
+        if cfg.vocab_size > 0 and (x.ndim != 2 or x.dtype != torch.long):
+            raise ValueError(f"expected token ids [B, T] (long), got {tuple(x.shape)} {x.dtype}")
+        if cfg.input_dim > 0 and (x.ndim != 3 or x.shape[-1] != cfg.input_dim):
+            raise ValueError(f"expected inputs [B, T, {cfg.input_dim}], got {tuple(x.shape)}")
+        cached = 0 if not kv_caches or "k" not in kv_caches[0] else kv_caches[0]["k"].shape[1]
+        if cached + x.shape[1] > cfg.seq_len:
+            raise ValueError(f"sequence of {cached + x.shape[1]} tokens is longer than the model's seq_len={cfg.seq_len}")
+        if kv_caches is not None and len(kv_caches) != cfg.num_layers:
+            raise ValueError(f"need one kv cache per layer ({cfg.num_layers}), got {len(kv_caches)}")
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+def _lecun_normal_init(module: nn.Module) -> None:
+    if isinstance(module, nn.Linear):
+        # Flax's lecun_normal: truncated at 2 std, std rescaled so the truncated variance is 1/fan_in.
+        std = 1.0 / math.sqrt(module.in_features) / 0.87962566103423978
+        nn.init.trunc_normal_(module.weight, std=std, a=-2 * std, b=2 * std)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)

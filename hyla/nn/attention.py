@@ -1,0 +1,109 @@
+"""`MultiHeadAttention`: projections around `hyla.ops.attention`, any mixer, latent codes exposed."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from hyla.ops import attention, resolve_mixer
+
+
+class MultiHeadAttention(nn.Module):
+    """Drop-in multi-head attention over the whole attention family.
+
+    Args:
+        dim: input width D of the queries.
+        num_heads: H.
+        mixer: a mixer name (hyla or authors' name, e.g. "hyla", "linear_hypatt", "softmax"),
+            optionally with `normalization` / `value_network` / `activation` overriding its axes;
+            or mixer=None and the axes alone.
+        qk_dim, v_dim: TOTAL query/key and value sizes over heads (default: dim); each must divide by H.
+        out_dim: output width (default: dim).
+        context_dim: width of the key/value input for cross-attention (default: dim).
+        causal: mask keys after the query.
+        dropout: attention dropout rate; one keep-mask [Tq, Tk] shared over batch and heads,
+            so whole latent codes are dropped (the paper's semantics). Training only.
+
+    forward(x [B, Tq, D], context [B, Tk, context_dim] | None, mask, bias, return_latents)
+        -> y [B, Tq, out_dim] (and latent codes [B, H, Tq, Tk] when return_latents).
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        mixer: str | None = "softmax",
+        *,
+        normalization: str | None = None,
+        value_network: str | None = None,
+        activation: str | None = None,
+        qk_dim: int | None = None,
+        v_dim: int | None = None,
+        out_dim: int | None = None,
+        context_dim: int | None = None,
+        causal: bool = False,
+        dropout: float = 0.0,
+        implementation: str = "auto",
+    ):
+        super().__init__()
+        self.mixer = resolve_mixer(mixer, normalization=normalization, value_network=value_network, activation=activation)
+        qk_dim, v_dim = qk_dim or dim, v_dim or dim
+        for what, size in (("qk_dim", qk_dim), ("v_dim", v_dim)):
+            if size % num_heads:
+                raise ValueError(f"{what}={size} is not divisible by num_heads={num_heads}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.num_heads, self.causal, self.dropout, self.implementation = num_heads, causal, dropout, implementation
+        self.dim, self.context_dim = dim, context_dim or dim
+        self.query = nn.Linear(dim, qk_dim)
+        self.key = nn.Linear(self.context_dim, qk_dim)
+        self.value = nn.Linear(self.context_dim, v_dim)
+        self.out = nn.Linear(v_dim, out_dim or dim)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        context: torch.Tensor | None = None,
+        *,
+        mask: torch.Tensor | None = None,
+        bias: torch.Tensor | None = None,
+        return_latents: bool = False,
+        kv_cache: dict | None = None,
+    ):
+        """kv_cache: a dict this layer fills with its keys/values (incremental decoding); when it
+        holds earlier steps, x is only the new tokens, placed after the cached ones."""
+        context = x if context is None else context
+        if x.ndim != 3 or x.shape[-1] != self.dim:
+            raise ValueError(f"expected x of shape [B, T, {self.dim}], got {tuple(x.shape)}")
+        if context.ndim != 3 or context.shape[-1] != self.context_dim or context.shape[0] != x.shape[0]:
+            raise ValueError(f"expected context of shape [{x.shape[0]}, T, {self.context_dim}], got {tuple(context.shape)}")
+        batch, q_len, heads = x.shape[0], x.shape[1], self.num_heads
+        q = self.query(x).unflatten(-1, (heads, -1))  # [B, Tq, H, Dk]
+        k = self.key(context).unflatten(-1, (heads, -1))  # [B, Tk, H, Dk]
+        v = self.value(context).unflatten(-1, (heads, -1))  # [B, Tk, H, Dv]
+        if kv_cache is not None:
+            if "k" in kv_cache:
+                k, v = torch.cat([kv_cache["k"], k], 1), torch.cat([kv_cache["v"], v], 1)
+            kv_cache["k"], kv_cache["v"] = k, v
+        k_len = k.shape[1]
+        if self.causal:
+            # queries are the last q_len positions of the key sequence (all of it without a cache)
+            causal = torch.ones(q_len, k_len, dtype=torch.bool, device=x.device).tril(k_len - q_len)
+            mask = causal if mask is None else mask & causal
+        dropout_mask = None
+        if self.training and self.dropout > 0:
+            keep = 1.0 - self.dropout
+            dropout_mask = torch.bernoulli(torch.full((q_len, k_len), keep, device=x.device, dtype=q.dtype)) / keep
+        result = attention(
+            q, k, v,
+            normalization=self.mixer.normalization, value_network=self.mixer.value_network,
+            activation=self.mixer.activation, bias=bias, mask=mask, dropout_mask=dropout_mask,
+            return_scores=return_latents, implementation=self.implementation,
+        )
+        out, latents = result if return_latents else (result, None)
+        y = self.out(out.flatten(-2))  # [B, Tq, out_dim]
+        return (y, latents) if return_latents else y
+
+    def extra_repr(self) -> str:
+        m = self.mixer
+        return f"heads={self.num_heads}, normalization={m.normalization}, value_network={m.value_network}, activation={m.activation}, causal={self.causal}"

@@ -1,0 +1,65 @@
+"""Feed-forward layers: GELU MLP, SwiGLU, and a top-k mixture of experts of either."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+FEEDFORWARDS = ("gelu_mlp", "swiglu")
+
+
+class GeluMLP(nn.Module):
+    """Linear(D -> mlp_dim) -> GELU (tanh approximation) -> Linear(mlp_dim -> D)."""
+
+    def __init__(self, dim: int, mlp_dim: int):
+        super().__init__()
+        self.up, self.down = nn.Linear(dim, mlp_dim), nn.Linear(mlp_dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(F.gelu(self.up(x), approximate="tanh"))
+
+
+class SwiGLU(nn.Module):
+    """(silu(W1 x) * W2 x) W3, no biases."""
+
+    def __init__(self, dim: int, mlp_dim: int):
+        super().__init__()
+        self.gate = nn.Linear(dim, mlp_dim, bias=False)
+        self.up = nn.Linear(dim, mlp_dim, bias=False)
+        self.down = nn.Linear(mlp_dim, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+def make_feedforward(kind: str, dim: int, mlp_dim: int) -> nn.Module:
+    if kind == "gelu_mlp":
+        return GeluMLP(dim, mlp_dim)
+    if kind == "swiglu":
+        return SwiGLU(dim, mlp_dim)
+    raise ValueError(f"unknown feedforward {kind!r}; valid: {', '.join(FEEDFORWARDS)}")
+
+
+class MixtureOfExperts(nn.Module):
+    """E experts, each a feed-forward of the usual size; a linear router picks the top-k per token
+    and mixes their outputs with a softmax over the k chosen logits (paper: E=5, k=2).
+
+    All experts run on all tokens (dense compute, exact top-k routing): at E=5 and these widths
+    this is faster on CPU than gathering tokens per expert.
+    """
+
+    def __init__(self, kind: str, dim: int, mlp_dim: int, num_experts: int, top_k: int):
+        super().__init__()
+        if not 1 <= top_k <= num_experts:
+            raise ValueError(f"top_k must be in 1..num_experts={num_experts}, got {top_k}")
+        self.top_k = top_k
+        self.router = nn.Linear(dim, num_experts, bias=False)
+        self.experts = nn.ModuleList(make_feedforward(kind, dim, mlp_dim) for _ in range(num_experts))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        logits = self.router(x)  # [..., E]
+        top_logits, top_index = logits.topk(self.top_k, dim=-1)
+        gates = torch.zeros_like(logits).scatter(-1, top_index, torch.softmax(top_logits, dim=-1))  # [..., E]
+        outputs = torch.stack([expert(x) for expert in self.experts], dim=-1)  # [..., D, E]
+        return (outputs * gates.unsqueeze(-2)).sum(-1)

@@ -1,0 +1,66 @@
+"""Pieces shared by the reference and the streamed attention: scores, normalizations, activations."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+RMS_EPS = 1e-6
+
+ACTIVATION_FNS = {
+    "relu": torch.relu,
+    "gelu": F.gelu,
+    "silu": F.silu,
+    "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh,
+    "identity": lambda x: x,
+}
+
+
+def scores(q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """q [B, Tq, H, Dk], k [B, Tk, H, Dk], bias broadcastable to [B, H, Tq, Tk] -> [B, H, Tq, Tk]."""
+    s = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(q.shape[-1])
+    return s if bias is None else s + bias
+
+
+def normalize(
+    s: torch.Tensor,
+    normalization: str,
+    mask: torch.Tensor | None,
+    softmax_lse: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Normalized scores a [B, H, Tq, Tk] from raw scores s; masked entries are exactly 0.
+
+    softmax_lse [B, H, Tq, 1]: the log-sum-exp over ALL keys, for when `s` holds only a block of keys.
+    """
+    if normalization == "softmax":
+        if mask is not None:
+            # dtype min instead of -inf: a fully masked row stays finite and is zeroed below.
+            s = s.masked_fill(~mask, torch.finfo(s.dtype).min)
+        a = torch.softmax(s, dim=-1) if softmax_lse is None else torch.exp(s - softmax_lse)
+    else:
+        a = s
+    if mask is not None:
+        a = a.masked_fill(~mask, 0.0)
+    if normalization == "rms_head":
+        a = a * torch.rsqrt(a.pow(2).mean(dim=1, keepdim=True) + RMS_EPS)
+    return a
+
+
+def check_inputs(q, k, v, normalization, value_network, activation) -> None:
+    from hyla.ops.mixers import Mixer
+
+    Mixer(normalization, value_network, activation)
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        raise ValueError(
+            f"q, k, v must be [B, T, H, D]; got shapes {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    if k.shape[:3] != v.shape[:3] or q.shape[0] != k.shape[0] or q.shape[2:] != k.shape[2:]:
+        raise ValueError(
+            "incompatible shapes: need q [B, Tq, H, Dk], k [B, Tk, H, Dk], v [B, Tk, H, Dv]; "
+            f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    if not (q.is_floating_point() and k.is_floating_point() and v.is_floating_point()):
+        raise TypeError("q, k and v must be floating point tensors")

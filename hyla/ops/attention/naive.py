@@ -1,0 +1,34 @@
+"""The plain reference: every normalization and value network as einsums. Materializes the
+[B, Tq, Tk, Dv] tensor of HYLA's first layer; short enough to check against the paper by eye."""
+
+from __future__ import annotations
+
+import torch
+
+from hyla.ops.attention.common import ACTIVATION_FNS, normalize, scores
+
+
+def attention_naive(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    normalization: str,
+    value_network: str,
+    activation: str = "relu",
+    bias: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+    dropout_mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Returns (output [B, Tq, H, Dv], latent codes a [B, H, Tq, Tk]).
+
+    q [B, Tq, H, Dk], k [B, Tk, H, Dk], v [B, Tk, H, Dv]; bias and mask broadcastable to
+    [B, H, Tq, Tk]; dropout_mask (keep-mask / keep probability) multiplies `a` after normalization.
+    """
+    a = normalize(scores(q, k, bias), normalization, mask)  # [B, H, Tq, Tk]
+    weights = a if dropout_mask is None else a * dropout_mask
+    if value_network == "linear":
+        return torch.einsum("bhqk,bkhd->bqhd", weights, v), a
+    # HYLA (Eq. 6-7): the code generates layer 1 (sum over heads) and layer 2 (sum over keys).
+    hidden = ACTIVATION_FNS[activation](torch.einsum("bhqk,bkhd->bqkd", weights, v))  # [B, Tq, Tk, Dv]
+    return torch.einsum("bhqk,bqkd->bqhd", weights, hidden), a
