@@ -1,0 +1,381 @@
+"""Language modeling on a text corpus (SPEC §6): corpus → BPE tokenizer → cached token stream → windows.
+
+Corpus sources (the `corpus` string):
+- a local file or folder (every `*.txt`, `*.md`, `*.rst`, `*.text` file below it, sorted by
+  path; each file is one document);
+- `builtin:python_docs`: the Python documentation that ships with the interpreter — the
+  language-reference topics of `pydoc_data.topics` plus the docstrings of the standard library
+  (≈1.8 MB of English technical prose, no network, always installed); `builtin:pydoc_topics`
+  is the topics alone (≈0.46 MB);
+- `hf:NAME[:CONFIG]`, a Hugging Face dataset with a `text` column, e.g.
+  `hf:wikitext:wikitext-103-raw-v1` or `hf:allenai/c4:en` (needs `pip install 'hyla[hf]'` and the
+  network; streamed, so `max_chars` can cut C4 to a size that fits).
+
+Preparation happens once and is cached under `cache_dir` (default `$HYLA_CACHE` or
+`~/.cache/hyla`), in a folder keyed by a hash of the corpus content (local files) or of its
+name (builtin: with the Python version; hf: with `max_chars`) and of `valid_fraction`:
+`bpe-<V>.json` (the tokenizer), `tokens-bpe-<V>-{train,valid}.npy` (the token streams, read
+memory-mapped). Documents are separated by the end-of-text token.
+
+Splits: `valid` is the last `valid_fraction` of the corpus text, cut at a line break (a dataset's
+own `validation` split for hf sources that have one); `train` is everything before it. The
+tokenizer is trained on `train` only, so nothing of `valid` leaks into training.
+
+Batches (x [B, seq_len] long, y [B, seq_len] = x shifted by one): `train` rows are random windows
+of seq_len + 1 tokens, drawn from a generator seeded by (seed, split, step); `valid` tiles the
+validation stream into consecutive windows (stride seq_len), so steps 0, 1, … cover it exactly
+once (`num_windows("valid")` windows) before wrapping around. Both are pure functions of
+(seed, split, step); rank r of W keeps rows r·B/W … (r+1)·B/W of the global batch.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import math
+import os
+import sys
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tokenizers import Tokenizer
+
+from hyla.tasks.base import Batch, Task, make_generator
+from hyla.tasks.tokenizer import encode_documents, end_of_text_id, load_or_train_bpe
+
+TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text")
+BUILTIN_CORPORA = ("python_docs", "pydoc_topics")
+CACHE_FORMAT = 1  # bump when the cached files change meaning
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("HYLA_CACHE", Path.home() / ".cache" / "hyla"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Corpus sources
+
+
+@dataclass
+class Corpus:
+    """A corpus before tokenization.
+
+    name: short readable name (used in the cache folder name).
+    key: hex digest that changes whenever the documents can change.
+    load: () -> (documents, valid_documents or None when the corpus has no own validation split).
+    """
+
+    name: str
+    key: str
+    load: Callable[[], tuple[list[str], list[str] | None]]
+
+
+def open_corpus(source: str, max_chars: int | None = None) -> Corpus:
+    """Resolve a corpus string (see the module docstring) without tokenizing anything."""
+    if source.startswith("builtin:"):
+        name = source.removeprefix("builtin:")
+        if name not in BUILTIN_CORPORA:
+            raise ValueError(f"unknown builtin corpus {name!r}; valid: {', '.join(BUILTIN_CORPORA)}")
+        key = _digest("builtin", name, sys.version, max_chars)
+        return Corpus(name, key, lambda: (_cap(_builtin_documents(name), max_chars), None))
+    if source.startswith("hf:"):
+        parts = source.removeprefix("hf:").split(":")
+        if len(parts) > 2 or not parts[0]:
+            raise ValueError(f"expected hf:NAME or hf:NAME:CONFIG, got {source!r}")
+        name, config = parts[0], (parts[1] if len(parts) == 2 else None)
+        key = _digest("hf", name, config, max_chars)
+        return Corpus(name.replace("/", "_") + (f"-{config}" if config else ""), key,
+                      lambda: _hf_documents(name, config, max_chars))
+    documents, key = _local_documents(Path(source).expanduser())
+    return Corpus(Path(source).name or "corpus", key, lambda: (_cap(documents, max_chars), None))
+
+
+def _digest(*parts) -> str:
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
+def _cap(documents: list[str], max_chars: int | None) -> list[str]:
+    """The leading documents holding at most max_chars characters (the last one cut)."""
+    if max_chars is None:
+        return documents
+    kept, total = [], 0
+    for document in documents:
+        if total + len(document) >= max_chars:
+            kept.append(document[: max_chars - total])
+            break
+        kept.append(document)
+        total += len(document)
+    return [d for d in kept if d]
+
+
+def _local_documents(path: Path) -> tuple[list[str], str]:
+    if not path.exists():
+        raise FileNotFoundError(f"corpus path {str(path)!r} does not exist (a text file, a folder of "
+                                f"{'/'.join(TEXT_SUFFIXES)} files, builtin:NAME or hf:NAME[:CONFIG])")
+    if path.is_file():
+        files = [path]
+    else:
+        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES
+                       and not any(part.startswith(".") for part in p.relative_to(path).parts))
+        if not files:
+            raise FileNotFoundError(f"corpus folder {str(path)!r} holds no text files ({', '.join(TEXT_SUFFIXES)})")
+    documents, digest = [], hashlib.sha256()
+    for file in files:
+        raw = file.read_bytes()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise ValueError(f"corpus file {str(file)!r} is not UTF-8 text: {error}") from None
+        if text.strip():
+            documents.append(text)
+            digest.update(str(file.relative_to(path) if path.is_dir() else file.name).encode() + b"\0")
+            digest.update(raw + b"\0")
+        elif path.is_file():
+            raise ValueError(f"corpus file {str(file)!r} is empty")
+    if not documents:
+        raise ValueError(f"every text file in corpus folder {str(path)!r} is empty")
+    return documents, digest.hexdigest()
+
+
+def _builtin_documents(name: str) -> list[str]:
+    """The Python documentation shipped with this interpreter (no network, no install)."""
+    from pydoc_data.topics import topics
+
+    documents = [topics[key] for key in sorted(topics)]
+    if name == "pydoc_topics":
+        return documents
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    skipped = {"test", "tests", "idle_test", "site-packages", "dist-packages"}
+    for file in sorted(stdlib.rglob("*.py")):
+        if skipped & set(file.relative_to(stdlib).parts):
+            continue
+        try:
+            tree = ast.parse(file.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                docstring = ast.get_docstring(node)
+                if docstring and len(docstring) >= 100:  # skip one-liners such as "Return self."
+                    documents.append(docstring)
+    return documents
+
+
+def _hf_documents(name: str, config: str | None, max_chars: int | None) -> tuple[list[str], list[str] | None]:
+    try:
+        import datasets
+    except ImportError:
+        raise ImportError(f"corpus hf:{name} needs the `datasets` package: pip install 'hyla[hf]' "
+                          "(or point corpus at local text files)") from None
+    try:
+        splits = datasets.load_dataset(name, config, streaming=True)
+    except Exception as error:  # the network, the hub or the dataset name: all end the same way
+        raise RuntimeError(f"could not load the Hugging Face dataset {name!r} (config {config!r}): {error}. "
+                           "Without network access, point corpus at local text files or builtin:python_docs") from error
+    # WikiText rows are single lines (an article spans many rows): join them into chunks;
+    # other datasets (C4) have one document per row.
+    rows_are_lines = "wikitext" in name.lower()
+
+    def read(split: str, cap: int | None) -> list[str]:
+        documents, chunk, total = [], [], 0
+        for row in splits[split]:
+            text = row["text"]
+            total += len(text)
+            if rows_are_lines:
+                chunk.append(text)
+                if len(chunk) == 10_000:
+                    documents.append("".join(chunk))
+                    chunk = []
+            elif text.strip():
+                documents.append(text)
+            if cap is not None and total >= cap:
+                break
+        if chunk:
+            documents.append("".join(chunk))
+        return documents
+
+    valid_cap = None if max_chars is None else max(max_chars // 20, 1)
+    return read("train", max_chars), (read("validation", valid_cap) if "validation" in splits else None)
+
+
+def split_documents(documents: list[str], valid_fraction: float) -> tuple[list[str], list[str]]:
+    """(train, valid): valid is the last `valid_fraction` of the text, cut at a line break."""
+    if not 0.0 < valid_fraction < 1.0:
+        raise ValueError(f"valid_fraction must lie in (0, 1), got {valid_fraction}")
+    total = sum(len(d) for d in documents)
+    cut = total - math.ceil(total * valid_fraction)  # character position of the cut
+    seen = 0
+    for index, document in enumerate(documents):
+        if seen + len(document) > cut:
+            newline = document.find("\n", cut - seen)
+            position = len(document) if newline < 0 else newline + 1
+            train = documents[:index] + ([document[:position]] if position > 0 else [])
+            valid = ([document[position:]] if position < len(document) else []) + documents[index + 1:]
+            break
+        seen += len(document)
+    else:
+        train, valid = documents, []
+    train = [d for d in train if d]
+    valid = [d for d in valid if d]
+    if not train or not valid:
+        raise ValueError(f"the corpus ({total} characters) is too small to hold out valid_fraction={valid_fraction}")
+    return train, valid
+
+
+# ---------------------------------------------------------------------------------------------
+# Tokenized, cached corpus
+
+
+@dataclass
+class TokenizedCorpus:
+    tokenizer: Tokenizer
+    train: np.ndarray
+    """token ids [N_train] (memory-mapped)"""
+    valid: np.ndarray
+    """token ids [N_valid] (memory-mapped)"""
+    folder: Path
+
+
+def prepare_corpus(source: str, vocab_size: int, valid_fraction: float = 0.05,
+                   cache_dir: str | Path | None = None, max_chars: int | None = None) -> TokenizedCorpus:
+    """Tokenizer + token streams of `source`, read from the cache or made (once) and cached."""
+    corpus = open_corpus(source, max_chars)
+    key = _digest(CACHE_FORMAT, corpus.key, valid_fraction)[:16]
+    folder = Path(cache_dir) if cache_dir is not None else default_cache_dir() / "text"
+    folder = folder / f"{corpus.name}-{key}"
+    tokenizer_path = folder / f"bpe-{vocab_size}.json"
+    stream_paths = {split: folder / f"tokens-bpe-{vocab_size}-{split}.npy" for split in ("train", "valid")}
+    if tokenizer_path.exists() and all(p.exists() for p in stream_paths.values()):
+        tokenizer = Tokenizer.from_file(str(tokenizer_path))
+    else:
+        documents, valid = corpus.load()
+        if not documents:
+            raise ValueError(f"corpus {source!r} holds no text")
+        train, valid = split_documents(documents, valid_fraction) if valid is None else (documents, valid)
+        tokenizer = load_or_train_bpe(tokenizer_path, train, vocab_size)
+        for split, split_documents_ in (("train", train), ("valid", valid)):
+            _save_atomic(stream_paths[split], encode_to_array(tokenizer, split_documents_))
+        meta = {"source": source, "max_chars": max_chars, "valid_fraction": valid_fraction,
+                "characters": {"train": sum(map(len, train)), "valid": sum(map(len, valid))}}
+        (folder / "corpus.json").write_text(json.dumps(meta, indent=1))
+    streams = {split: np.load(path, mmap_mode="r") for split, path in stream_paths.items()}
+    return TokenizedCorpus(tokenizer, streams["train"], streams["valid"], folder)
+
+
+def encode_to_array(tokenizer: Tokenizer, documents: list[str]) -> np.ndarray:
+    """All documents, each followed by end-of-text, as one flat array (uint16 when it fits)."""
+    dtype = np.uint16 if tokenizer.get_vocab_size() <= np.iinfo(np.uint16).max + 1 else np.uint32
+    chunks, pending = [], []
+    for ids in encode_documents(tokenizer, documents):
+        pending.extend(ids)
+        if len(pending) >= 1 << 20:  # keep Python int lists short: 1M ids at a time
+            chunks.append(np.asarray(pending, dtype=dtype))
+            pending = []
+    chunks.append(np.asarray(pending, dtype=dtype))
+    return np.concatenate(chunks)
+
+
+def _save_atomic(path: Path, array: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f"{path.stem}.{os.getpid()}.partial.npy")
+    np.save(partial, array)
+    os.replace(partial, path)
+
+
+# ---------------------------------------------------------------------------------------------
+# The task
+
+
+class Text(Task):
+    """Next-token prediction on a tokenized corpus.
+
+    Args:
+        corpus: a local file/folder, `builtin:NAME` or `hf:NAME[:CONFIG]` (module docstring).
+        seq_len: tokens per input row T (each window holds T + 1 tokens).
+        vocab_size: BPE vocabulary size requested; `self.vocab_size` is the tokenizer's actual
+            size (smaller only for a corpus too tiny to learn that many merges).
+        valid_fraction: last fraction of the text held out for `valid`.
+        seed: seeds the train windows.
+        cache_dir: where tokenizer and token streams are cached (default `$HYLA_CACHE/text`).
+        max_chars: read at most this many characters of the corpus (large hf corpora).
+
+    batch(...) -> Batch(x [B, T] long, y [B, T] long (x shifted by one), info {"start": [B]}).
+    """
+
+    name = "text"
+    splits = ("train", "valid")
+    eval_splits = ("valid",)
+    metric_name = "nll"
+    input_dim = 0
+    num_outputs = 0
+    causal = True
+
+    def __init__(self, corpus: str = "builtin:python_docs", seq_len: int = 128, vocab_size: int = 6144,
+                 valid_fraction: float = 0.05, seed: int = 0, cache_dir: str | Path | None = None,
+                 max_chars: int | None = None, device: torch.device | str = "cpu"):
+        if seq_len < 1:
+            raise ValueError(f"seq_len must be positive, got {seq_len}")
+        self.corpus, self.seq_len, self.seed, self.device = corpus, seq_len, seed, torch.device(device)
+        prepared = prepare_corpus(corpus, vocab_size, valid_fraction, cache_dir, max_chars)
+        self.tokenizer = prepared.tokenizer
+        self.streams = {"train": prepared.train, "valid": prepared.valid}
+        self.cache_folder = prepared.folder
+        self.vocab_size = self.output_dim = self.tokenizer.get_vocab_size()
+        self.end_of_text = end_of_text_id(self.tokenizer)
+        for split, stream in self.streams.items():
+            if len(stream) < seq_len + 1:
+                raise ValueError(f"the {split} split has {len(stream)} tokens, fewer than one window of "
+                                 f"seq_len + 1 = {seq_len + 1}: use a larger corpus or a shorter seq_len")
+
+    def num_windows(self, split: str) -> int:
+        """train: distinct window starts; valid: windows in one full pass (stride seq_len)."""
+        self.check_split(split)
+        n = len(self.streams[split])
+        return n - self.seq_len if split == "train" else (n - 1) // self.seq_len
+
+    def batch(self, split: str, batch_size: int, step: int, rank: int = 0, world_size: int = 1) -> Batch:
+        self.check_split(split)
+        if batch_size < 1 or world_size < 1 or not 0 <= rank < world_size or batch_size % world_size:
+            raise ValueError(f"need batch_size >= 1 divisible by world_size and 0 <= rank < world_size, "
+                             f"got batch_size={batch_size}, rank={rank}, world_size={world_size}")
+        if split == "train":
+            generator = make_generator(self.seed, self.name, split, step)
+            starts = torch.randint(0, self.num_windows(split), (batch_size,), generator=generator)
+        else:
+            windows = torch.arange(step * batch_size, (step + 1) * batch_size) % self.num_windows(split)
+            starts = windows * self.seq_len
+        per_rank = batch_size // world_size
+        starts = starts[rank * per_rank:(rank + 1) * per_rank]
+        offsets = starts.numpy()[:, None] + np.arange(self.seq_len + 1)  # [B, T + 1]
+        windows = torch.from_numpy(self.streams[split][offsets].astype(np.int64))
+        batch = Batch(windows[:, :-1], windows[:, 1:], {"start": starts})
+        return batch.to(self.device)
+
+    def loss(self, pred: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """Mean next-token cross-entropy; pred: logits [B, T, V]."""
+        return F.cross_entropy(pred.flatten(0, 1).float(), batch.y.flatten())
+
+    def metrics(self, pred: torch.Tensor, batch: Batch) -> dict[str, torch.Tensor]:
+        """Per sequence [B]: mean nll (nats/token) and next-token accuracy."""
+        nll = F.cross_entropy(pred.transpose(1, 2).float(), batch.y, reduction="none")  # [B, T]
+        accuracy = (pred.argmax(-1) == batch.y).float()
+        return {"nll": nll.mean(1), "accuracy": accuracy.mean(1)}
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text).ids
+
+    def decode(self, ids) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False)
+
+    def check_vocab(self, vocab_size: int) -> None:
+        """Raise when a model's vocabulary does not match this tokenizer's."""
+        if vocab_size != self.vocab_size:
+            raise ValueError(f"the model has a vocabulary of {vocab_size} tokens but the tokenizer of "
+                             f"{self.corpus!r} has {self.vocab_size} ({self.cache_folder}): "
+                             "the run was trained with another tokenizer or vocab_size")

@@ -1,0 +1,92 @@
+"""Incremental decoding: the key/value cache gives the logits of a full forward pass, every mixer."""
+
+import pytest
+import torch
+
+from hyla.generate import cache_bytes, generate, sample_next
+from hyla.model import ModelConfig, Transformer
+from hyla.ops.mixers import NAMED_MIXERS
+
+VOCAB, SEQ_LEN = 40, 16
+
+
+def make_model(mixer: str, **overrides) -> Transformer:
+    cfg = ModelConfig(num_layers=2, dim=32, num_heads=4, qk_dim=16, v_dim=16, mlp_dim=48, mixer=mixer,
+                      feedforward="swiglu", seq_len=SEQ_LEN, causal=True, vocab_size=VOCAB, output_dim=VOCAB,
+                      num_outputs=0)
+    for key, value in overrides.items():
+        setattr(cfg, key, value)
+    return Transformer(cfg).eval()
+
+
+@pytest.mark.parametrize("mixer", sorted(NAMED_MIXERS))
+def test_cached_logits_match_uncached(mixer):
+    model = make_model(mixer)
+    tokens = torch.randint(VOCAB, (2, 9))
+    full = model(tokens)  # [B, 9, V]
+    caches = [{} for _ in range(model.cfg.num_layers)]
+    prompt_logits = model(tokens[:, :5], kv_caches=caches)
+    torch.testing.assert_close(prompt_logits, full[:, :5], rtol=1e-4, atol=1e-5)
+    for t in range(5, 9):
+        step_logits = model(tokens[:, t:t + 1], kv_caches=caches)
+        torch.testing.assert_close(step_logits[:, 0], full[:, t], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mixer", ["softmax", "linear", "hyla"])
+def test_greedy_generation_same_with_and_without_cache(mixer):
+    model = make_model(mixer)
+    prompt = torch.randint(VOCAB, (3, 4))
+    cached, stats = generate(model, prompt, 10, temperature=0)
+    uncached, _ = generate(model, prompt, 10, temperature=0, use_cache=False)
+    assert cached.shape == (3, 14)
+    torch.testing.assert_close(cached, uncached)
+    assert torch.equal(cached[:, :4], prompt)
+    # the cache holds the first 13 tokens (the last one is sampled, never fed back)
+    heads, head_dim = 4, 16 // 4
+    assert stats.cache_bytes == 2 * 2 * 3 * 13 * heads * head_dim * 4
+
+
+def test_cache_bytes_formula():
+    caches = [{"k": torch.zeros(2, 7, 4, 3), "v": torch.zeros(2, 7, 4, 5, dtype=torch.float16)}]
+    assert cache_bytes(caches) == 2 * 7 * 4 * 3 * 4 + 2 * 7 * 4 * 5 * 2
+
+
+def test_generation_slides_past_the_context():
+    model = make_model("hyla")
+    tokens, stats = generate(model, torch.randint(VOCAB, (1, 10)), 20, temperature=1.0,
+                             generator=torch.Generator().manual_seed(0))
+    assert tokens.shape == (1, 30) and stats.window_slides >= 1
+    assert stats.cache_bytes <= 2 * 2 * 1 * SEQ_LEN * 16 * 4
+
+
+def test_sampling_is_seeded_and_top_k_restricts():
+    logits = torch.tensor([[0.0, 5.0, 4.0, -1.0]]).repeat(200, 1)
+    draws = sample_next(logits, 1.0, 2, torch.Generator().manual_seed(0))
+    assert set(draws.flatten().tolist()) <= {1, 2}
+    again = sample_next(logits, 1.0, 2, torch.Generator().manual_seed(0))
+    assert torch.equal(draws, again)
+    assert sample_next(logits[:1], 0.0, None, None).item() == 1
+
+
+def test_prompt_longer_than_the_context():
+    model = make_model("softmax")
+    with pytest.raises(ValueError, match="longer than the model's context"):
+        generate(model, torch.randint(VOCAB, (1, SEQ_LEN + 1)), 1)
+    with pytest.raises(ValueError, match="empty"):
+        generate(model, torch.zeros(1, 0, dtype=torch.long), 1)
+
+
+def test_sample_text_checks_the_vocabulary(tmp_path):
+    from hyla.generate import sample_text
+    from hyla.tasks.text import Text
+
+    words = "the model attends to keys and values while heads compose new functions".split()
+    generator = torch.Generator().manual_seed(0)
+    lines = [" ".join(words[i] for i in torch.randint(len(words), (8,), generator=generator)) for _ in range(400)]
+    (tmp_path / "corpus.txt").write_text("\n".join(lines))
+    task = Text(str(tmp_path / "corpus.txt"), seq_len=SEQ_LEN, vocab_size=300, cache_dir=tmp_path / "cache")
+    with pytest.raises(ValueError, match="vocabulary"):
+        sample_text(make_model("softmax"), task, "the model", 5)
+    model = make_model("hyla", vocab_size=task.vocab_size, output_dim=task.vocab_size)
+    text, stats = sample_text(model, task, "the model", 5, temperature=0.8, top_k=20)
+    assert isinstance(text, str) and stats.new_tokens == 5 and stats.cache_bytes > 0
