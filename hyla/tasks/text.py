@@ -14,8 +14,9 @@ Corpus sources (the `corpus` string):
 Preparation happens once and is cached under `cache_dir` (default `$HYLA_CACHE` or
 `~/.cache/hyla`), in a folder keyed by a hash of the corpus content (local files) or of its
 name (builtin: with the Python version; hf: with `max_chars`) and of `valid_fraction`:
-`bpe-<V>.json` (the tokenizer), `tokens-bpe-<V>-{train,valid}.npy` (the token streams, read
-memory-mapped). Documents are separated by the end-of-text token.
+`bpe-<V>.json` (the tokenizer), `tokens-bpe-<V>-{train,valid}.bin` (the token streams: raw
+uint16 — uint32 past 65,536 tokens — read memory-mapped). Documents are separated by the
+end-of-text token. Sources are streamed while tokenizing, so a corpus need not fit in memory.
 
 Splits: `valid` is the last `valid_fraction` of the corpus text, cut at a line break (a dataset's
 own `validation` split for hf sources that have one); `train` is everything before it. The
@@ -39,7 +40,7 @@ import sys
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -52,6 +53,8 @@ from hyla.tasks.tokenizer import encode_documents, end_of_text_id, load_or_train
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text")
 BUILTIN_CORPORA = ("python_docs", "pydoc_topics")
 CACHE_FORMAT = 1  # bump when the cached files change meaning
+TOKENIZER_TRAIN_CHARS = 2_000_000_000
+"""the tokenizer is trained on at most the first 2 GB of the train text (C4 is far larger)"""
 
 
 def default_cache_dir() -> Path:
@@ -68,50 +71,53 @@ class Corpus:
 
     name: short readable name (used in the cache folder name).
     key: hex digest that changes whenever the documents can change.
-    load: () -> (documents, valid_documents or None when the corpus has no own validation split).
+    splits: () -> (train documents, valid documents), fresh iterables at every call (large hf
+        corpora are streamed, never held in memory).
     """
 
     name: str
     key: str
-    load: Callable[[], tuple[list[str], list[str] | None]]
+    splits: Callable[[], tuple[Iterable[str], Iterable[str]]]
 
 
-def open_corpus(source: str, max_chars: int | None = None) -> Corpus:
+def open_corpus(source: str, valid_fraction: float = 0.05, max_chars: int | None = None) -> Corpus:
     """Resolve a corpus string (see the module docstring) without tokenizing anything."""
-    if source.startswith("builtin:"):
-        name = source.removeprefix("builtin:")
-        if name not in BUILTIN_CORPORA:
-            raise ValueError(f"unknown builtin corpus {name!r}; valid: {', '.join(BUILTIN_CORPORA)}")
-        key = _digest("builtin", name, sys.version, max_chars)
-        return Corpus(name, key, lambda: (_cap(_builtin_documents(name), max_chars), None))
+    if not 0.0 < valid_fraction < 1.0:
+        raise ValueError(f"valid_fraction must lie in (0, 1), got {valid_fraction}")
     if source.startswith("hf:"):
         parts = source.removeprefix("hf:").split(":")
         if len(parts) > 2 or not parts[0]:
             raise ValueError(f"expected hf:NAME or hf:NAME:CONFIG, got {source!r}")
         name, config = parts[0], (parts[1] if len(parts) == 2 else None)
-        key = _digest("hf", name, config, max_chars)
+        key = _digest("hf", name, config, max_chars, valid_fraction)
         return Corpus(name.replace("/", "_") + (f"-{config}" if config else ""), key,
-                      lambda: _hf_documents(name, config, max_chars))
-    documents, key = _local_documents(Path(source).expanduser())
-    return Corpus(Path(source).name or "corpus", key, lambda: (_cap(documents, max_chars), None))
+                      lambda: _hf_splits(name, config, valid_fraction, max_chars))
+    if source.startswith("builtin:"):
+        name = source.removeprefix("builtin:")
+        if name not in BUILTIN_CORPORA:
+            raise ValueError(f"unknown builtin corpus {name!r}; valid: {', '.join(BUILTIN_CORPORA)}")
+        key = _digest("builtin", name, sys.version, max_chars, valid_fraction)
+        return Corpus(name, key, lambda: split_documents(_cap(_builtin_documents(name), max_chars), valid_fraction))
+    documents, content_key = _local_documents(Path(source).expanduser())
+    key = _digest("local", content_key, max_chars, valid_fraction)
+    return Corpus(Path(source).name or "corpus", key,
+                  lambda: split_documents(_cap(documents, max_chars), valid_fraction))
 
 
 def _digest(*parts) -> str:
     return hashlib.sha256(repr(parts).encode()).hexdigest()
 
 
-def _cap(documents: list[str], max_chars: int | None) -> list[str]:
+def _cap(documents: Iterable[str], max_chars: int | None) -> Iterator[str]:
     """The leading documents holding at most max_chars characters (the last one cut)."""
-    if max_chars is None:
-        return documents
-    kept, total = [], 0
+    total = 0
     for document in documents:
-        if total + len(document) >= max_chars:
-            kept.append(document[: max_chars - total])
-            break
-        kept.append(document)
+        if max_chars is not None and total + len(document) >= max_chars:
+            if max_chars > total:
+                yield document[: max_chars - total]
+            return
         total += len(document)
-    return [d for d in kept if d]
+        yield document
 
 
 def _local_documents(path: Path) -> tuple[list[str], str]:
@@ -167,12 +173,13 @@ def _builtin_documents(name: str) -> list[str]:
     return documents
 
 
-def _hf_documents(name: str, config: str | None, max_chars: int | None) -> tuple[list[str], list[str] | None]:
+def _hf_splits(name: str, config: str | None, valid_fraction: float,
+               max_chars: int | None) -> tuple[Iterable[str], Iterable[str]]:
     try:
         import datasets
     except ImportError:
         raise ImportError(f"corpus hf:{name} needs the `datasets` package: pip install 'hyla[hf]' "
-                          "(or point corpus at local text files)") from None
+                          "(or point corpus at local text files or builtin:python_docs)") from None
     try:
         splits = datasets.load_dataset(name, config, streaming=True)
     except Exception as error:  # the network, the hub or the dataset name: all end the same way
@@ -182,45 +189,54 @@ def _hf_documents(name: str, config: str | None, max_chars: int | None) -> tuple
     # other datasets (C4) have one document per row.
     rows_are_lines = "wikitext" in name.lower()
 
-    def read(split: str, cap: int | None) -> list[str]:
-        documents, chunk, total = [], [], 0
+    def documents(split: str) -> Iterator[str]:
+        chunk = []
         for row in splits[split]:
             text = row["text"]
-            total += len(text)
-            if rows_are_lines:
-                chunk.append(text)
-                if len(chunk) == 10_000:
-                    documents.append("".join(chunk))
-                    chunk = []
-            elif text.strip():
-                documents.append(text)
-            if cap is not None and total >= cap:
-                break
+            if not rows_are_lines:
+                if text.strip():
+                    yield text
+                continue
+            chunk.append(text)
+            if len(chunk) == 10_000:
+                yield "".join(chunk)
+                chunk = []
         if chunk:
-            documents.append("".join(chunk))
-        return documents
+            yield "".join(chunk)
 
-    valid_cap = None if max_chars is None else max(max_chars // 20, 1)
-    return read("train", max_chars), (read("validation", valid_cap) if "validation" in splits else None)
+    if "validation" not in splits:  # hold out the tail, as for local corpora (in memory)
+        return split_documents(list(_cap(documents("train"), max_chars)), valid_fraction)
+    valid_chars = None if max_chars is None else max(int(max_chars * valid_fraction), 1)
+    return _Reiterable(lambda: _cap(documents("train"), max_chars)), _Reiterable(lambda: _cap(documents("validation"), valid_chars))
 
 
-def split_documents(documents: list[str], valid_fraction: float) -> tuple[list[str], list[str]]:
+class _Reiterable:
+    """An iterable that restarts a generator at every iteration (a stream read more than once)."""
+
+    def __init__(self, make: Callable[[], Iterator[str]]):
+        self.make = make
+
+    def __iter__(self) -> Iterator[str]:
+        return self.make()
+
+
+def split_documents(documents: Iterable[str], valid_fraction: float) -> tuple[list[str], list[str]]:
     """(train, valid): valid is the last `valid_fraction` of the text, cut at a line break."""
     if not 0.0 < valid_fraction < 1.0:
         raise ValueError(f"valid_fraction must lie in (0, 1), got {valid_fraction}")
+    documents = list(documents)
     total = sum(len(d) for d in documents)
     cut = total - math.ceil(total * valid_fraction)  # character position of the cut
     seen = 0
+    train, valid = documents, []
     for index, document in enumerate(documents):
         if seen + len(document) > cut:
             newline = document.find("\n", cut - seen)
             position = len(document) if newline < 0 else newline + 1
-            train = documents[:index] + ([document[:position]] if position > 0 else [])
-            valid = ([document[position:]] if position < len(document) else []) + documents[index + 1:]
+            train = documents[:index] + [document[:position]]
+            valid = [document[position:]] + documents[index + 1:]
             break
         seen += len(document)
-    else:
-        train, valid = documents, []
     train = [d for d in train if d]
     valid = [d for d in valid if d]
     if not train or not valid:
@@ -245,46 +261,46 @@ class TokenizedCorpus:
 def prepare_corpus(source: str, vocab_size: int, valid_fraction: float = 0.05,
                    cache_dir: str | Path | None = None, max_chars: int | None = None) -> TokenizedCorpus:
     """Tokenizer + token streams of `source`, read from the cache or made (once) and cached."""
-    corpus = open_corpus(source, max_chars)
-    key = _digest(CACHE_FORMAT, corpus.key, valid_fraction)[:16]
+    corpus = open_corpus(source, valid_fraction, max_chars)
     folder = Path(cache_dir) if cache_dir is not None else default_cache_dir() / "text"
-    folder = folder / f"{corpus.name}-{key}"
+    folder = folder / f"{corpus.name}-{_digest(CACHE_FORMAT, corpus.key)[:16]}"
     tokenizer_path = folder / f"bpe-{vocab_size}.json"
-    stream_paths = {split: folder / f"tokens-bpe-{vocab_size}-{split}.npy" for split in ("train", "valid")}
-    if tokenizer_path.exists() and all(p.exists() for p in stream_paths.values()):
-        tokenizer = Tokenizer.from_file(str(tokenizer_path))
-    else:
-        documents, valid = corpus.load()
-        if not documents:
-            raise ValueError(f"corpus {source!r} holds no text")
-        train, valid = split_documents(documents, valid_fraction) if valid is None else (documents, valid)
-        tokenizer = load_or_train_bpe(tokenizer_path, train, vocab_size)
-        for split, split_documents_ in (("train", train), ("valid", valid)):
-            _save_atomic(stream_paths[split], encode_to_array(tokenizer, split_documents_))
+    stream_paths = {split: folder / f"tokens-bpe-{vocab_size}-{split}.bin" for split in ("train", "valid")}
+    if not (tokenizer_path.exists() and all(p.exists() for p in stream_paths.values())):
+        print(f"preparing corpus {source!r} (once; cached in {folder})", file=sys.stderr)
+        train, valid = corpus.splits()
+        tokenizer = load_or_train_bpe(tokenizer_path, _cap(train, TOKENIZER_TRAIN_CHARS), vocab_size)
+        for split, documents in (("train", train), ("valid", valid)):
+            write_token_stream(tokenizer, documents, stream_paths[split])
         meta = {"source": source, "max_chars": max_chars, "valid_fraction": valid_fraction,
-                "characters": {"train": sum(map(len, train)), "valid": sum(map(len, valid))}}
-        (folder / "corpus.json").write_text(json.dumps(meta, indent=1))
-    streams = {split: np.load(path, mmap_mode="r") for split, path in stream_paths.items()}
+                "tokens": {split: int(path.stat().st_size // _token_dtype(vocab_size).itemsize)
+                           for split, path in stream_paths.items()}}
+        (folder / f"corpus-bpe-{vocab_size}.json").write_text(json.dumps(meta, indent=1))
+    tokenizer = Tokenizer.from_file(str(tokenizer_path))
+    dtype = _token_dtype(tokenizer.get_vocab_size())
+    streams = {split: np.memmap(path, dtype=dtype, mode="r") if path.stat().st_size else np.zeros(0, dtype)
+               for split, path in stream_paths.items()}
     return TokenizedCorpus(tokenizer, streams["train"], streams["valid"], folder)
 
 
-def encode_to_array(tokenizer: Tokenizer, documents: list[str]) -> np.ndarray:
-    """All documents, each followed by end-of-text, as one flat array (uint16 when it fits)."""
-    dtype = np.uint16 if tokenizer.get_vocab_size() <= np.iinfo(np.uint16).max + 1 else np.uint32
-    chunks, pending = [], []
-    for ids in encode_documents(tokenizer, documents):
-        pending.extend(ids)
-        if len(pending) >= 1 << 20:  # keep Python int lists short: 1M ids at a time
-            chunks.append(np.asarray(pending, dtype=dtype))
-            pending = []
-    chunks.append(np.asarray(pending, dtype=dtype))
-    return np.concatenate(chunks)
+def _token_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype(np.uint16 if vocab_size <= np.iinfo(np.uint16).max + 1 else np.uint32)
 
 
-def _save_atomic(path: Path, array: np.ndarray) -> None:
+def write_token_stream(tokenizer: Tokenizer, documents: Iterable[str], path: Path) -> None:
+    """Write every document, each followed by end-of-text, as one flat raw array of token ids
+    (uint16 when the vocabulary fits, else uint32), streamed and written atomically."""
+    dtype = _token_dtype(tokenizer.get_vocab_size())
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f"{path.stem}.{os.getpid()}.partial.npy")
-    np.save(partial, array)
+    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+    with open(partial, "wb") as file:
+        pending = []
+        for ids in encode_documents(tokenizer, documents):
+            pending.extend(ids)
+            if len(pending) >= 1 << 20:  # keep Python int lists short: 1M ids at a time
+                file.write(np.asarray(pending, dtype=dtype).tobytes())
+                pending = []
+        file.write(np.asarray(pending, dtype=dtype).tobytes())
     os.replace(partial, path)
 
 

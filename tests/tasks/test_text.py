@@ -2,6 +2,7 @@
 
 import random
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -41,14 +42,14 @@ def test_tokenizer_trains_and_is_cached(corpus, tmp_path, monkeypatch):
     first = Text(str(corpus), seq_len=16, vocab_size=300, cache_dir=tmp_path / "cache")
     assert first.vocab_size == 300
     assert (first.cache_folder / "bpe-300.json").exists()
-    assert (first.cache_folder / "tokens-bpe-300-train.npy").exists()
+    assert (first.cache_folder / "tokens-bpe-300-train.bin").exists()
     assert first.tokenizer.token_to_id(END_OF_TEXT) == first.end_of_text
 
     def no_training(*args, **kwargs):
         raise AssertionError("the cached tokenizer should have been used")
 
     monkeypatch.setattr(tokenizer_module, "train_bpe", no_training)
-    monkeypatch.setattr(text_module, "encode_to_array", no_training)
+    monkeypatch.setattr(text_module, "write_token_stream", no_training)
     second = Text(str(corpus), seq_len=16, vocab_size=300, cache_dir=tmp_path / "cache")
     assert second.cache_folder == first.cache_folder
     np.testing.assert_array_equal(second.streams["train"], first.streams["train"])
@@ -165,14 +166,48 @@ def test_hf_source_without_datasets(monkeypatch):
     monkeypatch.setitem(sys.modules, "datasets", None)  # import datasets -> ImportError
     corpus = open_corpus("hf:wikitext:wikitext-103-raw-v1")
     with pytest.raises(ImportError, match="hyla\\[hf\\]"):
-        corpus.load()
+        corpus.splits()
     with pytest.raises(ValueError, match="hf:NAME"):
         open_corpus("hf:a:b:c")
 
 
+def fake_datasets(rows, fail=False):
+    """A stand-in for the `datasets` package: load_dataset(name, config, streaming=True)."""
+
+    def load_dataset(name, config=None, streaming=False):
+        if fail:
+            raise ConnectionError("no network")
+        assert streaming
+        return rows
+
+    return types.SimpleNamespace(load_dataset=load_dataset)
+
+
+def test_hf_source_streams_its_own_splits(monkeypatch, tmp_path):
+    rng = random.Random(0)
+    line = lambda: " ".join(rng.choice(WORDS) for _ in range(10)) + "\n"  # noqa: E731
+    rows = {"train": [{"text": line()} for _ in range(600)], "validation": [{"text": line()} for _ in range(60)]}
+    monkeypatch.setitem(sys.modules, "datasets", fake_datasets(rows))
+    task = Text("hf:wikitext:wikitext-2-raw-v1", seq_len=16, vocab_size=300, cache_dir=tmp_path)
+    assert task.cache_folder.name.startswith("wikitext-wikitext-2-raw-v1-")
+    valid_text = task.decode(task.streams["valid"]).replace(END_OF_TEXT, "")
+    assert valid_text == "".join(r["text"] for r in rows["validation"])
+    # C4-like rows are documents; max_chars cuts the stream
+    monkeypatch.setitem(sys.modules, "datasets", fake_datasets(rows))
+    capped = Text("hf:allenai/c4:en", seq_len=16, vocab_size=300, cache_dir=tmp_path, max_chars=20_000)
+    train_text = capped.decode(capped.streams["train"])
+    assert train_text.count(END_OF_TEXT) < 600 and len(train_text.replace(END_OF_TEXT, "")) == 20_000
+
+
+def test_hf_source_unreachable(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "datasets", fake_datasets({}, fail=True))
+    with pytest.raises(RuntimeError, match="could not load the Hugging Face dataset"):
+        Text("hf:allenai/c4:en", cache_dir=tmp_path)
+
+
 def test_builtin_corpus_is_there():
-    documents, valid = open_corpus("builtin:pydoc_topics").load()
-    assert valid is None and sum(map(len, documents)) > 300_000
+    train, valid = open_corpus("builtin:pydoc_topics").splits()
+    assert sum(map(len, train)) > 300_000 and sum(map(len, valid)) > 10_000
     with pytest.raises(ValueError, match="unknown builtin"):
         open_corpus("builtin:nope")
 
