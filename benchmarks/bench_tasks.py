@@ -1,0 +1,93 @@
+"""Throughput of the task generators: samples per second per task, split and batch size.
+
+    python benchmarks/bench_tasks.py [--out benchmarks/results/tasks.json] [--threads N]
+
+Each measurement generates batches of consecutive steps for at least `--min-time` seconds. The
+generators run on the CPU (see hyla/tasks/base.py), so this is also their speed on a GPU
+machine. A batch must regenerate identically before its split is timed.
+
+Two rates are reported: samples per wall-clock second, and samples per CPU-second used by this
+process. On a shared machine the second is the steadier one (with `--threads 1` it is close to
+what an idle core delivers); the JSON records the load average next to them. On a machine
+shared with other busy processes, torch's OpenMP threads spin-wait and multi-threaded runs
+collapse (50-100x slower on the 2-core development machine): use `--threads 1` or set
+OMP_WAIT_POLICY=PASSIVE there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+from hyla.tasks import FuzzyLogic, SRaven
+
+FUZZY_SPLITS = ("train", "valid", "ood", "novel_terms", "valid_fixed_context", "valid_fixed_query")
+SRAVEN_SPLITS = ("train", "valid", "ood", "train_unpermuted", "valid_unpermuted", "ood_unpermuted")
+
+
+def samples_per_second(make_batch, batch_size: int, min_time: float) -> tuple[float, float]:
+    """(samples per wall-clock second, samples per CPU-second of this process)."""
+    make_batch(0)  # warm-up
+    calls, start, cpu_start = 0, time.perf_counter(), time.process_time()
+    while calls < 3 or time.perf_counter() - start < min_time:
+        calls += 1
+        make_batch(calls)
+    samples = calls * batch_size
+    return samples / (time.perf_counter() - start), samples / (time.process_time() - cpu_start)
+
+
+def check_reproducible(task, split: str) -> None:
+    first, again = task.batch(split, 64, 123), task.batch(split, 64, 123)
+    if not (torch.equal(first.x, again.x) and torch.equal(first.y, again.y)):
+        raise RuntimeError(f"{task.name}/{split}: a batch did not regenerate identically")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/tasks.json"))
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[128, 4096])
+    parser.add_argument("--min-time", type=float, default=1.0, help="seconds per measurement")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    cases = [(FuzzyLogic(seq_len=16), FUZZY_SPLITS), (SRaven(), SRAVEN_SPLITS)]
+    results = []
+
+    def record(task_name: str, split: str, batch_size: int, rates: tuple[float, float]) -> None:
+        results.append({"task": task_name, "split": split, "batch_size": batch_size,
+                        "samples_per_s": round(rates[0]), "samples_per_cpu_s": round(rates[1])})
+        print(f"{task_name:<12} {split:<22} {batch_size:>6} {rates[0]:>12,.0f} {rates[1]:>14,.0f}")
+
+    print(f"{'task':<12} {'split':<22} {'batch':>6} {'samples/s':>12} {'samples/cpu-s':>14}")
+    for task, splits in cases:
+        for split in splits:
+            check_reproducible(task, split)
+            for batch_size in args.batch_sizes:
+                rates = samples_per_second(lambda step: task.batch(split, batch_size, step),
+                                           batch_size, args.min_time)
+                record(task.name, split, batch_size, rates)
+    sraven = cases[1][0]
+    for batch_size in args.batch_sizes:  # the ambiguity check that evaluation may add
+        rates = samples_per_second(
+            lambda step: sraven.batch("valid", batch_size, step, with_ambiguity=True),
+            batch_size, args.min_time)
+        record("sraven", "valid+ambiguity", batch_size, rates)
+
+    report = {"torch": torch.__version__, "threads": torch.get_num_threads(),
+              "cpu_count": os.cpu_count(), "machine": platform.processor() or platform.machine(),
+              "load_average": os.getloadavg(), "results": results}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

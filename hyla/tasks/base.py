@@ -1,0 +1,109 @@
+"""What the task generators share: the batch container, reproducible random streams, sharding.
+
+Every batch is a pure function of (seed, task, split, step): the generator is seeded from a
+stable hash of those four values, so any batch can be regenerated, a resumed run sees exactly
+the batches it would have seen, and `valid` never repeats a `train` batch (different stream).
+
+Data-parallel ranks all generate the same GLOBAL batch and keep their own slice of it, so a
+run's data (and hence its result) does not depend on the number of ranks. Sampling always runs
+on the CPU with a CPU generator, because the random streams of CUDA and CPU differ: a batch is
+the same on every machine; it is moved to the task's device at the end.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import NamedTuple
+
+import torch
+
+
+class Batch(NamedTuple):
+    """One batch of a task.
+
+    x:    model input `[B, T, input_dim]` float.
+    y:    targets (shape depends on the task).
+    info: per-sample tensors (first dimension B) describing how the batch was made.
+    """
+
+    x: torch.Tensor
+    y: torch.Tensor
+    info: dict[str, torch.Tensor]
+
+    def to(self, device: torch.device | str) -> Batch:
+        return Batch(self.x.to(device), self.y.to(device),
+                     {key: value.to(device) for key, value in self.info.items()})
+
+    def rows(self, start: int, stop: int) -> Batch:
+        """The samples `start:stop` (views, no copy)."""
+        return Batch(self.x[start:stop], self.y[start:stop],
+                     {key: value[start:stop] for key, value in self.info.items()})
+
+
+def stable_seed(*parts: int | str) -> int:
+    """A 63-bit seed from a hash of `parts` that, unlike `hash()`, is the same in every process."""
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+def make_generator(*parts: int | str) -> torch.Generator:
+    """A CPU generator seeded from `stable_seed(*parts)`."""
+    return torch.Generator().manual_seed(stable_seed(*parts))
+
+
+def held_out_count(num_items: int, fraction: float) -> int:
+    """floor(num_items * fraction), as the authors' code does (66 * 0.7 -> 46); the tiny
+    tolerance keeps products such as 100 * 0.29 = 28.999... from losing an item."""
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"fraction must lie in [0, 1], got {fraction}")
+    return math.floor(num_items * fraction + 1e-9)
+
+
+class Task:
+    """Base of the task generators: split checking, seeding, sharding and device placement.
+
+    Subclasses set `name`, `splits`, `seed`, `device`, implement
+    `_generate(split, batch_size, generator) -> Batch` for the global batch, and provide
+    `loss(pred, batch) -> scalar` and `metrics(pred, batch) -> dict of [B] tensors`.
+    """
+
+    name: str
+    splits: tuple[str, ...]
+    seed: int
+    device: torch.device
+
+    def batch(self, split: str, batch_size: int, step: int, rank: int = 0,
+              world_size: int = 1) -> Batch:
+        """Rank `rank`'s share (rows `[rank*B/W, (rank+1)*B/W)`) of the global batch of
+        `batch_size` samples of `split` at `step`."""
+        self.check_split(split)
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, "
+                             f"world_size={world_size}")
+        if batch_size % world_size:
+            raise ValueError(f"global batch_size {batch_size} is not divisible by "
+                             f"world_size {world_size}")
+        batch = self._generate(split, batch_size, make_generator(self.seed, self.name, split, step))
+        if world_size > 1:
+            per_rank = batch_size // world_size
+            # clone so that a rank does not keep the whole global batch alive through a view
+            batch = batch.rows(rank * per_rank, (rank + 1) * per_rank)
+            batch = Batch(batch.x.clone(), batch.y.clone(),
+                          {key: value.clone() for key, value in batch.info.items()})
+        return batch.to(self.device)
+
+    def check_split(self, split: str) -> None:
+        if split not in self.splits:
+            raise ValueError(f"unknown split {split!r} for {type(self).__name__}; "
+                             f"valid splits: {', '.join(self.splits)}")
+
+    def summarize(self, mean_metrics: dict[str, float]) -> dict[str, float]:
+        """Metrics derived from the per-sample metrics averaged over an evaluation (ratios that
+        a per-sample mean cannot express); the base adds none."""
+        return dict(mean_metrics)
+
+    def _generate(self, split: str, batch_size: int, generator: torch.Generator) -> Batch:
+        raise NotImplementedError
