@@ -1,0 +1,205 @@
+"""`hyla results DIR`: aggregate run folders into tables (mean ± standard error over seeds),
+CSV/JSON exports and plots.
+
+Runs are grouped by every config field that varies among them except the seed (and bookkeeping
+fields: name, out_dir, resume). Writes `results.md`, `results.csv`, `results.json`,
+`results_<metric>.png` (final metric per split) and `curves_<metric>.png` (evaluation curves).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+IGNORED_FIELDS = ("seed", "name", "out_dir", "resume")
+
+
+def _leaves(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in d.items():
+        if isinstance(value, dict):
+            out.update(_leaves(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def find_runs(root: str | Path) -> list[dict]:
+    """Every run folder below root with a config and a summary: {path, config (flat), summary, metrics}."""
+    runs = []
+    for summary_file in sorted(Path(root).rglob("summary.json")):
+        run = summary_file.parent
+        if not (run / "config.json").exists():
+            continue
+        metrics_file = run / "metrics.jsonl"
+        metrics = [json.loads(l) for l in metrics_file.read_text().splitlines() if l.strip()] if metrics_file.exists() else []
+        runs.append({"path": run, "config": _leaves(json.loads((run / "config.json").read_text())),
+                     "summary": json.loads(summary_file.read_text()), "metrics": metrics})
+    return runs
+
+
+def mean_se(values: list[float]) -> tuple[float, float]:
+    """Mean and standard error (sample std / sqrt(n); 0 for a single value)."""
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return mean, 0.0
+    var = sum((v - mean) ** 2 for v in values) / (n - 1)
+    return mean, math.sqrt(var / n)
+
+
+def varying_fields(runs: list[dict]) -> list[str]:
+    keys = sorted(set().union(*(r["config"] for r in runs)))
+    return [k for k in keys if k.split(".")[-1] not in IGNORED_FIELDS
+            and len({json.dumps(r["config"].get(k)) for r in runs}) > 1]
+
+
+def aggregate(runs: list[dict]) -> tuple[list[str], list[dict]]:
+    """(group fields, one row per group): {group values, n, seeds, <split>/<metric>: (mean, se), train_loss, steps_per_second}."""
+    fields = varying_fields(runs)
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for run in runs:
+        groups[tuple(json.dumps(run["config"].get(f)) for f in fields)].append(run)
+    rows = []
+    for key, members in groups.items():
+        completed = [m for m in members if m["summary"].get("status") == "completed"]
+        row = {"group": dict(zip(fields, (json.loads(k) for k in key))), "n": len(completed),
+               "seeds": sorted(m["config"].get("seed") for m in completed), "values": {}}
+        values = defaultdict(list)
+        for m in completed:
+            s = m["summary"]
+            for split, metrics in (s.get("final") or {}).items():
+                for name, value in metrics.items():
+                    values[f"{split}/{name}"].append(value)
+            for name in ("train_loss", "steps_per_second", "wall_time_s"):
+                if s.get(name) is not None:
+                    values[name].append(s[name])
+        row["values"] = {name: mean_se(v) for name, v in values.items() if len(v) == len(completed)}
+        rows.append(row)
+    return fields, rows
+
+
+def _label(group: dict) -> str:
+    return ", ".join(f"{k.split('.')[-1]}={v}" for k, v in group.items()) or "all"
+
+
+def markdown_table(fields: list[str], rows: list[dict], metric: str) -> str:
+    """Main metric per split (×100, as in the paper's tables), training loss and speed."""
+    splits = sorted({name.split("/")[0] for row in rows for name in row["values"] if name.endswith(f"/{metric}")})
+    header = [f.split(".")[-1] for f in fields] + ["n"] + [f"{s} {metric} ×100" for s in splits] + ["train loss", "steps/s"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        cells = [str(row["group"].get(f)) for f in fields] + [str(row["n"])]
+        for split in splits:
+            m = row["values"].get(f"{split}/{metric}")
+            cells.append(f"{100 * m[0]:.2f} ± {100 * m[1]:.2f}" if m else "–")
+        loss, speed = row["values"].get("train_loss"), row["values"].get("steps_per_second")
+        cells.append(f"{loss[0]:.4g} ± {loss[1]:.2g}" if loss else "–")
+        cells.append(f"{speed[0]:.1f}" if speed else "–")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write_csv(path: Path, fields: list[str], rows: list[dict]) -> None:
+    names = sorted({n for row in rows for n in row["values"]})
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(fields + ["n", "seeds"] + [c for n in names for c in (f"{n}_mean", f"{n}_se")])
+        for row in rows:
+            cells = [row["group"].get(f) for f in fields] + [row["n"], " ".join(map(str, row["seeds"]))]
+            for n in names:
+                cells += list(row["values"].get(n, ("", "")))
+            writer.writerow(cells)
+
+
+def plot_final(path: Path, rows: list[dict], metric: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    splits = sorted({n.split("/")[0] for row in rows for n in row["values"] if n.endswith(f"/{metric}")})
+    fig, ax = plt.subplots(figsize=(max(4, 1.2 * len(rows) * max(1, len(splits)) / 2), 3.5))
+    width = 0.8 / max(1, len(splits))
+    for i, split in enumerate(splits):
+        means = [row["values"].get(f"{split}/{metric}", (math.nan, 0))[0] for row in rows]
+        errors = [row["values"].get(f"{split}/{metric}", (0, 0))[1] for row in rows]
+        ax.bar([j + i * width for j in range(len(rows))], means, width, yerr=errors, label=split, capsize=3)
+    ax.set_xticks([j + width * (len(splits) - 1) / 2 for j in range(len(rows))])
+    ax.set_xticklabels([_label(row["group"]) for row in rows], rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel(f"{metric} (mean ± s.e.)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_curves(path: Path, runs: list[dict], fields: list[str], metric: str) -> None:
+    """Evaluation metric against step, mean over the seeds of each group, one panel per split."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curves = defaultdict(lambda: defaultdict(list))  # (group label, split) -> step -> values
+    for run in runs:
+        label = _label({f: run["config"].get(f) for f in fields})
+        for record in run["metrics"]:
+            if record.get("split") not in (None, "train") and metric in record:
+                curves[(label, record["split"])][record["step"]].append(record[metric])
+    splits = sorted({split for _, split in curves})
+    if not splits:
+        return
+    fig, axes = plt.subplots(1, len(splits), figsize=(4 * len(splits), 3.2), squeeze=False)
+    for ax, split in zip(axes[0], splits):
+        for (label, s), points in sorted(curves.items()):
+            if s == split:
+                steps = sorted(points)
+                ax.plot(steps, [sum(points[t]) / len(points[t]) for t in steps], label=label)
+        ax.set_title(split)
+        ax.set_xlabel("step")
+        ax.set_ylabel(metric)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def summarize(root: str | Path, out: str | Path | None = None) -> str:
+    """Aggregate the runs below root; write the tables and plots into `out` (default root)."""
+    runs = find_runs(root)
+    if not runs:
+        raise FileNotFoundError(f"no run folders (with config.json and summary.json) below {root}")
+    out = Path(out or root)
+    out.mkdir(parents=True, exist_ok=True)
+    fields, rows = aggregate(runs)
+    metrics = sorted({r["summary"].get("metric_name") for r in runs if r["summary"].get("metric_name")})
+    tables = []
+    for metric in metrics:
+        tables.append(f"### {metric}\n\n{markdown_table(fields, rows, metric)}")
+        plot_final(out / f"results_{metric}.png", rows, metric)
+        plot_curves(out / f"curves_{metric}.png", runs, fields, metric)
+    text = "\n\n".join(tables)
+    (out / "results.md").write_text(f"# Results for {root}\n\n{text}\n")
+    write_csv(out / "results.csv", fields, rows)
+    (out / "results.json").write_text(json.dumps(
+        [{"group": r["group"], "n": r["n"], "seeds": r["seeds"], "values": r["values"]} for r in rows], indent=2))
+    return text
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="hyla results", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("dir", help="folder containing run folders (searched recursively)")
+    parser.add_argument("--out", default=None, help="where to write tables and plots (default: DIR)")
+    args = parser.parse_args(argv)
+    try:
+        print(summarize(args.dir, args.out))
+    except FileNotFoundError as e:
+        print(f"hyla results: error: {e}", file=sys.stderr)
+        return 2
+    return 0
