@@ -107,3 +107,43 @@ def sample_text(model: Transformer, task, prompt: str, num_tokens: int = 100, *,
     generator = torch.Generator().manual_seed(seed)
     tokens, stats = generate(model, prompt_ids, num_tokens, temperature=temperature, top_k=top_k, generator=generator)
     return task.decode(tokens[0, len(ids):].tolist()), stats
+
+
+def sample_main(argv: list[str]) -> int:
+    """`hyla sample RUN --prompt TEXT [--tokens N --temperature T --top-k K --seed S --device D]`."""
+    import argparse
+    import sys
+
+    from hyla.train import load_run
+
+    parser = argparse.ArgumentParser(prog="hyla sample", description="Continue a prompt with a trained language "
+                                     "model (a run of the `text` task), decoding with a key/value cache.")
+    parser.add_argument("run", help="the run folder")
+    parser.add_argument("--prompt", default="", help="text to continue (empty: start a new document)")
+    parser.add_argument("--tokens", type=int, default=100, help="tokens to generate (default 100)")
+    parser.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")
+    parser.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default cpu)")
+    args = parser.parse_args(argv)
+    cfg, model, task = load_run(args.run)
+    if cfg.task != "text":
+        print(f"hyla sample: {args.run} is a {cfg.task!r} run; sampling needs a language model (task text)",
+              file=sys.stderr)
+        return 2
+    try:
+        text, stats = sample_text(model.to(args.device), task, args.prompt, args.tokens, temperature=args.temperature,
+                                  top_k=args.top_k, seed=args.seed)
+    except ValueError as error:
+        print(f"hyla sample: {error}", file=sys.stderr)
+        return 2
+    m = model.cfg
+    print(args.prompt + text)
+    head_dims = m.qk_dim // m.num_heads + m.v_dim // m.num_heads  # a key and a value per head
+    element = next(model.parameters()).element_size()
+    cached = stats.cache_bytes // (m.num_layers * m.num_heads * head_dims * element)
+    print(f"\n[{cfg.model.mixer}: {stats.prompt_tokens} prompt + {stats.new_tokens} new tokens; key/value cache at most "
+          f"{stats.cache_bytes:,} bytes = {m.num_layers} layers x 1 sequence x {cached} tokens x {m.num_heads} heads x "
+          f"({m.qk_dim // m.num_heads} + {m.v_dim // m.num_heads}) dims (key + value) x {element} bytes; "
+          f"context {m.seq_len} tokens, window slides: {stats.window_slides}]", file=sys.stderr)
+    return 0

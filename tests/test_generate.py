@@ -90,3 +90,32 @@ def test_sample_text_checks_the_vocabulary(tmp_path):
     model = make_model("hyla", vocab_size=task.vocab_size, output_dim=task.vocab_size)
     text, stats = sample_text(model, task, "the model", 5, temperature=0.8, top_k=20)
     assert isinstance(text, str) and stats.new_tokens == 5 and stats.cache_bytes > 0
+
+
+def test_hyla_sample_command(tmp_path, capsys):
+    """Train a tiny language model for a few steps, then `hyla sample` it."""
+    from dataclasses import replace
+
+    from hyla.cli import main
+    from hyla.configs import TextConfig, get_preset
+    from hyla.train import train
+
+    words = "the model attends to keys and values while heads compose new functions".split()
+    generator = torch.Generator().manual_seed(0)
+    lines = [" ".join(words[i] for i in torch.randint(len(words), (8,), generator=generator)) for _ in range(400)]
+    (tmp_path / "corpus.txt").write_text("\n".join(lines))
+    cfg = get_preset("lm_cpu")
+    cfg = replace(
+        cfg, out_dir=str(tmp_path / "runs"), name="tiny",
+        text=TextConfig(corpus=str(tmp_path / "corpus.txt"), seq_len=16, vocab_size=300, cache_dir=str(tmp_path / "cache")),
+        model=replace(cfg.model, num_layers=1, dim=32, num_heads=4, qk_dim=16, v_dim=16, mlp_dim=32, mixer="hyla"),
+        train=replace(cfg.train, steps=3, warmup_steps=1, eval_every=0, eval_samples=8, final_eval_samples=8,
+                      eval_batch_size=8, log_every=1, checkpoint_every=3, progress=False),
+    )
+    run = train(cfg)
+    capsys.readouterr()
+    assert main(["sample", str(run), "--prompt", "the model", "--tokens", "5", "--temperature", "0"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("the model") and "key/value cache" in captured.err
+    assert main(["sample", str(run), "--prompt", "the model " * 20, "--tokens", "1"]) == 2
+    assert "longer than the model's context" in capsys.readouterr().err

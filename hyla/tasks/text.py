@@ -53,8 +53,8 @@ from hyla.tasks.tokenizer import encode_documents, end_of_text_id, load_or_train
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text")
 BUILTIN_CORPORA = ("python_docs", "pydoc_topics")
 CACHE_FORMAT = 1  # bump when the cached files change meaning
-TOKENIZER_TRAIN_CHARS = 2_000_000_000
-"""the tokenizer is trained on at most the first 2 GB of the train text (C4 is far larger)"""
+TOKENIZER_TRAIN_CHARS = 500_000_000
+"""the tokenizer is trained on at most the first 500 MB of the train text (C4 is far larger)"""
 
 
 def default_cache_dir() -> Path:
