@@ -216,3 +216,10 @@ def test_builtin_corpus_is_there():
 def test_builtin_python_docs_tokenizes(tmp_path):
     task = Text("builtin:python_docs", seq_len=64, vocab_size=4096, cache_dir=tmp_path)
     assert task.vocab_size == 4096 and len(task.streams["train"]) > 400_000
+
+
+def test_tokenizer_training_is_deterministic(corpus):
+    """A deleted cache is rebuilt identically, so a run's checkpoint keeps matching its tokenizer."""
+    train, _ = open_corpus(str(corpus)).splits()
+    first, second = tokenizer_module.train_bpe(train, 300), tokenizer_module.train_bpe(train, 300)
+    assert first.to_str() == second.to_str()
