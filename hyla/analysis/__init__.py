@@ -1,0 +1,10 @@
+"""Latent-code analysis (SPEC §2, §4, §5): collection, probes, topographic similarity, figures,
+reports. `hyla analyze RUN` runs `analyze_run`; training loops can call `analysis_hook`."""
+
+from hyla.analysis.collect import collect_latents, load_latents, save_latents
+from hyla.analysis.pipeline import analysis_hook, analyze, analyze_run, main
+from hyla.analysis.probes import logistic_classification_probe, logistic_f1_per_label, ridge_probe
+from hyla.analysis.topographic import topographic_similarity
+
+__all__ = ["collect_latents", "save_latents", "load_latents", "analyze", "analyze_run", "analysis_hook", "main",
+           "ridge_probe", "logistic_f1_per_label", "logistic_classification_probe", "topographic_similarity"]

@@ -1,0 +1,365 @@
+"""The latent-code analysis of one model: collect codes, probe them, measure topographic
+similarity and rule similarity, draw the figures, write `analysis.json` and `report.md`.
+
+Splits (defaults; any split of the task can be given instead):
+- fuzzy logic: `valid_fixed_query`, `ood_fixed_query` (the authors' probe data: with the query
+  fixed, code variation reflects the context, i.e. the task), `valid`, `ood`.
+- SRAVEN: `valid_unpermuted`, `ood_unpermuted` (the paper's latent analysis).
+Probes train on `valid<suffix>` and test on `ood<suffix>` for every suffix where both splits
+were collected (held-out tasks: compositional generalization of the decoder, paper Fig. 2B/5F).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from hyla.analysis import figures
+from hyla.analysis.collect import FUZZY_LOGIC, SRAVEN, collect_latents, save_latents, task_kind
+from hyla.analysis.probes import logistic_classification_probe, logistic_f1_per_label, ridge_probe
+from hyla.analysis.report import write_report
+from hyla.analysis.topographic import topographic_similarity
+
+DEFAULT_SPLITS = {
+    FUZZY_LOGIC: ("valid_fixed_query", "ood_fixed_query", "valid", "ood"),
+    SRAVEN: ("valid_unpermuted", "ood_unpermuted"),
+}
+SUFFIXES = {FUZZY_LOGIC: ("_fixed_query", "", "_fixed_context"), SRAVEN: ("_unpermuted", "")}
+ADDITION, SUBTRACTION = 5, 6
+
+
+# ----------------------------------------------------------------------------- code sets
+def code_sets(data: dict[str, np.ndarray], feature: int | None = None) -> dict[str, np.ndarray]:
+    """Probe inputs per layer and for all layers concatenated.
+
+    Fuzzy logic: `[N, H]` per layer, `[N, layers·H]` for all. SRAVEN: one row per (sample,
+    feature) — `[N·K, 2H]` per layer (codes towards panels (2,0) and (2,1)), `[N·K, layers·2H]`
+    for all — or only feature `feature` (`[N, ...]`; the paper used the last one).
+    """
+    codes = data["codes"]
+    if str(data["task"]) == SRAVEN:
+        if feature is not None:
+            codes = codes[:, feature:feature + 1]
+        codes = codes.reshape((-1,) + codes.shape[2:])  # [N·K, layers, 2, H]
+    sets = {f"layer {layer}": codes[:, layer].reshape(len(codes), -1) for layer in range(codes.shape[1])}
+    sets["all layers"] = codes.reshape(len(codes), -1)
+    return sets
+
+
+def per_feature(values: np.ndarray, feature: int | None = None) -> np.ndarray:
+    """`[N, K]` per-feature values -> rows matching `code_sets` of SRAVEN."""
+    return (values if feature is None else values[:, feature:feature + 1]).reshape(-1)
+
+
+def term_membership(data: dict[str, np.ndarray]) -> np.ndarray:
+    """`[N, 2^L]` in {0, 1}: which terms make up each sample's task."""
+    num_terms_total = 2 ** data["terms"].shape[2]
+    membership = np.zeros((len(data["term_indices"]), num_terms_total), dtype=np.int64)
+    np.put_along_axis(membership, data["term_indices"], 1, axis=1)
+    return membership
+
+
+# ----------------------------------------------------------------------------- probes
+def probe_pairs(data: dict[str, dict], kind: str) -> list[tuple[str, str]]:
+    return [(f"valid{s}", f"ood{s}") for s in SUFFIXES[kind] if f"valid{s}" in data and f"ood{s}" in data]
+
+
+def fuzzy_logic_probes(train: dict, test: dict, seed: int = 0) -> dict:
+    """Per code set: ridge R² to the K·L term bits, in distribution (the training split halved,
+    as the authors' callback) and transferred to held-out tasks; per-term logistic F1 trained on
+    training tasks and tested on held-out tasks. Each with its chance level."""
+    results = {}
+    train_sets, test_sets = code_sets(train), code_sets(test)
+    bits_train = train["terms"].reshape(len(train["terms"]), -1)
+    bits_test = test["terms"].reshape(len(test["terms"]), -1)
+    half = len(bits_train) // 2
+    for name, x_train in train_sets.items():
+        x_test = test_sets[name]
+        results[name] = {
+            "ridge_term_bits_in_distribution": ridge_probe(x_train[:half], bits_train[:half], x_train[half:],
+                                                           bits_train[half:], seed=seed),
+            "ridge_term_bits_held_out": ridge_probe(x_train, bits_train, x_test, bits_test, seed=seed),
+            "term_f1_held_out": logistic_f1_per_label(x_train, term_membership(train), x_test,
+                                                      term_membership(test), seed=seed),
+        }
+    return results
+
+
+def sraven_probes(train: dict, test: dict, feature: int | None = None, seed: int = 0) -> dict:
+    """Per code set: logistic decoding of a feature's rule, trained on `train` tasks and tested
+    on `test` tasks, with its chance level and the majority baseline."""
+    train_sets, test_sets = code_sets(train, feature), code_sets(test, feature)
+    y_train, y_test = per_feature(train["rules"], feature), per_feature(test["rules"], feature)
+    return {name: logistic_classification_probe(x, y_train, test_sets[name], y_test, seed=seed)
+            for name, x in train_sets.items()}
+
+
+def run_probes(data: dict[str, dict], kind: str, seed: int = 0) -> dict:
+    results = {}
+    for train_split, test_split in probe_pairs(data, kind):
+        probe = fuzzy_logic_probes if kind == FUZZY_LOGIC else sraven_probes
+        results[f"{train_split}->{test_split}"] = probe(data[train_split], data[test_split], seed=seed)
+    return results
+
+
+# ----------------------------------------------------------------------------- structure
+def topographic(data: dict, num_permutations: int = 1000, seed: int = 0) -> dict:
+    """Per code set of one split. SRAVEN: one row per sample, the codes of its K features in
+    underlying order (aligned with the rule vector the task distance compares)."""
+    if str(data["task"]) == SRAVEN:
+        codes = data["codes"]  # [N, K, layers, 2, H]
+        sets = {f"layer {layer}": codes[:, :, layer].reshape(len(codes), -1) for layer in range(codes.shape[2])}
+        sets["all layers"] = codes.reshape(len(codes), -1)
+        identities, distance = data["rules"], "rule_hamming"
+    else:
+        sets, identities, distance = code_sets(data), data["terms"], "term_matching"
+    return {name: topographic_similarity(codes, identities, distance, num_permutations, seed=seed)
+            for name, codes in sets.items()}
+
+
+def mean_codes(codes: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean code per label. codes `[N, D]`; labels `[N]` (classes) or `[N, M]` in {0, 1}
+    (multi-label: mean over the samples carrying each label). -> (labels present, means)."""
+    if labels.ndim == 1:
+        present = np.unique(labels)
+        return present, np.stack([codes[labels == c].mean(0) for c in present])
+    present = np.flatnonzero(labels.sum(0) > 0)
+    return present, np.stack([codes[labels[:, c] == 1].mean(0) for c in present])
+
+
+def cosine_matrix(means: np.ndarray, centered: bool) -> np.ndarray:
+    """Cosine similarity between rows; `centered` subtracts the mean over rows first, so the
+    code component shared by every label does not make all labels look alike."""
+    if centered:
+        means = means - means.mean(0, keepdims=True)
+    unit = means / (np.linalg.norm(means, axis=1, keepdims=True) + 1e-12)
+    return unit @ unit.T
+
+
+def label_similarity(data: dict) -> dict:
+    """Per code set: mean code per rule (SRAVEN) / per term (fuzzy logic) and the cosine
+    similarity matrices, raw and centered. SRAVEN also gets the addition-vs-subtraction claim
+    (paper Fig. 5E): their centered cosine and the rank of that pair among all rule pairs."""
+    kind = str(data["task"])
+    labels = per_feature(data["rules"]) if kind == SRAVEN else term_membership(data)
+    results = {}
+    for name, codes in code_sets(data).items():
+        present, means = mean_codes(codes, labels)
+        raw, centered = cosine_matrix(means, False), cosine_matrix(means, True)
+        entry = {"labels": present.tolist(), "mean_codes": means.tolist(), "cosine": raw.tolist(),
+                 "centered_cosine": centered.tolist()}
+        index = {int(label): i for i, label in enumerate(present)}
+        if kind == SRAVEN and ADDITION in index and SUBTRACTION in index:
+            a, s = index[ADDITION], index[SUBTRACTION]
+            upper = centered[np.triu_indices(len(present), k=1)]
+            others = centered[a].copy()
+            others[a] = -np.inf
+            entry["addition_subtraction"] = {
+                "cosine": float(raw[a, s]), "centered_cosine": float(centered[a, s]),
+                "rank_among_pairs": int(1 + np.sum(upper > centered[a, s])), "num_pairs": int(len(upper)),
+                "nearest_rule_to_addition": int(present[np.argmax(others)]),
+            }
+        results[name] = entry
+    return results
+
+
+# ----------------------------------------------------------------------------- figures
+def draw_embeddings(split: str, data: dict, out_dir: Path, tsne: bool, plot_samples: int, seed: int) -> list[Path]:
+    kind = str(data["task"])
+    sets = code_sets(data)
+    rows = len(next(iter(sets.values())))
+    subset = np.sort(np.random.default_rng(seed).permutation(rows)[:plot_samples])
+    embeddings = {}
+    for method in ("pca", "tsne") if tsne else ("pca",):
+        for name, codes in sets.items():
+            embeddings[(method, name)] = figures.embed(codes[subset], method, seed)
+    if kind == SRAVEN:
+        colorings = {"rule": (per_feature(data["rules"])[subset], True, dict(enumerate(figures.RULE_NAMES))),
+                     "target": (per_feature(data["targets"])[subset], False, None)}
+    else:
+        task_ids = [tuple(row) for row in data["term_indices"][subset].tolist()]
+        frequent = sorted(set(task_ids), key=task_ids.count, reverse=True)[:10]
+        codes_of = {task: i for i, task in enumerate(frequent)}
+        colorings = {"target": (data["targets"][subset], False, None),
+                     "task": (np.array([codes_of.get(t, -1) for t in task_ids]), True,
+                              {i: f"terms {t}" for t, i in codes_of.items()})}
+    paths = []
+    for what, (color, categorical, names) in colorings.items():
+        paths.append(figures.plot_embeddings(
+            embeddings, color, categorical, f"{split}: latent codes colored by {what}",
+            out_dir / f"embedding_{split}_{what}.png", names))
+    return paths
+
+
+def draw_similarity(split: str, similarity: dict, kind: str, out_dir: Path) -> list[Path]:
+    """One figure of the centered cosine matrices (a panel per code set), one of the mean codes."""
+    what = "rule" if kind == SRAVEN else "term"
+    labels = next(iter(similarity.values()))["labels"]
+    names = [figures.RULE_NAMES[r] for r in labels] if kind == SRAVEN else [f"t{t}" for t in labels]
+    cosines = {name: np.array(entry["centered_cosine"]) for name, entry in similarity.items()}
+    means = np.array(similarity["all layers"]["mean_codes"])
+    return [
+        figures.plot_matrices(cosines, names, names, f"{split}: cosine similarity of centered mean codes per {what}",
+                              out_dir / f"similarity_{split}.png"),
+        figures.plot_matrices({"all layers": means}, names, None, f"{split}: mean code per {what}",
+                              out_dir / f"mean_codes_{split}.png", annotate=False),
+    ]
+
+
+def draw_probes(probes: dict, kind: str, out_dir: Path) -> list[Path]:
+    paths = []
+    for pair, per_set in probes.items():
+        names = list(per_set)
+        if kind == SRAVEN:
+            curves = {"rule accuracy": [per_set[n]["accuracy"] for n in names]}
+            chance = {"rule accuracy": [per_set[n]["chance_accuracy"] for n in names]}
+            ylabel = "accuracy (held-out tasks)"
+        else:
+            curves = {"ridge R² (in dist.)": [per_set[n]["ridge_term_bits_in_distribution"]["r2"] for n in names],
+                      "ridge R² (held out)": [per_set[n]["ridge_term_bits_held_out"]["r2"] for n in names],
+                      "term F1 (held out)": [per_set[n]["term_f1_held_out"]["mean_f1"] for n in names]}
+            chance = {"ridge R² (in dist.)": [per_set[n]["ridge_term_bits_in_distribution"]["chance"] for n in names],
+                      "ridge R² (held out)": [per_set[n]["ridge_term_bits_held_out"]["chance"] for n in names],
+                      "term F1 (held out)": [per_set[n]["term_f1_held_out"]["mean_chance"] for n in names]}
+            ylabel = "probe score"
+        paths.append(figures.plot_probe_layers(names, curves, chance, ylabel, f"probes {pair}",
+                                               out_dir / f"probes_{pair.replace('->', '_to_')}.png"))
+    return paths
+
+
+# ----------------------------------------------------------------------------- entry points
+def resolve_splits(task, splits) -> tuple[str, ...]:
+    kind = task_kind(task)
+    if splits:
+        for split in splits:
+            task.check_split(split)
+        return tuple(splits)
+    available = set(getattr(task, "splits", ()))
+    chosen = tuple(s for s in DEFAULT_SPLITS[kind] if s in available)
+    return chosen or tuple(s for s in ("valid", "ood") if s in available)
+
+
+def split_summary(data: dict) -> dict:
+    summary = {"num_samples": int(len(data["codes"]))}
+    for key, values in data.items():
+        if key.startswith("metric_"):
+            summary[key[len("metric_"):]] = float(np.mean(values))
+    return summary
+
+
+def analyze(model, task, out_dir: str | Path, splits=None, num_samples: int = 4096, batch_size: int = 512,
+            tsne: bool = True, plot_samples: int = 1500, num_permutations: int = 1000, seed: int = 0,
+            save_codes: bool = True, progress: bool = True) -> dict:
+    """Everything relevant to the task; writes figures, `latents_<split>.npz`, `analysis.json`
+    and `report.md` into `out_dir` and returns the results dict (the content of analysis.json)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    kind = task_kind(task)
+    data = {}
+    for split in resolve_splits(task, splits):
+        data[split] = collect_latents(model, task, split, num_samples, batch_size, progress)
+        if save_codes:
+            save_latents(out_dir / f"latents_{split}.npz", data[split])
+    with threadpool_limits(limits=1):  # small sklearn problems: threads only oversubscribe the CPU
+        results = _analyze_codes(data, kind, out_dir, tsne, plot_samples, num_permutations, seed)
+    results["num_samples"] = num_samples
+    (out_dir / "analysis.json").write_text(json.dumps(_finite(results), indent=1))
+    write_report(results, out_dir / "report.md")
+    return results
+
+
+def _analyze_codes(data: dict, kind: str, out_dir: Path, tsne: bool, plot_samples: int, num_permutations: int,
+                   seed: int) -> dict:
+    results = {
+        "task": kind, "seed": seed,
+        "splits": {split: split_summary(d) for split, d in data.items()},
+        "probes": run_probes(data, kind, seed),
+        "topographic_similarity": {split: topographic(d, num_permutations, seed) for split, d in data.items()},
+        "label_similarity": {split: label_similarity(d) for split, d in data.items()},
+    }
+    paths = draw_probes(results["probes"], kind, out_dir)
+    for split, d in data.items():
+        paths += draw_embeddings(split, d, out_dir, tsne, plot_samples, seed)
+        paths += draw_similarity(split, results["label_similarity"][split], kind, out_dir)
+    results["figures"] = [p.name for p in paths]
+    return results
+
+
+def analysis_hook(model, task, step: int, out_dir: str | Path, num_samples: int = 1024,
+                  batch_size: int = 512, seed: int = 0) -> dict[str, float]:
+    """Light-weight periodic analysis for the training loop: probes only (no figures, no t-SNE,
+    no permutation test), on the default probe splits, the same samples at every call.
+
+    Appends `{"step": step, **metrics}` to `out_dir/analysis_hook.jsonl` and returns the flat
+    scalar metrics, e.g. `probe/layer 1/rule_accuracy` with `.../chance` beside it. Restores the
+    model's train/eval mode.
+    """
+    kind = task_kind(task)
+    data = {split: collect_latents(model, task, split, num_samples, batch_size, progress=False)
+            for split in resolve_splits(task, None) if split.startswith(("valid", "ood"))
+            and (kind == SRAVEN or "fixed_query" in split)}
+    metrics: dict[str, float] = {}
+    with threadpool_limits(limits=1):
+        probes = run_probes(data, kind, seed)
+    for pair, per_set in probes.items():
+        for name, probe in per_set.items():
+            prefix = f"probe/{name}"
+            if kind == SRAVEN:
+                metrics[f"{prefix}/rule_accuracy"] = probe["accuracy"]
+                metrics[f"{prefix}/rule_accuracy_chance"] = probe["chance_accuracy"]
+            else:
+                metrics[f"{prefix}/term_bits_r2"] = probe["ridge_term_bits_in_distribution"]["r2"]
+                metrics[f"{prefix}/term_bits_r2_chance"] = probe["ridge_term_bits_in_distribution"]["chance"]
+                metrics[f"{prefix}/term_f1_held_out"] = probe["term_f1_held_out"]["mean_f1"]
+                metrics[f"{prefix}/term_f1_held_out_chance"] = probe["term_f1_held_out"]["mean_chance"]
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / "analysis_hook.jsonl", "a") as log:
+        log.write(json.dumps(_finite({"step": int(step), **metrics})) + "\n")
+    return metrics
+
+
+def analyze_run(run_dir: str | Path, splits=None, num_samples: int = 4096, **kwargs) -> dict:
+    """Load a finished (or checkpointed) run and write its analysis into `RUN/analysis/`."""
+    from hyla.train import load_run  # train depends on the model; analysis only needs it here
+
+    _, model, task = load_run(run_dir)
+    return analyze(model, task, Path(run_dir) / "analysis", splits=splits, num_samples=num_samples, **kwargs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`hyla analyze RUN [--split S ...] [--samples N] ...`"""
+    parser = argparse.ArgumentParser(prog="hyla analyze", description="Latent-code analysis of a trained run.")
+    parser.add_argument("run", help="run directory (written by `hyla train`)")
+    parser.add_argument("--split", action="append", dest="splits", metavar="SPLIT",
+                        help="split to analyze (repeatable; default: the task's analysis splits)")
+    parser.add_argument("--samples", type=int, default=4096, help="sequences per split (default 4096)")
+    parser.add_argument("--batch-size", type=int, default=512)
+    parser.add_argument("--permutations", type=int, default=1000, help="permutation-test size (default 1000)")
+    parser.add_argument("--plot-samples", type=int, default=1500, help="points per embedding plot")
+    parser.add_argument("--no-tsne", action="store_true", help="PCA only (t-SNE is the slow part)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    results = analyze_run(args.run, args.splits, args.samples, batch_size=args.batch_size,
+                          tsne=not args.no_tsne, plot_samples=args.plot_samples,
+                          num_permutations=args.permutations, seed=args.seed)
+    print(f"wrote {Path(args.run) / 'analysis' / 'report.md'} ({len(results['figures'])} figures)")
+    return 0
+
+
+def _finite(value):
+    """JSON-safe copy: NaN / inf -> None, numpy scalars -> Python numbers."""
+    if isinstance(value, dict):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    return value

@@ -1,0 +1,145 @@
+"""The whole analysis on models whose latent codes carry the task by construction (so every number
+has a known answer), then on a tiny checkpoint trained in the test."""
+
+import json
+import math
+import re
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from hyla.analysis import analysis_hook, analyze
+from hyla.analysis import pipeline
+from hyla.tasks import FuzzyLogic, SRaven
+
+LAYERS = 2
+
+
+class Recorder:
+    """A task that remembers its last batch, so a planted model can read the task identity."""
+
+    def __init__(self, task):
+        self.task, self.last = task, None
+
+    def __getattr__(self, name):
+        return getattr(self.task, name)
+
+    def batch(self, split, batch_size, step):
+        self.last = self.task.batch(split, batch_size, step)
+        return self.last
+
+
+class PlantedModel(nn.Module):
+    """Random latent codes everywhere, except that layer 1 holds the task at the SPEC probe
+    positions: fuzzy logic, the last token's self-code = (term bits, term membership) + noise;
+    SRAVEN, the code from the answer token of feature f to the tokens of feature f in panels
+    (2,0), (2,1) = one-hot(rule of f) + noise (positions found from `perm` here, independently)."""
+
+    def __init__(self, recorder: Recorder, num_heads: int, num_outputs: int, output_dim: int):
+        super().__init__()
+        self.recorder, self.num_heads = recorder, num_heads
+        self.num_outputs, self.output_dim = num_outputs, output_dim
+        self.weight = nn.Parameter(torch.zeros(()))
+        self.generator = torch.Generator().manual_seed(0)
+
+    def forward(self, x, return_latents=False):
+        B, T, _ = x.shape
+        info = self.recorder.last.info
+        latents = [torch.randn(B, self.num_heads, T, T, generator=self.generator) for _ in range(LAYERS)]
+        if "terms" in info:
+            bits = info["terms"].reshape(B, -1).float()
+            membership = torch.zeros(B, 16).scatter_(1, info["term_indices"], 1.0)
+            latents[1][:, :, -1, -1] = torch.cat([bits, membership], 1) + 0.1 * latents[1][:, :, -1, -1]
+        else:
+            K = info["rules"].shape[1]
+            for b in range(B):
+                shown = info["perm"][b].argsort(-1)  # [3, K]: position of feature f in column c
+                for f in range(K):
+                    code = torch.eye(self.num_heads)[info["rules"][b, f]]
+                    for column in range(2):
+                        query, key = 8 * K + shown[2, f], (6 + column) * K + shown[column, f]
+                        latents[1][b, :, query, key] = code + 0.1 * latents[1][b, :, query, key]
+        logits = torch.zeros(B, self.num_outputs, self.output_dim)
+        return (logits, latents) if return_latents else logits
+
+
+def _check_outputs(out_dir, results):
+    saved = json.loads((out_dir / "analysis.json").read_text())
+    assert saved["probes"].keys() == results["probes"].keys()
+    report = (out_dir / "report.md").read_text()
+    linked = re.findall(r"!\[[^]]*\]\(([^)]+)\)", report)
+    assert linked and all((out_dir / name).exists() for name in linked)
+    assert all((out_dir / name).exists() for name in results["figures"])
+
+
+def test_fuzzy_logic_analysis_recovers_planted_terms(tmp_path):
+    task = Recorder(FuzzyLogic(seq_len=8, frac_held_out=0.5))
+    model = PlantedModel(task, num_heads=24, num_outputs=1, output_dim=1)
+    results = analyze(model, task, tmp_path, num_samples=600, batch_size=300, tsne=False,
+                      num_permutations=200, progress=False)
+    probes = results["probes"]["valid_fixed_query->ood_fixed_query"]
+    planted, noise = probes["layer 1"], probes["layer 0"]
+    assert planted["ridge_term_bits_in_distribution"]["r2"] > 0.9
+    assert planted["ridge_term_bits_in_distribution"]["chance"] < 0.05
+    assert planted["term_f1_held_out"]["mean_f1"] > 0.9 > planted["term_f1_held_out"]["mean_always_positive"]
+    assert noise["ridge_term_bits_in_distribution"]["r2"] < 0.05
+    assert noise["term_f1_held_out"]["mean_f1"] < 0.5
+    topographic = results["topographic_similarity"]["valid"]
+    assert topographic["layer 1"]["spearman"] > 0.5 and topographic["layer 1"]["p_value"] < 0.01
+    assert topographic["layer 0"]["p_value"] > 0.01
+    assert set(results["splits"]) == {"valid_fixed_query", "ood_fixed_query", "valid", "ood"}
+    assert (tmp_path / "latents_ood_fixed_query.npz").exists()
+    _check_outputs(tmp_path, results)
+
+
+def test_sraven_analysis_recovers_planted_rules_through_permutations(tmp_path):
+    task = Recorder(SRaven())
+    model = PlantedModel(task, num_heads=8, num_outputs=4, output_dim=8)
+    results = analyze(model, task, tmp_path, splits=["valid", "ood"], num_samples=160,
+                      batch_size=80, tsne=True, plot_samples=120, num_permutations=200, progress=False)
+    probes = results["probes"]["valid->ood"]
+    assert probes["layer 1"]["accuracy"] > 0.95 and probes["layer 1"]["chance_accuracy"] < 0.3
+    assert probes["layer 0"]["accuracy"] < 0.3
+    similarity = results["label_similarity"]["valid"]["layer 1"]
+    # one-hot rule codes: distinct rules are orthogonal (negative after centering)
+    assert similarity["addition_subtraction"]["centered_cosine"] < 0
+    assert np.allclose(np.diag(similarity["cosine"]), 1.0)
+    topographic = results["topographic_similarity"]["valid"]["layer 1"]
+    assert topographic["spearman"] > 0.5 and topographic["p_value"] < 0.01
+    _check_outputs(tmp_path, results)
+
+
+def test_analysis_hook_writes_probe_metrics(tmp_path):
+    task = Recorder(SRaven())
+    model = PlantedModel(task, num_heads=8, num_outputs=4, output_dim=8).train()
+    metrics = analysis_hook(model, task, step=7, out_dir=tmp_path, num_samples=100)
+    assert model.training
+    assert metrics["probe/layer 1/rule_accuracy"] > 0.9 > metrics["probe/layer 1/rule_accuracy_chance"]
+    analysis_hook(model, task, step=8, out_dir=tmp_path, num_samples=100)
+    lines = [json.loads(line) for line in (tmp_path / "analysis_hook.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [7, 8]
+    assert all(math.isfinite(v) for v in metrics.values())
+
+
+def test_end_to_end_on_a_trained_checkpoint(tmp_path):
+    train = pytest.importorskip("hyla.train")
+    configs = pytest.importorskip("hyla.configs")
+    cfg = configs.get_preset("logic_cpu")
+    cfg = replace(cfg, out_dir=str(tmp_path), name="run",
+                  model=replace(cfg.model, dim=32, mlp_dim=64),
+                  train=replace(cfg.train, steps=30, warmup_steps=5, batch_size=32, eval_every=0, eval_samples=64,
+                                final_eval_samples=64, eval_batch_size=64, log_every=10, checkpoint_every=30,
+                                progress=False, device="cpu"))
+    run = train.train(cfg)
+    code = pipeline.main([str(run), "--samples", "256", "--no-tsne", "--permutations", "100",
+                          "--split", "valid_fixed_query", "--split", "ood_fixed_query", "--split", "valid"])
+    assert code == 0
+    out_dir = run / "analysis"
+    results = json.loads((out_dir / "analysis.json").read_text())
+    assert results["task"] == "fuzzy_logic" and results["splits"]["valid"]["num_samples"] == 256
+    probe = results["probes"]["valid_fixed_query->ood_fixed_query"]["all layers"]
+    assert {"r2", "chance"} <= probe["ridge_term_bits_held_out"].keys()
+    assert (out_dir / "report.md").exists() and (out_dir / "latents_valid.npz").exists()
