@@ -21,7 +21,7 @@ from threadpoolctl import threadpool_limits
 
 from hyla.analysis import figures
 from hyla.analysis.collect import FUZZY_LOGIC, SRAVEN, collect_latents, save_latents, task_kind
-from hyla.analysis.probes import logistic_classification_probe, logistic_f1_per_label, ridge_probe
+from hyla.analysis.probes import logistic_classification_probe, logistic_f1_per_label, random_stream, ridge_probe
 from hyla.analysis.report import write_report
 from hyla.analysis.topographic import topographic_similarity
 
@@ -77,12 +77,15 @@ def fuzzy_logic_probes(train: dict, test: dict, seed: int = 0) -> dict:
     train_sets, test_sets = code_sets(train), code_sets(test)
     bits_train = train["terms"].reshape(len(train["terms"]), -1)
     bits_test = test["terms"].reshape(len(test["terms"]), -1)
-    half = len(bits_train) // 2
+    # a random half, not the first half: fixed-context/-query inputs are drawn per batch, and both
+    # halves should see the same mix of them
+    order = random_stream(seed, "in-distribution halves").permutation(len(bits_train))
+    fit, held = order[: len(order) // 2], order[len(order) // 2:]
     for name, x_train in train_sets.items():
         x_test = test_sets[name]
         results[name] = {
-            "ridge_term_bits_in_distribution": ridge_probe(x_train[:half], bits_train[:half], x_train[half:],
-                                                           bits_train[half:], seed=seed),
+            "ridge_term_bits_in_distribution": ridge_probe(x_train[fit], bits_train[fit], x_train[held],
+                                                           bits_train[held], seed=seed),
             "ridge_term_bits_held_out": ridge_probe(x_train, bits_train, x_test, bits_test, seed=seed),
             "term_f1_held_out": logistic_f1_per_label(x_train, term_membership(train), x_test,
                                                       term_membership(test), seed=seed),
@@ -173,7 +176,7 @@ def draw_embeddings(split: str, data: dict, out_dir: Path, tsne: bool, plot_samp
     kind = str(data["task"])
     sets = code_sets(data)
     rows = len(next(iter(sets.values())))
-    subset = np.sort(np.random.default_rng(seed).permutation(rows)[:plot_samples])
+    subset = np.sort(random_stream(seed, "plot subset").permutation(rows)[:plot_samples])
     embeddings = {}
     for method in ("pca", "tsne") if tsne else ("pca",):
         for name, codes in sets.items():
@@ -324,12 +327,18 @@ def analysis_hook(model, task, step: int, out_dir: str | Path, num_samples: int 
     return metrics
 
 
-def analyze_run(run_dir: str | Path, splits=None, num_samples: int = 4096, **kwargs) -> dict:
-    """Load a finished (or checkpointed) run and write its analysis into `RUN/analysis/`."""
+def analyze_run(run_dir: str | Path, splits=None, num_samples: int = 4096, device: str = "cpu", **kwargs) -> dict:
+    """Load a finished (or checkpointed) run and write its analysis into `RUN/analysis/`.
+    device: where the model runs to collect the codes (cpu | cuda | cuda:N | auto)."""
+    import torch
+
     from hyla.train import load_run  # train depends on the model; analysis only needs it here
 
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     _, model, task = load_run(run_dir)
-    return analyze(model, task, Path(run_dir) / "analysis", splits=splits, num_samples=num_samples, **kwargs)
+    return analyze(model.to(device), task, Path(run_dir) / "analysis", splits=splits, num_samples=num_samples,
+                   **kwargs)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -344,8 +353,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plot-samples", type=int, default=1500, help="points per embedding plot")
     parser.add_argument("--no-tsne", action="store_true", help="PCA only (t-SNE is the slow part)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | auto (where codes are collected)")
     args = parser.parse_args(argv)
-    results = analyze_run(args.run, args.splits, args.samples, batch_size=args.batch_size,
+    results = analyze_run(args.run, args.splits, args.samples, device=args.device, batch_size=args.batch_size,
                           tsne=not args.no_tsne, plot_samples=args.plot_samples,
                           num_permutations=args.permutations, seed=args.seed)
     print(f"wrote {Path(args.run) / 'analysis' / 'report.md'} ({len(results['figures'])} figures)")

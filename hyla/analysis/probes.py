@@ -13,6 +13,7 @@ regularization strength fits codes of any scale.
 from __future__ import annotations
 
 import warnings
+import zlib
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
@@ -22,8 +23,15 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 
-def _shuffled(labels: np.ndarray, seed: int) -> np.ndarray:
-    return labels[np.random.default_rng(seed).permutation(len(labels))]
+def random_stream(seed: int, purpose: str) -> np.random.Generator:
+    """An independent generator per (seed, purpose). Generators seeded alike are NOT independent
+    across sizes: `default_rng(0).permutation(600)[:300]` and `default_rng(0).permutation(300)`
+    draw from the same raw stream, which once gave a shuffled-label probe a spurious R² > 0."""
+    return np.random.default_rng([seed, zlib.crc32(purpose.encode())])
+
+
+def _shuffled(labels: np.ndarray, seed: int, purpose: str = "shuffle") -> np.ndarray:
+    return labels[random_stream(seed, purpose).permutation(len(labels))]
 
 
 def multioutput_r2(y_true: np.ndarray, y_pred: np.ndarray) -> float:
@@ -79,7 +87,7 @@ def logistic_f1_per_label(x_train: np.ndarray, labels_train: np.ndarray, x_test:
         if len(np.unique(train)) < 2 or test.sum() == 0:
             continue
         scores = {}
-        for what, fit_labels in (("f1", train), ("chance", _shuffled(train, seed + column))):
+        for what, fit_labels in (("f1", train), ("chance", _shuffled(train, seed, f"shuffle label {column}"))):
             probe = _fit(_logistic(C=C), x_train, fit_labels)
             scores[what] = float(f1_score(test, probe.predict(x_test), zero_division=0.0))
         prevalence = float(test.mean())

@@ -21,6 +21,8 @@ import itertools
 import numpy as np
 from scipy.stats import rankdata
 
+from hyla.analysis.probes import random_stream
+
 
 def rule_hamming(identities: np.ndarray) -> np.ndarray:
     """identities `[M, K]` rule vectors -> distances `[M, M]`."""
@@ -74,7 +76,7 @@ def mantel_spearman(task_distance: np.ndarray, code_distance: np.ndarray, num_pe
     if task_std == 0 or code_ranks.std() == 0:
         return float("nan"), float("nan")
     rho = float(code_z @ (task_values - task_mean) / (len(rows) * task_std))
-    rng = np.random.default_rng(seed)
+    rng = random_stream(seed, "mantel permutations")
     exceed = 0
     for start in range(0, num_permutations, chunk):
         perms = np.argsort(rng.random((min(chunk, num_permutations - start), M)), axis=1)  # [P, M]
@@ -92,7 +94,7 @@ def topographic_similarity(codes: np.ndarray, identities: np.ndarray, distance: 
     `samples_per_task` (mean)."""
     unique, means, counts = task_means(codes, identities)
     if len(unique) > max_tasks:
-        keep = np.sort(np.random.default_rng(seed).choice(len(unique), max_tasks, replace=False))
+        keep = np.sort(random_stream(seed, "task subset").choice(len(unique), max_tasks, replace=False))
         unique, means, counts = unique[keep], means[keep], counts[keep]
     M = len(unique)
     result = {"num_tasks": int(M), "num_pairs": int(M * (M - 1) // 2),

@@ -11,8 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from hyla.analysis import analysis_hook, analyze
-from hyla.analysis import pipeline
+from hyla.analysis import analysis_hook, analyze, pipeline
 from hyla.tasks import FuzzyLogic, SRaven
 
 LAYERS = 2
@@ -78,8 +77,9 @@ def _check_outputs(out_dir, results):
 def test_fuzzy_logic_analysis_recovers_planted_terms(tmp_path):
     task = Recorder(FuzzyLogic(seq_len=8, frac_held_out=0.5))
     model = PlantedModel(task, num_heads=24, num_outputs=1, output_dim=1)
-    results = analyze(model, task, tmp_path, num_samples=600, batch_size=300, tsne=False,
-                      num_permutations=200, progress=False)
+    assert pipeline.resolve_splits(task, None) == ("valid_fixed_query", "ood_fixed_query", "valid", "ood")
+    results = analyze(model, task, tmp_path, splits=["valid_fixed_query", "ood_fixed_query", "valid"],
+                      num_samples=600, batch_size=300, tsne=False, num_permutations=200, progress=False)
     probes = results["probes"]["valid_fixed_query->ood_fixed_query"]
     planted, noise = probes["layer 1"], probes["layer 0"]
     assert planted["ridge_term_bits_in_distribution"]["r2"] > 0.9
@@ -90,13 +90,13 @@ def test_fuzzy_logic_analysis_recovers_planted_terms(tmp_path):
     topographic = results["topographic_similarity"]["valid"]
     assert topographic["layer 1"]["spearman"] > 0.5 and topographic["layer 1"]["p_value"] < 0.01
     assert topographic["layer 0"]["p_value"] > 0.01
-    assert set(results["splits"]) == {"valid_fixed_query", "ood_fixed_query", "valid", "ood"}
     assert (tmp_path / "latents_ood_fixed_query.npz").exists()
     _check_outputs(tmp_path, results)
 
 
 def test_sraven_analysis_recovers_planted_rules_through_permutations(tmp_path):
     task = Recorder(SRaven())
+    assert pipeline.resolve_splits(task, None) == ("valid_unpermuted", "ood_unpermuted")
     model = PlantedModel(task, num_heads=8, num_outputs=4, output_dim=8)
     results = analyze(model, task, tmp_path, splits=["valid", "ood"], num_samples=160,
                       batch_size=80, tsne=True, plot_samples=120, num_permutations=200, progress=False)
@@ -133,9 +133,10 @@ def test_end_to_end_on_a_trained_checkpoint(tmp_path):
                   train=replace(cfg.train, steps=30, warmup_steps=5, batch_size=32, eval_every=0, eval_samples=64,
                                 final_eval_samples=64, eval_batch_size=64, log_every=10, checkpoint_every=30,
                                 progress=False, device="cpu"))
+    cli = pytest.importorskip("hyla.cli")
     run = train.train(cfg)
-    code = pipeline.main([str(run), "--samples", "256", "--no-tsne", "--permutations", "100",
-                          "--split", "valid_fixed_query", "--split", "ood_fixed_query", "--split", "valid"])
+    code = cli.main(["analyze", str(run), "--samples", "256", "--no-tsne", "--permutations", "100",
+                     "--split", "valid_fixed_query", "--split", "ood_fixed_query", "--split", "valid"])
     assert code == 0
     out_dir = run / "analysis"
     results = json.loads((out_dir / "analysis.json").read_text())

@@ -18,7 +18,7 @@ def test_ridge_recovers_linear_map_and_shuffled_is_chance():
     y_test = x_test @ weights + 0.05 * rng.normal(size=(len(x_test), 5))
     result = ridge_probe(x_train, y_train, x_test, y_test)
     assert result["r2"] > 0.99
-    assert abs(result["chance"]) < 0.05
+    assert -0.2 < result["chance"] < 0.05  # shuffled targets: no better than predicting the mean
 
     unrelated = ridge_probe(x_train, rng.normal(size=y_train.shape), x_test, y_test)
     assert unrelated["r2"] < 0.05
