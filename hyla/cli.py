@@ -1,0 +1,47 @@
+"""The `hyla` command: a small dispatcher.
+
+Each subcommand is one entry of COMMANDS: its name -> ("module:function", one-line help). The
+function takes the remaining arguments (a list of str) and returns an exit code (None = 0);
+modules are imported only when their subcommand runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("hyla.train.commands:train_main", "train a model: hyla train --preset NAME [--section.field VALUE ...]"),
+    "resume": ("hyla.train.commands:resume_main", "continue a stopped or killed run: hyla resume RUN"),
+    "eval": ("hyla.train.commands:eval_main", "re-evaluate a run's checkpoint: hyla eval RUN [--split S] [--samples N]"),
+    "list": ("hyla.train.commands:list_main", "list presets, tasks and attention mixers"),
+    "demo": ("hyla.demo:main", "train softmax, linear and HYLA attention on a CPU preset and compare them"),
+    "sample": ("hyla.generate:sample_main", "continue a prompt with a language-model run: hyla sample RUN --prompt TEXT [--tokens N --temperature T --top-k K]"),
+    "sweep": ("hyla.sweep:main", "train a grid of runs from a YAML file, skipping finished ones: hyla sweep SPEC [--parallel N]"),
+    "results": ("hyla.results:main", "aggregate run folders into mean ± s.e. tables, CSV and plots: hyla results DIR"),
+    "analyze": ("hyla.analysis.pipeline:main", "latent-code analysis of a run (probes, embeddings, report): hyla analyze RUN [--split S] [--samples N] [--no-tsne]"),
+}
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = [f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items()]
+    return "usage: hyla COMMAND [ARGS]  (hyla COMMAND --help for details)\n\ncommands:\n" + "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"hyla: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    module, function = COMMANDS[name][0].split(":")
+    code = getattr(importlib.import_module(module), function)(rest)
+    return 0 if code is None else int(code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

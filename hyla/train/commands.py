@@ -1,0 +1,194 @@
+"""The `hyla train | resume | eval | list` subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from hyla.configs import (
+    PRESETS, TASK_DERIVED_MODEL_FIELDS, ConfigError, ExperimentConfig, config_to_dict, describe_mixers,
+    get_preset, task_names, validate,
+)
+
+TRAIN_HELP = """Train a model. Start from a preset (--preset NAME), then override any field with
+--section.field VALUE (e.g. --model.mixer hyla --train.steps 2000 --fuzzy_logic.seq_len 32).
+--print-config prints the resolved config and exits. Presets: {presets}."""
+
+
+def _pop_option(argv: list[str], name: str) -> tuple[str | None, list[str]]:
+    """Remove `--name VALUE` / `--name=VALUE` from argv; return (VALUE or None, the rest)."""
+    rest, value, i = [], None, 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == name:
+            if i + 1 >= len(argv):
+                raise ConfigError(f"{name} needs a value")
+            value, i = argv[i + 1], i + 2
+            continue
+        if arg.startswith(name + "="):
+            value = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+        i += 1
+    return value, rest
+
+
+def _pop_flag(argv: list[str], name: str) -> tuple[bool, list[str]]:
+    return name in argv, [a for a in argv if a != name]
+
+
+def parse_overrides(base: ExperimentConfig, argv: list[str], prog: str, description: str) -> ExperimentConfig:
+    """Apply `--section.field VALUE` overrides to `base` (tyro); unknown keys and bad types exit
+    with a message; values are validated (ConfigError)."""
+    import tyro
+
+    cfg = tyro.cli(ExperimentConfig, default=base, args=argv, prog=prog, description=description)
+    for name in TASK_DERIVED_MODEL_FIELDS:
+        if getattr(cfg.model, name) != getattr(base.model, name):
+            raise ConfigError(f"model.{name} is set from the task; change the task's settings instead "
+                              f"(e.g. --{cfg.task}.seq_len) ")
+    return validate(cfg)
+
+
+def parse_train_args(argv: list[str]) -> tuple[ExperimentConfig, bool]:
+    """(config, print_config) from `hyla train` arguments."""
+    preset_name, argv = _pop_option(argv, "--preset")
+    print_config, argv = _pop_flag(argv, "--print-config")
+    base = get_preset(preset_name) if preset_name else ExperimentConfig()
+    description = TRAIN_HELP.format(presets=", ".join(PRESETS))
+    return parse_overrides(base, argv, "hyla train", description), print_config
+
+
+def _run_training(cfg: ExperimentConfig) -> int:
+    from hyla.train import NonFiniteLossError, train
+
+    try:
+        path = train(cfg)
+    except NonFiniteLossError as e:
+        print(f"hyla: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except (ConfigError, FileExistsError) as e:
+        print(f"hyla: error: {e}", file=sys.stderr)
+        return 2
+    print(path)
+    return 0
+
+
+def train_main(argv: list[str]) -> int:
+    try:
+        cfg, print_config = parse_train_args(argv)
+    except ConfigError as e:
+        print(f"hyla train: error: {e}", file=sys.stderr)
+        return 2
+    if print_config:
+        from hyla.configs import build_task, resolve_model
+
+        cfg = replace(cfg, model=resolve_model(cfg.model, build_task(cfg)))
+        print(json.dumps(config_to_dict(cfg), indent=2))
+        return 0
+    return _run_training(cfg)
+
+
+def resume_main(argv: list[str]) -> int:
+    """hyla resume RUN [--section.field VALUE ...]: continue RUN from its latest checkpoint."""
+    from hyla.train.run_dir import RunDir
+
+    if not argv or argv[0].startswith("-"):
+        print("usage: hyla resume RUN [--train.steps N | --train.stop_at N | other overrides]\n"
+              "Continue a run from its latest checkpoint (overrides that change training are refused).",
+              file=sys.stderr)
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    run = RunDir(argv[0])
+    try:
+        saved = run.read_config()
+        base = replace(saved, out_dir=str(run.path.parent), name=run.path.name, resume=True)
+        cfg = parse_overrides(base, argv[1:], f"hyla resume {run.path}", "Continue a run; overrides apply on top of its config.")
+    except (ConfigError, FileNotFoundError) as e:
+        print(f"hyla resume: error: {e}", file=sys.stderr)
+        return 2
+    return _run_training(replace(cfg, resume=True))
+
+
+def eval_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="hyla eval", description="Re-evaluate a run's latest checkpoint; prints a "
+                                     "table and writes eval-step<STEP>.json into the run folder.")
+    parser.add_argument("run", help="run folder")
+    parser.add_argument("--split", nargs="+", default=None, help="splits to evaluate (default: the task's eval splits)")
+    parser.add_argument("--samples", type=int, default=None, help="samples per split (default: train.final_eval_samples)")
+    parser.add_argument("--batch-size", type=int, default=None, help="default: train.eval_batch_size")
+    parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from hyla.train import evaluate, load_run
+    from hyla.train.checkpoint import load
+    from hyla.train.run_dir import RunDir, write_json
+
+    run = RunDir(args.run)
+    try:
+        cfg, model, task = load_run(run.path)
+    except FileNotFoundError as e:
+        print(f"hyla eval: error: {e}", file=sys.stderr)
+        return 2
+    splits = args.split or list(task.eval_splits)
+    for split in splits:
+        try:
+            task.check_split(split) if hasattr(task, "check_split") else None
+        except ValueError as e:
+            print(f"hyla eval: error: {e}", file=sys.stderr)
+            return 2
+    samples = args.samples or cfg.train.final_eval_samples
+    batch_size = args.batch_size or cfg.train.eval_batch_size
+    model = model.to(torch.device(args.device))
+    step = load(run.checkpoint_file)["step"]
+    results = {}
+    for split in splits:
+        start = time.perf_counter()
+        results[split] = evaluate(model, task, split, samples, batch_size)
+        print(f"  {split}: {time.perf_counter() - start:.1f}s", file=sys.stderr)
+    print(format_table(results, task.metric_name))
+    out = run.path / f"eval-step{step}.json"
+    previous = json.loads(out.read_text()) if out.exists() else {}
+    merged = {**previous.get("splits", {}), **results}
+    write_json(out, {"run": str(run.path), "step": step, "samples": samples, "splits": merged})
+    print(f"wrote {out}")
+    return 0
+
+
+def format_table(results: dict[str, dict[str, float]], metric_name: str) -> str:
+    """Markdown table, one row per split, the headline metric first."""
+    names = [metric_name] + sorted({k for m in results.values() for k in m} - {metric_name})
+    lines = ["| split | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for split, metrics in results.items():
+        lines.append(f"| {split} | " + " | ".join(_fmt(metrics.get(n)) for n in names) + " |")
+    return "\n".join(lines)
+
+
+def _fmt(value) -> str:
+    return "-" if value is None else f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+def list_main(argv: list[str]) -> int:
+    if argv and argv[0] in ("-h", "--help"):
+        print("usage: hyla list\nShow the presets, tasks and attention mixers.")
+        return 0
+    print("presets (hyla train --preset NAME):")
+    width = max(map(len, PRESETS))
+    for name, fn in PRESETS.items():
+        doc = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else ""
+        print(f"  {name:<{width}}  {doc}")
+    print(f"\ntasks (--task NAME): {', '.join(task_names())}")
+    print("\nmixers (--model.mixer NAME, hyla or authors' name; --model.normalization/value_network/activation "
+          "override the axes):")
+    rows = [("hyla name", "authors' name", "normalization", "value_network", "activation")] + describe_mixers()
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    for row in rows:
+        print("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    return 0
