@@ -61,8 +61,8 @@ def ridge_probe(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_
     return {"r2": fit_score(y_train), "chance": fit_score(_shuffled(y_train, seed))}
 
 
-def _logistic(max_iter: int = 1000, C: float = 1.0):
-    return make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=max_iter))
+def _logistic(max_iter: int = 1000, C: float = 1.0, class_weight: str | None = None):
+    return make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=max_iter, class_weight=class_weight))
 
 
 def _fit(probe, x, y):
@@ -76,7 +76,9 @@ def logistic_f1_per_label(x_train: np.ndarray, labels_train: np.ndarray, x_test:
                           seed: int = 0) -> dict:
     """One binary logistic probe per label column (e.g. "term t is part of the task").
 
-    labels `[N, M]` in {0, 1}. A column is probed only if it has both classes in the training
+    labels `[N, M]` in {0, 1}. Classes are weighted by inverse frequency: a term is part of few
+    tasks, and an unweighted probe would rather answer "absent" everywhere (F1 = 0) than learn
+    it. A column is probed only if it has both classes in the training
     set and at least one positive in the test set. Returns per-label `f1`, `chance`
     (shuffled training labels) and `always_positive`, and their means over probed labels.
     """
@@ -88,7 +90,7 @@ def logistic_f1_per_label(x_train: np.ndarray, labels_train: np.ndarray, x_test:
             continue
         scores = {}
         for what, fit_labels in (("f1", train), ("chance", _shuffled(train, seed, f"shuffle label {column}"))):
-            probe = _fit(_logistic(C=C), x_train, fit_labels)
+            probe = _fit(_logistic(C=C, class_weight="balanced"), x_train, fit_labels)
             scores[what] = float(f1_score(test, probe.predict(x_test), zero_division=0.0))
         prevalence = float(test.mean())
         scores["always_positive"] = 2 * prevalence / (1 + prevalence)
