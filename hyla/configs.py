@@ -181,7 +181,7 @@ class TrainConfig:
     device: str = "auto"
     """auto | cpu | cuda | cuda:N (auto: cuda if available)"""
     threads: int = 0
-    """torch.set_num_threads (0: leave torch's default)"""
+    """torch.set_num_threads (0: torch's default; -1: time a few steps with 1..default threads, keep the fastest)"""
     tensorboard: bool = False
     """also log to TensorBoard (needs the tensorboard package)"""
     progress: bool = True
@@ -288,9 +288,10 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     t = cfg.train
     for name in ("steps", "batch_size", "eval_batch_size", "log_every", "checkpoint_every", "train_loss_window"):
         _check(getattr(t, name) >= 1, f"train.{name}", getattr(t, name), "must be >= 1")
-    for name in ("warmup_steps", "eval_every", "eval_samples", "final_eval_samples", "stop_at", "threads",
+    for name in ("warmup_steps", "eval_every", "eval_samples", "final_eval_samples", "stop_at",
                  "analysis_every", "analysis_samples"):
         _check(getattr(t, name) >= 0, f"train.{name}", getattr(t, name), "must be >= 0")
+    _check(t.threads >= -1, "train.threads", t.threads, "must be >= -1 (-1: auto, 0: torch default)")
     _check(t.lr > 0, "train.lr", t.lr, "must be > 0")
     _check(t.weight_decay >= 0, "train.weight_decay", t.weight_decay, "must be >= 0")
     _check(0.0 <= t.final_lr_fraction <= 1.0, "train.final_lr_fraction", t.final_lr_fraction, "must lie in [0, 1]")

@@ -10,13 +10,16 @@ from dataclasses import replace
 from pathlib import Path
 
 from hyla.configs import (
-    PRESETS, TASK_DERIVED_MODEL_FIELDS, ConfigError, ExperimentConfig, config_to_dict, describe_mixers,
+    PRESETS, TASK_DERIVED_MODEL_FIELDS, ConfigError, ExperimentConfig, config_from_dict, config_to_dict,
+    describe_mixers,
     get_preset, task_names, validate,
 )
 
-TRAIN_HELP = """Train a model. Start from a preset (--preset NAME), then override any field with
---section.field VALUE (e.g. --model.mixer hyla --train.steps 2000 --fuzzy_logic.seq_len 32).
---print-config prints the resolved config and exits. Presets: {presets}."""
+TRAIN_HELP = """Train a model. Start from a preset (--preset NAME) or a config file (--config
+config.json, e.g. from a run folder), then override any field with --section.field VALUE
+(e.g. --model.mixer hyla --train.steps 2000 --fuzzy_logic.seq_len 32). --print-config prints the
+resolved config and exits. Under `torchrun --nproc_per_node=N` the same command trains data-parallel.
+Presets: {presets}."""
 
 
 def _pop_option(argv: list[str], name: str) -> tuple[str | None, list[str]]:
@@ -57,8 +60,14 @@ def parse_overrides(base: ExperimentConfig, argv: list[str], prog: str, descript
 def parse_train_args(argv: list[str]) -> tuple[ExperimentConfig, bool]:
     """(config, print_config) from `hyla train` arguments."""
     preset_name, argv = _pop_option(argv, "--preset")
+    config_file, argv = _pop_option(argv, "--config")
     print_config, argv = _pop_flag(argv, "--print-config")
-    base = get_preset(preset_name) if preset_name else ExperimentConfig()
+    if preset_name and config_file:
+        raise ConfigError("give --preset or --config, not both")
+    if config_file:
+        base = config_from_dict(json.loads(Path(config_file).read_text()))
+    else:
+        base = get_preset(preset_name) if preset_name else ExperimentConfig()
     description = TRAIN_HELP.format(presets=", ".join(PRESETS))
     return parse_overrides(base, argv, "hyla train", description), print_config
 

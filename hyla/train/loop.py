@@ -232,6 +232,11 @@ def _train(cfg: ExperimentConfig, ctx: DistContext) -> Path:
         raise ConfigError(f"train.batch_size={t.batch_size} must be divisible by the number of ranks ({ctx.world_size})")
 
     model = build_model(cfg).to(ctx.device)
+    if t.threads == -1 and ctx.device.type == "cpu":
+        threads = fastest_thread_count(cfg, task, model, ctx)
+        if ctx.is_main:
+            tqdm.write(f"threads: {threads} (fastest of 1..{torch.get_num_threads()} over a few steps)")
+        torch.set_num_threads(threads)
     trainer = Trainer(cfg, task, model, ctx)
     start = 0
     history = {"train_time": 0.0, "timed_steps": 0, "wall_time": 0.0, "recent_losses": [], "last_eval": {}}
@@ -378,6 +383,33 @@ def _train(cfg: ExperimentConfig, ctx: DistContext) -> Path:
     finally:
         if log is not None:
             log.close()
+
+
+def fastest_thread_count(cfg: ExperimentConfig, task, model: nn.Module, ctx: DistContext, steps: int = 4) -> int:
+    """Time a few updates of a throw-away copy of the model with 1, 2, 4, ... up to torch's default
+    thread count; return the fastest. On a shared machine one thread can beat several by a wide
+    margin (threads wait for each other when a core is taken away), on an idle one it is the other
+    way round."""
+    import copy
+
+    default = torch.get_num_threads()
+    candidates = sorted({min(2 ** i, default) for i in range(default.bit_length() + 1)})
+    if len(candidates) == 1:
+        return default
+    probe_cfg = replace(cfg, train=replace(cfg.train, compile=False))
+    timings = {}
+    try:
+        for threads in candidates:
+            torch.set_num_threads(threads)
+            trainer = Trainer(probe_cfg, task, copy.deepcopy(model), DistContext(0, 1, ctx.device))
+            trainer.step(0)  # warm-up
+            start = time.perf_counter()
+            for step in range(1, steps + 1):
+                trainer.step(step)
+            timings[threads] = time.perf_counter() - start
+    finally:
+        torch.set_num_threads(default)
+    return min(timings, key=timings.get)
 
 
 def _train_record(trainer: Trainer, task, mean_loss: torch.Tensor, pred, batch, ctx: DistContext) -> dict:

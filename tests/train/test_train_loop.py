@@ -1,0 +1,160 @@
+"""The training loop: run folder contents, exact resume, atomic checkpoints, divergence, interrupts."""
+
+import json
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+from helpers_train import assert_same_weights, final_weights, tiny_config
+
+from hyla.configs import ConfigError
+from hyla.train import NonFiniteLossError, evaluate, load_run, train
+from hyla.train import checkpoint as ckpt
+
+
+def test_run_folder_contents(tmp_path):
+    run = train(tiny_config(tmp_path, steps=20))
+    for name in ("config.json", "env.json", "metrics.jsonl", "summary.json", "checkpoints/latest.pt"):
+        assert (run / name).exists(), name
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["step"] == 20
+    assert set(summary["final"]) == {"valid", "ood", "novel_terms"}
+    assert "r2" in summary["final"]["ood"] and summary["metric_name"] == "r2"
+    assert summary["train_loss_window"] == 20 and math.isfinite(summary["train_loss"])
+    assert summary["steps_per_second"] > 0 and summary["wall_time_s"] > 0
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    train_records = [r for r in records if r["split"] == "train"]
+    assert [r["step"] for r in train_records] == [5, 10, 15, 20]
+    assert {"loss", "r2", "mse", "grad_norm", "lr", "steps_per_second"} <= train_records[0].keys()
+    assert {(r["step"], r["split"]) for r in records if r["split"] != "train"} == {
+        (10, "valid"), (10, "ood"), (10, "novel_terms"), (20, "valid"), (20, "ood"), (20, "novel_terms")}
+    config = json.loads((run / "config.json").read_text())
+    assert config["model"]["seq_len"] == 8 and config["model"]["input_dim"] == 4  # resolved from the task
+    env = json.loads((run / "env.json").read_text())
+    assert {"torch", "cpu", "threads", "device", "git_commit"} <= env.keys()
+    state = torch.load(run / "checkpoints" / "latest.pt", weights_only=False)
+    assert {"model", "optimizer", "scheduler", "step", "rng"} <= state.keys() and state["step"] == 20
+
+
+def test_resume_reaches_exactly_the_uninterrupted_weights(tmp_path):
+    full = train(tiny_config(tmp_path, name="full", steps=20))
+    stopped = train(tiny_config(tmp_path, name="split", steps=20, stop_at=10))
+    assert json.loads((stopped / "summary.json").read_text())["status"] == "stopped"
+    resumed = train(replace(tiny_config(tmp_path, name="split", steps=20), resume=True))
+    assert_same_weights(final_weights(full), final_weights(resumed))
+    a, b = (json.loads((r / "summary.json").read_text()) for r in (full, resumed))
+    assert a["train_loss"] == b["train_loss"] and a["final"] == b["final"]
+    steps = [r["step"] for r in map(json.loads, (resumed / "metrics.jsonl").read_text().splitlines()) if r["split"] == "train"]
+    assert steps == [5, 10, 15, 20]
+
+
+def test_resume_refuses_a_changed_config(tmp_path):
+    train(tiny_config(tmp_path, name="run", steps=10, stop_at=5))
+    changed = tiny_config(tmp_path, name="run", steps=10, lr=5e-3)
+    with pytest.raises(ConfigError, match="train.lr"):
+        train(replace(changed, resume=True))
+    with pytest.raises(FileExistsError, match="--resume"):
+        train(tiny_config(tmp_path, name="run", steps=10))
+
+
+class _InterruptAt:
+    """Wraps a task; raises KeyboardInterrupt when the training batch of `step` is requested."""
+
+    def __init__(self, task, step):
+        self.task, self.step = task, step
+
+    def __getattr__(self, name):
+        return getattr(self.task, name)
+
+    def batch(self, split, batch_size, step, rank=0, world_size=1):
+        if split == "train" and step == self.step:
+            raise KeyboardInterrupt
+        return self.task.batch(split, batch_size, step, rank, world_size)
+
+
+def test_interrupt_checkpoints_and_resume_is_exact(tmp_path, monkeypatch):
+    import hyla.train.loop as loop
+
+    full = train(tiny_config(tmp_path, name="full", steps=20))
+    build = loop.build_task
+    monkeypatch.setattr(loop, "build_task", lambda cfg: _InterruptAt(build(cfg), 13))
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny_config(tmp_path, name="killed", steps=20))
+    killed = tmp_path / "killed"
+    assert json.loads((killed / "summary.json").read_text())["status"] == "interrupted"
+    assert torch.load(killed / "checkpoints" / "latest.pt", weights_only=False)["step"] == 13
+    monkeypatch.setattr(loop, "build_task", build)
+    resumed = train(replace(tiny_config(tmp_path, name="killed", steps=20), resume=True))
+    assert_same_weights(final_weights(full), final_weights(resumed))
+
+
+def test_a_crash_while_writing_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    path = tmp_path / "checkpoints" / "latest.pt"
+    ckpt.save_atomic({"step": 1, "weights": torch.ones(3)}, path)
+
+    def torn_save(obj, f):
+        f.write(b"PK\x03\x04 half a checkpoint")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", torn_save)
+    with pytest.raises(OSError, match="disk full"):
+        ckpt.save_atomic({"step": 2, "weights": torch.zeros(3)}, path)
+    monkeypatch.undo()
+    state = ckpt.load(path)
+    assert state["step"] == 1 and torch.equal(state["weights"], torch.ones(3))
+    assert [p.name for p in path.parent.iterdir()] == ["latest.pt"]  # no temporary file left behind
+
+
+class _NanFrom(_InterruptAt):
+    """Wraps a task; training inputs are NaN from `step` on."""
+
+    def batch(self, split, batch_size, step, rank=0, world_size=1):
+        batch = self.task.batch(split, batch_size, step, rank, world_size)
+        if split == "train" and step >= self.step:
+            batch.x.fill_(float("nan"))
+        return batch
+
+
+def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+    import hyla.train.loop as loop
+
+    build = loop.build_task
+    monkeypatch.setattr(loop, "build_task", lambda cfg: _NanFrom(build(cfg), 7))
+    with pytest.raises(NonFiniteLossError, match="non-finite") as exc:
+        train(tiny_config(tmp_path, steps=40))
+    assert "last good checkpoint (step 5)" in str(exc.value)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "diverged" and summary["step"] == 10 and "lower --train.lr" in summary["message"]
+    state = torch.load(tmp_path / "run" / "checkpoints" / "latest.pt", weights_only=False)
+    assert state["step"] == 5 and all(torch.isfinite(v).all() for v in state["model"].values())
+
+
+def test_load_run_and_evaluate(tmp_path):
+    run = train(tiny_config(tmp_path, steps=10))
+    cfg, model, task = load_run(run)
+    assert not model.training and next(model.parameters()).device.type == "cpu"
+    assert cfg.model.mixer == "hyla"
+    result = evaluate(model, task, "ood", num_samples=50, batch_size=16)
+    assert {"loss", "r2", "mse"} <= result.keys()
+    summary = json.loads((run / "summary.json").read_text())
+    again = evaluate(model, task, "ood", num_samples=64, batch_size=32)
+    assert again["r2"] == pytest.approx(summary["final"]["ood"]["r2"], rel=1e-9)  # same samples, same result
+
+
+def test_evaluate_reports_perplexity_for_nll():
+    class NllTask:
+        def batch(self, split, batch_size, step, rank=0, world_size=1):
+            from hyla.tasks.base import Batch
+
+            return Batch(torch.zeros(batch_size, 2, 1), torch.zeros(batch_size), {})
+
+        def loss(self, pred, batch):
+            return pred.mean()
+
+        def metrics(self, pred, batch):
+            return {"nll": torch.full((pred.shape[0],), 2.0)}
+
+    model = torch.nn.Linear(1, 1)
+    result = evaluate(model, NllTask(), "valid", num_samples=10, batch_size=4)
+    assert result["nll"] == pytest.approx(2.0) and result["ppl"] == pytest.approx(math.exp(2.0))
