@@ -102,23 +102,26 @@ def sraven_probes(train: dict, test: dict, feature: int | None = None, seed: int
             for name, x in train_sets.items()}
 
 
-def run_probes(data: dict[str, dict], kind: str, seed: int = 0) -> dict:
+def run_probes(data: dict[str, dict], kind: str, seed: int = 0, feature: int | None = None) -> dict:
+    """Probes for every (valid<suffix>, ood<suffix>) pair; `feature`: SRAVEN only, probe that
+    underlying feature alone (the paper: the last) instead of all K."""
     results = {}
     for train_split, test_split in probe_pairs(data, kind):
-        probe = fuzzy_logic_probes if kind == FUZZY_LOGIC else sraven_probes
-        results[f"{train_split}->{test_split}"] = probe(data[train_split], data[test_split], seed=seed)
+        train, test = data[train_split], data[test_split]
+        results[f"{train_split}->{test_split}"] = (
+            fuzzy_logic_probes(train, test, seed) if kind == FUZZY_LOGIC else sraven_probes(train, test, feature, seed))
     return results
 
 
 # ----------------------------------------------------------------------------- structure
 def topographic(data: dict, num_permutations: int = 1000, seed: int = 0) -> dict:
-    """Per code set of one split. SRAVEN: one row per sample, the codes of its K features in
-    underlying order (aligned with the rule vector the task distance compares)."""
+    """Per code set of one split (see `hyla.analysis.topographic`). SRAVEN: a task is a rule
+    multiset and a sample's code is the mean of its K feature codes."""
     if str(data["task"]) == SRAVEN:
-        codes = data["codes"]  # [N, K, layers, 2, H]
-        sets = {f"layer {layer}": codes[:, :, layer].reshape(len(codes), -1) for layer in range(codes.shape[2])}
+        codes = data["codes"].mean(1)  # [N, layers, 2, H]
+        sets = {f"layer {layer}": codes[:, layer].reshape(len(codes), -1) for layer in range(codes.shape[1])}
         sets["all layers"] = codes.reshape(len(codes), -1)
-        identities, distance = data["rules"], "rule_hamming"
+        identities, distance = data["rules"], "rule_multiset"
     else:
         sets, identities, distance = code_sets(data), data["terms"], "term_matching"
     return {name: topographic_similarity(codes, identities, distance, num_permutations, seed=seed)
@@ -257,9 +260,14 @@ def split_summary(data: dict) -> dict:
 
 def analyze(model, task, out_dir: str | Path, splits=None, num_samples: int = 4096, batch_size: int = 512,
             tsne: bool = True, plot_samples: int = 1500, num_permutations: int = 1000, seed: int = 0,
-            save_codes: bool = True, progress: bool = True) -> dict:
+            probe_feature: int | None = None, save_codes: bool = True, progress: bool = True,
+            metadata: dict | None = None) -> dict:
     """Everything relevant to the task; writes figures, `latents_<split>.npz`, `analysis.json`
-    and `report.md` into `out_dir` and returns the results dict (the content of analysis.json)."""
+    and `report.md` into `out_dir` and returns the results dict (the content of analysis.json).
+
+    num_samples: sequences per split; plot_samples: points per embedding plot (rows: samples,
+    or (sample, feature) pairs for SRAVEN); num_permutations: size of the topographic
+    permutation test; probe_feature: see `run_probes`; metadata: stored under "run"."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     kind = task_kind(task)
@@ -269,19 +277,19 @@ def analyze(model, task, out_dir: str | Path, splits=None, num_samples: int = 40
         if save_codes:
             save_latents(out_dir / f"latents_{split}.npz", data[split])
     with threadpool_limits(limits=1):  # small sklearn problems: threads only oversubscribe the CPU
-        results = _analyze_codes(data, kind, out_dir, tsne, plot_samples, num_permutations, seed)
-    results["num_samples"] = num_samples
+        results = _analyze_codes(data, kind, out_dir, tsne, plot_samples, num_permutations, seed, probe_feature)
+    results["num_samples"], results["run"] = num_samples, metadata or {}
     (out_dir / "analysis.json").write_text(json.dumps(_finite(results), indent=1))
     write_report(results, out_dir / "report.md")
     return results
 
 
 def _analyze_codes(data: dict, kind: str, out_dir: Path, tsne: bool, plot_samples: int, num_permutations: int,
-                   seed: int) -> dict:
+                   seed: int, probe_feature: int | None) -> dict:
     results = {
         "task": kind, "seed": seed,
         "splits": {split: split_summary(d) for split, d in data.items()},
-        "probes": run_probes(data, kind, seed),
+        "probes": run_probes(data, kind, seed, probe_feature),
         "topographic_similarity": {split: topographic(d, num_permutations, seed) for split, d in data.items()},
         "label_similarity": {split: label_similarity(d) for split, d in data.items()},
     }
@@ -336,9 +344,13 @@ def analyze_run(run_dir: str | Path, splits=None, num_samples: int = 4096, devic
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    _, model, task = load_run(run_dir)
+    cfg, model, task = load_run(run_dir)
+    metadata = {"path": str(Path(run_dir).resolve()), "task": cfg.task, "mixer": cfg.model.mixer, "seed": cfg.seed}
+    summary = Path(run_dir) / "summary.json"
+    if summary.exists():
+        metadata["checkpoint_step"] = json.loads(summary.read_text()).get("checkpoint_step")
     return analyze(model.to(device), task, Path(run_dir) / "analysis", splits=splits, num_samples=num_samples,
-                   **kwargs)
+                   metadata=metadata, **kwargs)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -354,10 +366,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-tsne", action="store_true", help="PCA only (t-SNE is the slow part)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | auto (where codes are collected)")
+    parser.add_argument("--feature", type=int, default=None,
+                        help="SRAVEN: probe only this underlying feature (the paper: the last); default all")
     args = parser.parse_args(argv)
     results = analyze_run(args.run, args.splits, args.samples, device=args.device, batch_size=args.batch_size,
                           tsne=not args.no_tsne, plot_samples=args.plot_samples,
-                          num_permutations=args.permutations, seed=args.seed)
+                          num_permutations=args.permutations, seed=args.seed, probe_feature=args.feature)
     print(f"wrote {Path(args.run) / 'analysis' / 'report.md'} ({len(results['figures'])} figures)")
     return 0
 

@@ -14,7 +14,10 @@ def _f(value, digits: int = 3) -> str:
 def write_report(results: dict, path: str | Path) -> Path:
     """Write the report for the results dict of `hyla.analysis.analyze`."""
     kind = results["task"]
-    lines = [f"# Latent-code analysis ({kind})", "",
+    run = results.get("run") or {}
+    title = f"# Latent-code analysis ({kind}" + (f", {run['mixer']}" if "mixer" in run else "") + ")"
+    lines = [title, "", *([f"Run: `{run['path']}` (checkpoint step {run.get('checkpoint_step')})", ""]
+                          if "path" in run else []),
              "Latent code z_qk = a[b, :, q, k] (attention scores after normalization, across heads). "
              + ("Position: the last token attending to itself, per layer."
                 if kind == "fuzzy_logic" else
@@ -50,11 +53,13 @@ def write_report(results: dict, path: str | Path) -> Path:
               "per-task mean codes; one-sided permutation p-value (task labels shuffled). Task distance: "
               + ("least total Hamming distance between the literal bits of the two tasks' terms over term "
                  "matchings." if kind == "fuzzy_logic" else
-                 "number of features whose rule differs (Hamming distance between rule vectors)."), "",
-              "| split | codes | Spearman | p-value | tasks |", "|---|---|---|---|---|"]
+                 "a task is a rule multiset; distance = number of rules to replace (K − |A ∩ B|); a sample's "
+                 "code is the mean of its K feature codes."), "",
+              "| split | codes | Spearman | p-value | tasks | samples per task |", "|---|---|---|---|---|---|"]
     for split, per_set in results["topographic_similarity"].items():
         for name, t in per_set.items():
-            lines.append(f"| {split} | {name} | {_f(t['spearman'])} | {_f(t['p_value'], 4)} | {t['num_tasks']} |")
+            lines.append(f"| {split} | {name} | {_f(t['spearman'])} | {_f(t['p_value'], 4)} | {t['num_tasks']} "
+                         f"| {_f(t['samples_per_task'], 1)} |")
 
     lines += ["", "## Mean codes per " + ("rule" if kind == "sraven" else "term"), ""]
     for split, per_set in results["label_similarity"].items():

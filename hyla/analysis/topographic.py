@@ -7,8 +7,14 @@ a permutation test that shuffles which task each mean code belongs to (the Mante
 one-sided (H1: positive correlation), vectorized over permutations.
 
 Task distances:
-- SRAVEN (`rule_hamming`): the number of features whose rule differs, with features in
-  underlying (unpermuted) order, i.e. Hamming distance between rule vectors `[K]`.
+- SRAVEN (`rule_multiset`, the default): a task is a MULTISET of K rules (SPEC §5; which feature
+  gets which rule is drawn per sample), and the distance is the number of rules that must be
+  replaced to turn one multiset into the other, `K - |A ∩ B|`. The matching code of a sample is
+  the mean of its K feature codes: pooling makes it order-free without looking at any label (a
+  code arranged by the true rules would correlate with the task distance whatever it contains).
+- SRAVEN (`rule_hamming`): for ordered rule vectors `[K]` (features in underlying order), the
+  number of features whose rule differs. Few samples share an ordered assignment (8^4 of them
+  for K = 4), so per-task means are mostly single samples.
 - Fuzzy logic (`term_matching`): the least total Hamming distance between the literal bits of
   the two tasks' terms over all one-to-one matchings of their K terms (tasks are SETS of terms,
   so the term order must not matter): 0 iff the tasks are equal, L·K at most.
@@ -29,6 +35,14 @@ def rule_hamming(identities: np.ndarray) -> np.ndarray:
     return (identities[:, None, :] != identities[None, :, :]).sum(-1).astype(np.float64)
 
 
+def rule_multiset(identities: np.ndarray) -> np.ndarray:
+    """identities `[M, K]` rule vectors (order ignored) -> `K - |A ∩ B|` `[M, M]`."""
+    num_rules = int(identities.max()) + 1
+    counts = np.stack([(identities == r).sum(1) for r in range(num_rules)], axis=1)  # [M, R]
+    overlap = np.minimum(counts[:, None], counts[None]).sum(-1)
+    return (identities.shape[1] - overlap).astype(np.float64)
+
+
 def term_matching(identities: np.ndarray) -> np.ndarray:
     """identities `[M, K, L]` term bits -> least matched Hamming distance `[M, M]`."""
     K = identities.shape[1]
@@ -41,7 +55,7 @@ def term_matching(identities: np.ndarray) -> np.ndarray:
     return best.astype(np.float64)
 
 
-TASK_DISTANCES = {"rule_hamming": rule_hamming, "term_matching": term_matching}
+TASK_DISTANCES = {"rule_multiset": rule_multiset, "rule_hamming": rule_hamming, "term_matching": term_matching}
 
 
 def task_means(codes: np.ndarray, identities: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -89,9 +103,12 @@ def mantel_spearman(task_distance: np.ndarray, code_distance: np.ndarray, num_pe
 def topographic_similarity(codes: np.ndarray, identities: np.ndarray, distance: str,
                            num_permutations: int = 1000, max_tasks: int = 400, seed: int = 0) -> dict:
     """codes `[N, D]`, identities `[N, ...]` (rule vectors `[N, K]` or term bits `[N, K, L]`),
-    distance in `TASK_DISTANCES`. At most `max_tasks` tasks (a seeded random subset, to bound
+    distance in `TASK_DISTANCES`. Samples with equal identities form one task (for
+    `rule_multiset`, identities are sorted first so that orderings of a multiset are one task). At most `max_tasks` tasks (a seeded random subset, to bound
     the pairs) enter. Returns `spearman`, `p_value`, `num_tasks`, `num_pairs`,
     `samples_per_task` (mean)."""
+    if distance == "rule_multiset":
+        identities = np.sort(identities, axis=1)
     unique, means, counts = task_means(codes, identities)
     if len(unique) > max_tasks:
         keep = np.sort(random_stream(seed, "task subset").choice(len(unique), max_tasks, replace=False))

@@ -4,7 +4,8 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from hyla.analysis.probes import random_stream
-from hyla.analysis.topographic import mantel_spearman, rule_hamming, task_means, term_matching, topographic_similarity
+from hyla.analysis.topographic import (mantel_spearman, rule_hamming, rule_multiset, task_means, term_matching,
+                                       topographic_similarity)
 
 
 def _rule_tasks(rng, num_tasks=60, num_features=4, num_rules=8, samples_per_task=5):
@@ -52,6 +53,8 @@ def test_mantel_statistic_is_spearman_and_p_value_matches_a_loop():
 def test_task_distances():
     rules = np.array([[0, 1, 2], [0, 1, 3], [5, 6, 7]])
     assert rule_hamming(rules).tolist() == [[0, 1, 3], [1, 0, 3], [3, 3, 0]]
+    multisets = np.array([[0, 1, 1], [1, 0, 1], [1, 1, 2], [2, 2, 2]])
+    assert rule_multiset(multisets).tolist() == [[0, 0, 1, 3], [0, 0, 1, 3], [1, 1, 0, 2], [3, 3, 2, 0]]
     # tasks are sets of terms: the order of the terms must not matter
     a = np.array([[0, 0, 1], [1, 1, 1]])
     b = np.array([[1, 1, 1], [0, 0, 0]])  # = a's terms swapped, second term one bit off
@@ -65,3 +68,14 @@ def test_task_means_groups_by_identity():
     unique, means, counts = task_means(codes, identities)
     assert unique.tolist() == [[0, 1], [2, 2]]
     assert means[:, 0].tolist() == [2.0, 10.0] and counts.tolist() == [2, 1]
+
+
+def test_rule_multisets_merge_orderings_and_pooled_rule_codes_score_high():
+    rng = np.random.default_rng(4)
+    multisets = np.sort(rng.integers(0, 8, size=(40, 4)), axis=1)
+    rules = multisets[rng.integers(0, 40, size=400)]
+    rules = np.take_along_axis(rules, rng.random(rules.shape).argsort(1), axis=1)  # random feature order
+    pooled = np.eye(8)[rules].mean(1)  # mean of one-hot feature codes: no label used, order-free
+    result = topographic_similarity(pooled, rules, "rule_multiset", num_permutations=500)
+    assert result["num_tasks"] == len(np.unique(np.sort(rules, 1), axis=0))
+    assert result["spearman"] > 0.8 and result["p_value"] <= 2 / 501
