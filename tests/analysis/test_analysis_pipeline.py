@@ -132,13 +132,15 @@ def test_end_to_end_on_a_trained_checkpoint(tmp_path):
                   model=replace(cfg.model, dim=32, mlp_dim=64),
                   train=replace(cfg.train, steps=30, warmup_steps=5, batch_size=32, eval_every=0, eval_samples=64,
                                 final_eval_samples=64, eval_batch_size=64, log_every=10, checkpoint_every=30,
-                                progress=False, device="cpu"))
+                                analysis_every=15, analysis_samples=64, progress=False, device="cpu"))
     cli = pytest.importorskip("hyla.cli")
     run = train.train(cfg)
     code = cli.main(["analyze", str(run), "--samples", "256", "--no-tsne", "--permutations", "100",
                      "--split", "valid_fixed_query", "--split", "ood_fixed_query", "--split", "valid"])
     assert code == 0
     out_dir = run / "analysis"
+    hook_lines = [json.loads(line) for line in (out_dir / "analysis_hook.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in hook_lines] == [15, 30]  # the training loop's periodic hook
     results = json.loads((out_dir / "analysis.json").read_text())
     assert results["task"] == "fuzzy_logic" and results["splits"]["valid"]["num_samples"] == 256
     probe = results["probes"]["valid_fixed_query->ood_fixed_query"]["all layers"]
