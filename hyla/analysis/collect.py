@@ -86,8 +86,12 @@ def sraven_codes(latents: list[torch.Tensor], perm: torch.Tensor, num_features: 
 @torch.no_grad()
 def collect_latents(model: torch.nn.Module, task, split: str, num_samples: int = 4096,
                     batch_size: int = 512, progress: bool = True) -> dict[str, np.ndarray]:
-    """Run `model` on `num_samples` sequences of `split` (batches at steps 0, 1, ...) and return
-    the codes with task identities, targets, predictions and per-sample metrics (numpy).
+    """Run `model` on `num_samples` sequences of `split` and return the codes with task
+    identities, targets, predictions and per-sample metrics (numpy).
+
+    The sequences are ONE task batch (step 0), run through the model in chunks of `batch_size`:
+    on `*_fixed_context` / `*_fixed_query` splits every sample then shares the same context /
+    query (they are drawn per batch), as "fixed" means.
 
     Fuzzy logic: `codes [N, layers, H]`, `terms [N, K, L]`, `term_indices [N, K]`,
     `targets [N]`, `predictions [N]` (+ `task_index [N]` when the task provides it).
@@ -95,20 +99,17 @@ def collect_latents(model: torch.nn.Module, task, split: str, num_samples: int =
     `query_positions [N, K]`, `targets [N, K]`, `predictions [N, K]` (feature order).
     Both: `metric_<name> [N]` for every per-sequence metric of `task.metrics`, and the 0-d
     strings `task` and `split`.
-
-    Note for `*_fixed_context`: the shared context is drawn per batch, so use
-    `batch_size = num_samples` to share one context across all samples.
     """
     kind = task_kind(task)
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
     parts: dict[str, list[np.ndarray]] = {}
-    num_batches = -(-num_samples // batch_size)
+    everything = task.batch(split, num_samples, 0)
     try:
-        for step in tqdm(range(num_batches), desc=f"latents {split}", disable=not progress, leave=False):
-            size = min(batch_size, num_samples - step * batch_size)
-            batch = task.batch(split, size, step)
+        for start in tqdm(range(0, num_samples, batch_size), desc=f"latents {split}", disable=not progress,
+                          leave=False):
+            batch = everything.rows(start, start + batch_size)
             logits, latents = model(batch.x.to(device), return_latents=True)
             latents = [a.float() for a in latents]
             fields = (_fuzzy_fields if kind == FUZZY_LOGIC else _sraven_fields)(logits, latents, batch)

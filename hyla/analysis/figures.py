@@ -73,7 +73,7 @@ def plot_embeddings(embeddings: dict[tuple[str, str], np.ndarray], color: np.nda
     elif not categorical:
         mappable = plt.cm.ScalarMappable(plt.Normalize(float(np.min(color)), float(np.max(color))), "viridis")
         fig.colorbar(mappable, ax=axes[:, -1].tolist(), shrink=0.8)
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle(title, fontsize=10, y=1.0 + 0.06 / len(methods))
     return _save(fig, path)
 
 

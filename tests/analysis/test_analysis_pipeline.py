@@ -18,7 +18,8 @@ LAYERS = 2
 
 
 class Recorder:
-    """A task that remembers its last batch, so a planted model can read the task identity."""
+    """A task that remembers its last batch, so a planted model can read the task identity
+    (the planted model needs that batch whole: keep batch_size >= num_samples)."""
 
     def __init__(self, task):
         self.task, self.last = task, None
@@ -79,7 +80,7 @@ def test_fuzzy_logic_analysis_recovers_planted_terms(tmp_path):
     model = PlantedModel(task, num_heads=24, num_outputs=1, output_dim=1)
     assert pipeline.resolve_splits(task, None) == ("valid_fixed_query", "ood_fixed_query", "valid", "ood")
     results = analyze(model, task, tmp_path, splits=["valid_fixed_query", "ood_fixed_query", "valid"],
-                      num_samples=600, batch_size=300, tsne=False, num_permutations=200, progress=False)
+                      num_samples=600, batch_size=600, tsne=False, num_permutations=200, progress=False)
     probes = results["probes"]["valid_fixed_query->ood_fixed_query"]
     planted, noise = probes["layer 1"], probes["layer 0"]
     assert planted["ridge_term_bits_in_distribution"]["r2"] > 0.9
@@ -99,7 +100,7 @@ def test_sraven_analysis_recovers_planted_rules_through_permutations(tmp_path):
     assert pipeline.resolve_splits(task, None) == ("valid_unpermuted", "ood_unpermuted")
     model = PlantedModel(task, num_heads=8, num_outputs=4, output_dim=8)
     results = analyze(model, task, tmp_path, splits=["valid", "ood"], num_samples=160,
-                      batch_size=80, tsne=True, plot_samples=120, num_permutations=200, progress=False)
+                      batch_size=160, tsne=True, plot_samples=120, num_permutations=200, progress=False)
     probes = results["probes"]["valid->ood"]
     assert probes["layer 1"]["accuracy"] > 0.95 and probes["layer 1"]["chance_accuracy"] < 0.3
     assert probes["layer 0"]["accuracy"] < 0.3
