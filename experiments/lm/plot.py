@@ -36,39 +36,51 @@ def read_runs(folder: Path) -> list[dict]:
 
 def plot(runs: list[dict], out: Path) -> None:
     fig, (ax_valid, ax_train) = plt.subplots(1, 2, figsize=(11, 4))
+    colors, styles = {}, ("-", "--", ":", "-.")
     for run in runs:
         valid = [(r["step"], r["nll"]) for r in run["records"] if r["split"] == "valid"]
         train = [(r["step"], r["loss"]) for r in run["records"] if r["split"] == "train"]
+        color = colors.setdefault(run["mixer"], f"C{len(colors)}")
+        style = styles[run["config"]["seed"] % len(styles)]
+        label = f"{run['mixer']} (seed {run['config']['seed']})"
         if valid:
-            line, = ax_valid.plot(*zip(*valid), marker="o", markersize=3, label=run["mixer"])
-            if train:
-                ax_train.plot(*zip(*train), color=line.get_color(), alpha=0.8, label=run["mixer"])
+            ax_valid.plot(*zip(*valid), style, color=color, marker="o", markersize=3, label=label)
+        if train:
+            ax_train.plot(*zip(*train), style, color=color, alpha=0.8, label=label)
     for ax, title in ((ax_valid, "validation NLL (nats/token)"), (ax_train, "training loss (mean over 50 steps)")):
         ax.set_xlabel("step")
         ax.set_title(title)
         ax.grid(alpha=0.3)
-        ax.legend()
-    ax_valid.set_ylim(top=min(ax_valid.get_ylim()[1], 6.0))
-    ax_train.set_ylim(top=min(ax_train.get_ylim()[1], 6.0))
-    corpus = runs[0]["config"]["text"]["corpus"] if runs else ""
-    fig.suptitle(f"{runs[0]['config'].get('preset', '')} on {corpus}: equal budget per mixer" if runs else "")
+        ax.legend(fontsize=8)
+        ax.set_ylim(top=min(ax.get_ylim()[1], 6.0))
+    corpus = runs[0]["config"]["text"]["corpus"]
+    fig.suptitle(f"{runs[0]['config'].get('preset', '')} on {corpus}: equal budget per mixer")
     fig.tight_layout()
     fig.savefig(out, dpi=120)
 
 
 def table(runs: list[dict]) -> str:
-    lines = ["| mixer | parameters | valid NLL | valid ppl | best valid NLL (step) | train loss (last 100 steps) | steps | wall time | steps/s |",
+    """One row per run, then the mean over seeds of every mixer with finished runs."""
+    lines = ["| mixer | seed | parameters | valid NLL | valid ppl | train loss (last 100 steps) | steps | wall time | steps/s |",
              "|---|---|---|---|---|---|---|---|---|"]
+    finished: dict[str, list[tuple[float, float]]] = {}
     for run in runs:
         s = run["summary"]
-        final = s.get("final", {}).get("valid", {})
-        valid = [(r["nll"], r["step"]) for r in run["records"] if r["split"] == "valid"]
-        best = min(valid) if valid else (math.nan, 0)
-        nll = final.get("nll", math.nan)
+        nll = s.get("final", {}).get("valid", {}).get("nll", math.nan)
+        if s.get("status") == "completed":
+            finished.setdefault(run["mixer"], []).append((nll, s["train_loss"]))
         lines.append(
-            f"| {run['mixer']} | {s.get('num_parameters', 0):,} | {nll:.3f} | {math.exp(nll):.1f} | "
-            f"{best[0]:.3f} ({best[1]}) | {s.get('train_loss') or math.nan:.3f} | {s.get('step')} | "
+            f"| {run['mixer']} | {run['config']['seed']} | {s.get('num_parameters', 0):,} | {nll:.3f} | "
+            f"{math.exp(nll):.1f} | {s.get('train_loss') or math.nan:.3f} | {s.get('step')} | "
             f"{s.get('wall_time_s', 0) / 60:.1f} min | {s.get('steps_per_second') or math.nan:.2f} |")
+    lines += ["", "| mixer | runs | valid NLL (mean ± s.e.) | valid ppl (of the mean NLL) | train loss (mean) |",
+              "|---|---|---|---|---|"]
+    for mixer, values in finished.items():
+        nlls = [v[0] for v in values]
+        mean = sum(nlls) / len(nlls)
+        se = (sum((x - mean) ** 2 for x in nlls) / (len(nlls) - 1) / len(nlls)) ** 0.5 if len(nlls) > 1 else math.nan
+        lines.append(f"| {mixer} | {len(nlls)} | {mean:.3f} ± {se:.3f} | {math.exp(mean):.1f} | "
+                     f"{sum(v[1] for v in values) / len(values):.3f} |")
     return "\n".join(lines)
 
 
