@@ -93,8 +93,10 @@ class SRavenConfig(TaskConfig):
 
     def validate(self) -> None:
         _check(self.num_features >= 1, "sraven.num_features", self.num_features, "must be >= 1")
-        _check(self.num_values >= 3, "sraven.num_values", self.num_values, "must be >= 3")
-        _check(self.grid_size >= 2, "sraven.grid_size", self.grid_size, "must be >= 2")
+        _check(self.num_values >= 5, "sraven.num_values", self.num_values,
+               "must be >= 5 (below 5 the four progressions are not distinct rules)")
+        _check(self.grid_size == 3, "sraven.grid_size", self.grid_size,
+               "must be 3 (addition, subtraction and distribute-three are rules over rows of three)")
         _check(0.0 <= self.frac_ood < 1.0, "sraven.frac_ood", self.frac_ood, "must lie in [0, 1)")
 
 
