@@ -1,0 +1,243 @@
+"""`hyla.ops.attention`: the authors' reference outputs, streamed == naive on outputs and
+gradients, masks, extreme scores, dtypes and input errors."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch.testing import assert_close
+
+from hyla.ops import NAMED_MIXERS, attention, attention_naive, hyla_streamed
+from hyla.ops.mixers import ACTIVATIONS, NORMALIZATIONS
+
+FIXTURE = Path(__file__).parent / "fixtures" / "attention_reference.npz"
+MLP_MIXERS = [name for name, (_, mixer) in NAMED_MIXERS.items() if mixer.value_network == "mlp"]
+
+
+def axes(name: str) -> dict:
+    mixer = NAMED_MIXERS[name][1]
+    return dict(normalization=mixer.normalization, value_network=mixer.value_network, activation=mixer.activation)
+
+
+def implementations(name: str) -> tuple[str, ...]:
+    return ("naive", "streamed") if name in MLP_MIXERS else ("naive",)
+
+
+def causal_mask(q_len: int, k_len: int) -> torch.Tensor:
+    """[Tq, Tk]: queries are the last Tq positions of the key sequence (as in MultiHeadAttention)."""
+    return torch.ones(q_len, k_len, dtype=torch.bool).tril(k_len - q_len)
+
+
+def random_case(batch, q_len, k_len, *, heads=3, dim=4, dtype=torch.float32, causal=False, full_bias=False):
+    """q, k, v, bias and a random mask with one fully masked query row in every batch element."""
+    q = torch.randn(batch, q_len, heads, dim, dtype=dtype)
+    k = torch.randn(batch, k_len, heads, dim, dtype=dtype)
+    v = torch.randn(batch, k_len, heads, dim + 1, dtype=dtype)
+    bias = torch.randn(batch if full_bias else 1, heads, q_len, k_len, dtype=dtype)
+    mask = torch.rand(batch, 1, q_len, k_len) > 0.3
+    mask[:, :, q_len // 2] = False
+    if causal:
+        mask = mask & causal_mask(q_len, k_len)
+    return q, k, v, bias, mask
+
+
+def scaled_atol(expected: torch.Tensor, rtol: float) -> float:
+    """Absolute tolerance relative to the tensor's scale, so near-zero entries of a large tensor
+    (cancellations) are judged against its magnitude rather than their own."""
+    return rtol * max(expected.abs().max().item(), 1.0)
+
+
+# --- 1. the authors' reference implementation ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def reference():
+    with np.load(FIXTURE) as f:
+        return {key: torch.from_numpy(f[key]) for key in f.files}
+
+
+@pytest.mark.parametrize("variant", ["plain", "bias_causal"])
+@pytest.mark.parametrize("name", list(NAMED_MIXERS))
+def test_matches_authors_reference(reference, name, variant):
+    extras = {} if variant == "plain" else dict(bias=reference["bias"], mask=reference["causal_mask"])
+    expected = reference[f"{name}__{variant}"]
+    for implementation in implementations(name):
+        out = attention(
+            reference["q"], reference["k"], reference["v"], **axes(name), **extras, implementation=implementation
+        )
+        assert_close(out, expected, rtol=0, atol=1e-5, msg=lambda m: f"{name} {implementation}: {m}")
+
+
+def test_authors_names_give_the_same_mixers():
+    from hyla.ops import resolve_mixer
+
+    for name, (author_name, mixer) in NAMED_MIXERS.items():
+        assert resolve_mixer(author_name) == resolve_mixer(name) == mixer
+
+
+# --- 3. streamed == naive, outputs and gradients ---------------------------------------------------
+
+# (Tq, Tk): every length of (1, 15, 37, 130) on both sides, several key blocks of 7 each.
+LENGTHS = [(1, 130), (15, 37), (37, 15), (130, 1), (130, 130)]
+
+
+def outputs_and_grads(fn, q, k, v, bias, grad_out):
+    inputs = [t.detach().requires_grad_() for t in (q, k, v, bias)]
+    out = fn(*inputs)
+    return (out, *torch.autograd.grad(out, inputs, grad_out))
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.parametrize("normalization", NORMALIZATIONS)
+def test_streamed_equals_naive(normalization, activation, causal):
+    for i, (q_len, k_len) in enumerate(LENGTHS):
+        q, k, v, bias, mask = random_case(2, q_len, k_len, causal=causal, full_bias=i % 2 == 1)
+        grad_out = torch.randn(2, q_len, 3, 5)
+        kwargs = dict(normalization=normalization, activation=activation, mask=mask)
+
+        def naive(q, k, v, bias):
+            return attention_naive(q, k, v, value_network="mlp", bias=bias, **kwargs)[0]
+
+        def streamed(q, k, v, bias):
+            return hyla_streamed(q, k, v, bias=bias, block=7, **kwargs)
+
+        expected = outputs_and_grads(naive, q, k, v, bias, grad_out)
+        actual = outputs_and_grads(streamed, q, k, v, bias, grad_out)
+        for what, a, e in zip(("out", "grad q", "grad k", "grad v", "grad bias"), actual, expected):
+            assert_close(a, e, rtol=1e-4, atol=scaled_atol(e, 1e-4), msg=lambda m: f"{what} Tq={q_len} Tk={k_len}: {m}")
+
+
+@pytest.mark.parametrize("normalization", NORMALIZATIONS)
+def test_streamed_equals_naive_float64(normalization):
+    for q_len, k_len in [(15, 37), (37, 15)]:
+        q, k, v, bias, mask = random_case(2, q_len, k_len, dtype=torch.float64, causal=True)
+        dropout_mask = (torch.rand(q_len, k_len) > 0.2).double() / 0.8
+        grad_out = torch.randn(2, q_len, 3, 5, dtype=torch.float64)
+        kwargs = dict(normalization=normalization, activation="gelu", mask=mask, dropout_mask=dropout_mask)
+        expected = outputs_and_grads(
+            lambda *t: attention_naive(*t[:3], value_network="mlp", bias=t[3], **kwargs)[0], q, k, v, bias, grad_out
+        )
+        actual = outputs_and_grads(lambda *t: hyla_streamed(*t[:3], bias=t[3], block=4, **kwargs), q, k, v, bias, grad_out)
+        for a, e in zip(actual, expected):
+            assert_close(a, e, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("normalization", NORMALIZATIONS)
+def test_streamed_gradcheck(normalization):
+    q, k, v, bias, mask = random_case(1, 3, 5, heads=2, dim=2, dtype=torch.float64)
+    inputs = tuple(t.requires_grad_() for t in (q, k, v, bias))
+
+    def streamed(q, k, v, bias):
+        return hyla_streamed(q, k, v, normalization=normalization, activation="tanh", bias=bias, mask=mask, block=2)
+
+    assert torch.autograd.gradcheck(streamed, inputs)
+
+
+@pytest.mark.parametrize("name", MLP_MIXERS)
+def test_streamed_returns_the_same_latent_codes(name):
+    q, k, v, bias, mask = random_case(2, 9, 11)
+    expected_out, expected_a = attention(q, k, v, **axes(name), bias=bias, mask=mask, return_scores=True, implementation="naive")
+    out, a = attention(q, k, v, **axes(name), bias=bias, mask=mask, return_scores=True, implementation="streamed")
+    assert_close(out, expected_out, rtol=1e-4, atol=scaled_atol(expected_out, 1e-5))
+    assert_close(a, expected_a)
+
+
+def test_auto_streams_hyla_above_the_threshold(monkeypatch):
+    module = sys.modules["hyla.ops.attention"]  # the package; `hyla.ops.attention` is the function
+    calls = []
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs)
+        return hyla_streamed(*args, **kwargs)
+
+    q, k, v, bias, mask = random_case(2, 9, 11)
+    expected = attention(q, k, v, **axes("hyla"), bias=bias, mask=mask)
+    monkeypatch.setattr(module, "hyla_streamed", spy)
+    attention(q, k, v, **axes("softmax"), bias=bias, mask=mask)
+    attention(q, k, v, **axes("hyla"), bias=bias, mask=mask)
+    assert not calls  # below the threshold, and never for the linear value network
+    monkeypatch.setattr(module, "STREAM_THRESHOLD", 2 * 9 * 11 * 5 - 1)
+    out = attention(q, k, v, **axes("hyla"), bias=bias, mask=mask)
+    assert len(calls) == 1
+    assert_close(out, expected)
+
+
+# --- 5. every mixer: latent shapes, masks and extreme scores, dtypes ------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
+@pytest.mark.parametrize("name", list(NAMED_MIXERS))
+def test_masked_rows_and_extreme_scores(name, dtype):
+    q, k, v, bias, mask = random_case(2, 6, 9, dtype=dtype)
+    masked_rows = ~mask.any(-1, keepdim=True).expand(2, 3, 6, 1)  # [B, H, Tq, 1]
+    for scale in (1.0, 1e3):
+        for implementation in implementations(name):
+            inputs = [(q * scale).requires_grad_(), (k * scale).requires_grad_(), v.clone().requires_grad_()]
+            out, a = attention(
+                *inputs, **axes(name), bias=bias, mask=mask, return_scores=True, implementation=implementation
+            )
+            assert out.shape == (2, 6, 3, 5) and a.shape == (2, 3, 6, 9)
+            assert out.dtype == a.dtype == dtype
+            where = f"{name} {implementation} scale={scale}"
+            assert torch.isfinite(out).all() and torch.isfinite(a).all(), where
+            assert (a.masked_select(~mask) == 0).all(), where
+            assert (out.transpose(1, 2).masked_select(masked_rows) == 0).all(), where
+            grads = torch.autograd.grad(out, inputs, torch.randn_like(out))
+            assert all(torch.isfinite(g).all() for g in grads), where
+            assert (grads[0].transpose(1, 2).masked_select(masked_rows) == 0).all(), where
+
+
+# --- 6. input errors ---------------------------------------------------------------------------------
+
+
+def qkv(q_len=4, k_len=4, heads=2, dk=3, dv=3):
+    return torch.randn(1, q_len, heads, dk), torch.randn(1, k_len, heads, dk), torch.randn(1, k_len, heads, dv)
+
+
+@pytest.mark.parametrize(
+    "axes_kwargs, match",
+    [
+        (dict(normalization="sparsemax", value_network="linear"), "softmax, none, rms_head"),
+        (dict(normalization="softmax", value_network="conv"), "linear, mlp"),
+        (dict(normalization="softmax", value_network="mlp", activation="swish"), "relu, gelu, silu"),
+    ],
+)
+def test_unknown_axis_names_list_valid_choices(axes_kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        attention(*qkv(), **axes_kwargs)
+
+
+@pytest.mark.parametrize(
+    "shapes",
+    [
+        dict(dk=3, k=(1, 4, 2, 5)),  # key size differs from query size
+        dict(k=(1, 4, 3, 3)),  # head count differs
+        dict(v=(1, 5, 2, 3)),  # values and keys of different lengths
+        dict(q=(4, 2, 3)),  # not 4-d
+    ],
+)
+def test_mismatched_shapes_raise(shapes):
+    q, k, v = qkv()
+    q = torch.randn(*shapes.get("q", q.shape))
+    k = torch.randn(*shapes.get("k", k.shape))
+    v = torch.randn(*shapes.get("v", v.shape))
+    with pytest.raises(ValueError, match=r"\[B, T"):
+        attention(q, k, v, normalization="softmax", value_network="linear")
+
+
+def test_non_bool_mask_raises():
+    with pytest.raises(TypeError, match="bool"):
+        attention(*qkv(), normalization="softmax", value_network="linear", mask=torch.ones(4, 4))
+
+
+def test_streamed_needs_the_mlp_value_network():
+    with pytest.raises(ValueError, match="value_network='mlp'"):
+        attention(*qkv(), normalization="softmax", value_network="linear", implementation="streamed")
+
+
+def test_unknown_implementation_lists_valid_choices():
+    with pytest.raises(ValueError, match="auto, naive, streamed"):
+        attention(*qkv(), normalization="softmax", value_network="mlp", implementation="flash")
