@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from hyla.nn import MixtureOfExperts, MultiHeadAttention, RelativePositionBias, make_feedforward
+from hyla.nn.linear import Linear
 
 LAYERNORM_EPS = 1e-6
 
@@ -73,7 +74,16 @@ class Block(nn.Module):
             if cfg.num_experts > 0 else make_feedforward(cfg.feedforward, cfg.dim, cfg.mlp_dim)
         )
 
-    def forward(self, x: torch.Tensor, return_latents: bool = False, kv_cache: dict | None = None):
+    def forward(self, x: torch.Tensor, return_latents: bool = False, kv_cache: dict | None = None,
+                num_queries: int = 0):
+        """num_queries > 0: compute only the last num_queries positions (attending to all of them);
+        returns [B, num_queries, D]. The model's last block uses it when only those are read out."""
+        if num_queries:
+            normed = self.attention_norm(x)
+            queries = normed[:, -num_queries:]
+            bias = self.position(num_queries, x.shape[1], x.shape[1] - num_queries)  # [1, H, n, T]
+            x = x[:, -num_queries:] + self.attention(queries, normed, bias=bias)
+            return x + self.feedforward(self.feedforward_norm(x)), None
         offset = 0 if kv_cache is None or "k" not in kv_cache else kv_cache["k"].shape[1]
         bias = self.position(x.shape[1], offset + x.shape[1], offset)  # [1, H, T, offset + T]
         mixed = self.attention(self.attention_norm(x), bias=bias, return_latents=return_latents, kv_cache=kv_cache)
@@ -102,8 +112,8 @@ class Transformer(nn.Module):
             self.embed = nn.Embedding(cfg.vocab_size, cfg.dim)
             self.head = None  # tied to the embedding
         else:
-            self.embed = nn.Linear(cfg.input_dim, cfg.dim)
-            self.head = nn.Linear(cfg.dim, cfg.output_dim)
+            self.embed = Linear(cfg.input_dim, cfg.dim)
+            self.head = Linear(cfg.dim, cfg.output_dim)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
         self.final_norm = nn.LayerNorm(cfg.dim, eps=LAYERNORM_EPS)
         if cfg.paper_init:
@@ -114,8 +124,13 @@ class Transformer(nn.Module):
         self._check_input(x, kv_caches)
         h = self.embed(x)  # [B, T, D]
         latents = []
+        # Only the last num_outputs positions are read out, so the last block need not compute the
+        # others (same outputs; unless the latent codes or a KV cache want every position).
+        prune = self.cfg.num_outputs if not return_latents and kv_caches is None and x.shape[1] > self.cfg.num_outputs else 0
         for i, block in enumerate(self.blocks):
-            h, layer_latents = block(h, return_latents, None if kv_caches is None else kv_caches[i])
+            last = i == len(self.blocks) - 1
+            h, layer_latents = block(h, return_latents, None if kv_caches is None else kv_caches[i],
+                                     num_queries=prune if last else 0)
             latents.append(layer_latents)
         h = self.final_norm(h)
         if self.cfg.num_outputs:

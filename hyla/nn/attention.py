@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from hyla.nn.linear import Linear
 from hyla.ops import attention, resolve_mixer
 
 
@@ -55,10 +56,10 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.num_heads, self.causal, self.dropout, self.implementation = num_heads, causal, dropout, implementation
         self.dim, self.context_dim = dim, context_dim or dim
-        self.query = nn.Linear(dim, qk_dim)
-        self.key = nn.Linear(self.context_dim, qk_dim)
-        self.value = nn.Linear(self.context_dim, v_dim)
-        self.out = nn.Linear(v_dim, out_dim or dim)
+        self.query = Linear(dim, qk_dim)
+        self.key = Linear(self.context_dim, qk_dim)
+        self.value = Linear(self.context_dim, v_dim)
+        self.out = Linear(v_dim, out_dim or dim)
 
     def forward(
         self,

@@ -1,7 +1,8 @@
 """`hyla.ops.attention`: the attention family of SPEC §2 as one pure function.
 
-Two implementations sit behind it: `attention_naive` (the einsum reference) and, for the `mlp`
-value network at large sizes, `hyla_streamed` (memory-bounded, same outputs and gradients).
+Three implementations sit behind it: `attention_naive` (the einsum reference), and for the `mlp`
+value network `hyla_fused` (CPU: fewer passes over the scores, hand-written backward) and, at
+large sizes, `hyla_streamed` (memory-bounded); all give the same outputs and gradients.
 """
 
 from __future__ import annotations
@@ -9,10 +10,11 @@ from __future__ import annotations
 import torch
 
 from hyla.ops.attention.common import check_inputs, normalize, scores
+from hyla.ops.attention.fused import fusable, hyla_fused
 from hyla.ops.attention.naive import attention_naive
 from hyla.ops.attention.streamed import hyla_streamed
 
-IMPLEMENTATIONS = ("auto", "naive", "streamed")
+IMPLEMENTATIONS = ("auto", "naive", "streamed", "fused")
 # `auto` streams HYLA once its hidden tensor [B, Tq, Tk, Dv] would exceed this many elements.
 STREAM_THRESHOLD = 1 << 24
 
@@ -43,7 +45,8 @@ def attention(
         mask: bool, broadcastable to [B, H, Tq, Tk], True = attend. Fully masked rows give 0.
         return_scores: also return the latent codes a [B, H, Tq, Tk] (normalized, no dropout).
         dropout_mask: multiplies a after normalization (attention dropout: keep-mask / keep).
-        implementation: "auto" | "naive" | "streamed" (streamed: mlp only).
+        implementation: "auto" | "naive" | "streamed" | "fused" (streamed, fused: mlp only). auto:
+            streamed above STREAM_THRESHOLD, else fused for mlp on CPU (without return_scores).
 
     Returns: out [B, Tq, H, Dv], and a [B, H, Tq, Tk] when return_scores.
     """
@@ -52,12 +55,20 @@ def attention(
         raise ValueError(f"unknown implementation {implementation!r}; valid: {', '.join(IMPLEMENTATIONS)}")
     if mask is not None and mask.dtype != torch.bool:
         raise TypeError(f"mask must be a bool tensor (True = attend), got {mask.dtype}")
-    if implementation == "streamed" and value_network != "mlp":
-        raise ValueError("implementation='streamed' exists for value_network='mlp' only")
+    if implementation in ("streamed", "fused") and value_network != "mlp":
+        raise ValueError(f"implementation={implementation!r} exists for value_network='mlp' only")
     hidden_elements = q.shape[0] * q.shape[1] * k.shape[1] * v.shape[-1]
     stream = implementation == "streamed" or (
         implementation == "auto" and value_network == "mlp" and hidden_elements > STREAM_THRESHOLD
     )
+    fuse = implementation == "fused" or (
+        implementation == "auto" and value_network == "mlp" and not stream and not return_scores
+        and q.device.type == "cpu" and fusable(dropout_mask)
+    )
+    if fuse:
+        out = hyla_fused(q, k, v, normalization=normalization, activation=activation, bias=bias, mask=mask,
+                         dropout_mask=dropout_mask)
+        return (out, normalize(scores(q, k, bias), normalization, mask)) if return_scores else out
     if not stream:
         out, a = attention_naive(
             q, k, v, normalization=normalization, value_network=value_network, activation=activation,
@@ -73,4 +84,4 @@ def attention(
     return out, normalize(scores(q, k, bias), normalization, mask)
 
 
-__all__ = ["attention", "attention_naive", "hyla_streamed", "IMPLEMENTATIONS"]
+__all__ = ["attention", "attention_naive", "hyla_streamed", "hyla_fused", "IMPLEMENTATIONS"]

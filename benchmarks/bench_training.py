@@ -1,0 +1,122 @@
+"""End-to-end training throughput: steps/s of the real training step (data generation, forward,
+backward, AdamW update, schedule) for the paper presets x mixers x {eager, compiled}, batch 128.
+
+    python benchmarks/bench_training.py                      # full grid, JSON into benchmarks/results/
+    python benchmarks/bench_training.py --presets logic_4var_2term --mixers hyla --modes eager --threads 1 2
+
+Timing: after warm-up (compilation included, reported separately), `--repeats` windows of
+`--steps` steps each; reported are the median window and the best window. On a machine shared
+with other work the best window is the closest to the machine's capability and the median to what
+a run experiences; the load average is recorded alongside.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from hyla.configs import build_task, get_preset, resolve_model
+from hyla.train.distributed import DistContext
+from hyla.train.loop import Trainer, build_model
+from hyla.train.run_dir import cpu_name, git_commit
+
+RESULTS = Path(__file__).parent / "results" / "training.json"
+TARGETS = {("raven_3x3_4features", "hyla"): 7.0, ("logic_4var_2term", "hyla"): 80.0}
+AUTHORS_JAX = {"raven_3x3_4features": 1.8, "logic_4var_2term": 20.0}
+
+
+def measure(preset: str, mixer: str, compiled: bool, threads: int, steps: int, repeats: int,
+            compile_mode: str) -> dict:
+    torch.set_num_threads(threads)
+    cfg = get_preset(preset)
+    cfg = replace(cfg, model=replace(cfg.model, mixer=mixer),
+                  train=replace(cfg.train, compile=compiled, compile_mode=compile_mode, device="cpu"))
+    task = build_task(cfg)
+    cfg = replace(cfg, model=resolve_model(cfg.model, task))
+    model = build_model(cfg)
+    trainer = Trainer(cfg, task, model, DistContext(0, 1, torch.device("cpu")))
+    step = 0
+    start = time.perf_counter()
+    for _ in range(3):
+        trainer.step(step)
+        step += 1
+    warmup = time.perf_counter() - start
+    windows = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(steps):
+            loss, _, _ = trainer.step(step)
+            step += 1
+        loss.item()
+        windows.append(steps / (time.perf_counter() - start))
+    fell_back = compiled and trainer.forward is trainer.eager
+    return {"preset": preset, "mixer": mixer, "mode": "compiled" if compiled else "eager", "threads": threads,
+            "steps_per_second": statistics.median(windows), "best_steps_per_second": max(windows),
+            "windows": windows, "warmup_s": warmup, "compile_fell_back": fell_back,
+            "num_parameters": model.num_parameters()}
+
+
+def machine() -> dict:
+    return {"cpu": cpu_name(), "cpu_count": os.cpu_count(), "platform": platform.platform(),
+            "python": platform.python_version(), "torch": torch.__version__, "git_commit": git_commit(),
+            "load_average": os.getloadavg(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| preset | mixer | mode | threads | steps/s (median) | best | warm-up s | target | authors' JAX |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        target = TARGETS.get((r["preset"], r["mixer"]))
+        lines.append(f"| {r['preset']} | {r['mixer']} | {r['mode']}{' (fell back)' if r['compile_fell_back'] else ''} "
+                     f"| {r['threads']} | {r['steps_per_second']:.1f} | {r['best_steps_per_second']:.1f} "
+                     f"| {r['warmup_s']:.1f} | {'≥ %g' % target if target else ''} | {AUTHORS_JAX.get(r['preset'], '')} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--presets", nargs="+", default=["logic_4var_2term", "raven_3x3_4features"])
+    parser.add_argument("--mixers", nargs="+", default=["softmax", "linear", "hyla"])
+    parser.add_argument("--modes", nargs="+", default=["eager", "compiled"], choices=["eager", "compiled"])
+    parser.add_argument("--threads", nargs="+", type=int, default=[torch.get_num_threads()])
+    parser.add_argument("--steps", type=int, default=None, help="steps per window (default: ~2 s worth)")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--compile-mode", default="default")
+    parser.add_argument("--out", default=str(RESULTS), help="JSON output ('' to skip)")
+    args = parser.parse_args(argv)
+
+    info = machine()
+    print(f"{info['cpu']}, {info['cpu_count']} cores, torch {info['torch']}, load average {info['load_average']}",
+          file=sys.stderr)
+    rows = []
+    for preset in args.presets:
+        for mixer in args.mixers:
+            for mode in args.modes:
+                for threads in args.threads:
+                    steps = args.steps or (20 if preset.startswith("logic") else 5)
+                    row = measure(preset, mixer, mode == "compiled", threads, steps, args.repeats, args.compile_mode)
+                    rows.append(row)
+                    print(f"{preset} {mixer} {mode} threads={threads}: {row['steps_per_second']:.1f} steps/s "
+                          f"(best {row['best_steps_per_second']:.1f}, warm-up {row['warmup_s']:.1f} s)",
+                          file=sys.stderr, flush=True)
+    info["load_average_end"] = os.getloadavg()
+    print(table(rows))
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps({"machine": info, "batch_size": 128, "rows": rows,
+                                              "table": table(rows)}, indent=2) + "\n")
+        print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
