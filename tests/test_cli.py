@@ -76,3 +76,19 @@ def test_demo_end_to_end(tmp_path, capsys):
     assert all(r["status"] == "completed" for r in report["rows"])
     assert (out / "demo.md").read_text().count("|") > 20
     assert (out / "curves.png").stat().st_size > 10_000
+
+
+def test_tensorboard_without_the_package_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_tensorboard(name, *args, **kwargs):
+        if name == "tensorboard" or name.startswith("tensorboard."):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_tensorboard)
+    args = ["train", "--preset", "logic_cpu", "--train.steps", "2", "--train.tensorboard", "--out_dir", str(tmp_path)] + TINY
+    assert main(args) == 2
+    assert "pip install tensorboard" in capsys.readouterr().err

@@ -316,6 +316,9 @@ def _train(cfg: ExperimentConfig, ctx: DistContext) -> Path:
                 window_loss += loss
                 window_steps += 1
                 recent_losses.append(loss)
+                logging = done % t.log_every == 0 or done == end
+                # the record waits for the device, so the time below is real work even on a GPU
+                record = _train_record(trainer, task, window_loss / window_steps, pred, batch, ctx) if logging else None
                 elapsed = time.perf_counter() - tick
                 if step > start:  # the session's first step includes compilation and warm-up
                     timing["train"] += elapsed
@@ -324,8 +327,7 @@ def _train(cfg: ExperimentConfig, ctx: DistContext) -> Path:
                     window_time += elapsed
                 bar.update(1)
 
-                if done % t.log_every == 0 or done == end:
-                    record = _train_record(trainer, task, window_loss / window_steps, pred, batch, ctx)
+                if logging:
                     if not math.isfinite(record["loss"]):
                         raise NonFiniteLossError(f"the training loss became non-finite ({record['loss']}) "
                                                  f"between step {done - window_steps + 1} and step {done}")

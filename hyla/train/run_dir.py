@@ -94,10 +94,12 @@ class MetricsLog:
 
 
 def require_tensorboard() -> None:
+    from hyla.configs import ConfigError
+
     try:
         import tensorboard  # noqa: F401
     except ImportError:
-        raise RuntimeError("--train.tensorboard needs the tensorboard package: pip install tensorboard "
+        raise ConfigError("--train.tensorboard needs the tensorboard package: pip install tensorboard "
                            "(or pip install 'hyla[tensorboard]'); metrics.jsonl is always written") from None
 
 

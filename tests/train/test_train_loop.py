@@ -158,3 +158,17 @@ def test_evaluate_reports_perplexity_for_nll():
     model = torch.nn.Linear(1, 1)
     result = evaluate(model, NllTask(), "valid", num_samples=10, batch_size=4)
     assert result["nll"] == pytest.approx(2.0) and result["ppl"] == pytest.approx(math.exp(2.0))
+
+
+def test_compile_failure_falls_back_to_eager_with_a_warning(tmp_path, monkeypatch):
+    def broken_compile(module, **kwargs):
+        def fail(*args, **kw):
+            raise RuntimeError("no C++ compiler")
+        return fail
+
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    with pytest.warns(RuntimeWarning, match="torch.compile failed.*no C\\+\\+ compiler"):
+        run = train(tiny_config(tmp_path, name="compiled", steps=10, compile=True))
+    eager = train(tiny_config(tmp_path, name="eager", steps=10))
+    assert json.loads((run / "summary.json").read_text())["status"] == "completed"
+    assert_same_weights(final_weights(run), final_weights(eager))
