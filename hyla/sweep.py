@@ -73,18 +73,16 @@ class SweepSpec:
         )
 
     def runs(self) -> list[Run]:
-        """Every (grid point, seed), named by the grid values that vary."""
+        """Every (seed, grid point), named by the grid values that vary."""
+        points = [dict(zip(grid, values)) for grid in self.grid for values in itertools.product(*grid.values())]
         runs, seen = [], set()
-        for grid in self.grid:
-            keys = list(grid)
-            for values in itertools.product(*(grid[k] for k in keys)):
-                point = dict(zip(keys, values))
-                for seed in self.seeds:
-                    label = "__".join(f"{k.split('.')[-1]}-{v}" for k, v in point.items()) or "base"
-                    name = f"{label}__s{seed}"
-                    if name not in seen:
-                        seen.add(name)
-                        runs.append(Run(name, seed, {**self.overrides, **point}))
+        for seed in self.seeds:  # seed-major: a sweep cut short has every configuration at the first seeds
+            for point in points:
+                label = "__".join(f"{k.split('.')[-1]}-{v}" for k, v in point.items()) or "base"
+                name = f"{label}__s{seed}"
+                if name not in seen:
+                    seen.add(name)
+                    runs.append(Run(name, seed, {**self.overrides, **point}))
         return runs
 
 

@@ -28,8 +28,8 @@ grid:
 """))
     runs = spec.runs()
     assert [r.name for r in runs] == [
-        "mixer-softmax__s0", "mixer-softmax__s1", "mixer-hyla__s0", "mixer-hyla__s1",
-        "mixer-softmax__num_experts-5__s0", "mixer-softmax__num_experts-5__s1",
+        "mixer-softmax__s0", "mixer-hyla__s0", "mixer-softmax__num_experts-5__s0",
+        "mixer-softmax__s1", "mixer-hyla__s1", "mixer-softmax__num_experts-5__s1",
     ]
     assert runs[-1].overrides == {"train.steps": 10, "model.mixer": "softmax", "model.num_experts": 5}
     assert spec.out_dir == "runs/s"
