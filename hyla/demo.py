@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 import time
 from dataclasses import replace
@@ -30,13 +32,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=None, help="training steps per model (default: the preset's)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="output folder (default: runs/demo-<timestamp>)")
-    parser.add_argument("--threads", type=int, default=-1, help="-1: pick the fastest thread count (default); 0: torch's default")
+    parser.add_argument("--parallel", type=int, default=0, help="runs trained at the same time, as separate "
+                        "processes (default: all of them; on 2 cores this beats one run at a time with 2 threads)")
+    parser.add_argument("--threads", type=int, default=None, help="threads per run (default: 1 when runs go in "
+                        "parallel, else -1 = the fastest of 1..N, measured)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the models")
     parser.add_argument("--eval-samples", type=int, default=None, help="samples per split at periodic evaluations "
                         "(default: the preset's)")
     parser.add_argument("--final-eval-samples", type=int, default=None, help="default: the preset's")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
+    if args.parallel < 0:
+        parser.error("--parallel must be >= 0")
     try:
         args.mixers = [canonical_mixer_name(m) for m in args.mixers]
     except ValueError as e:
@@ -47,9 +54,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str]) -> int:
-    from hyla.train import NonFiniteLossError, train
-    from hyla.train.run_dir import RunDir
-
     args = parse_args(argv)
     out = Path(args.out or f"runs/demo-{time.strftime('%Y%m%d-%H%M%S')}")
     base = get_preset(args.preset)
@@ -64,36 +68,108 @@ def main(argv: list[str]) -> int:
         train_cfg = replace(train_cfg, eval_samples=args.eval_samples)
     if args.final_eval_samples is not None:
         train_cfg = replace(train_cfg, final_eval_samples=args.final_eval_samples)
-    train_cfg = replace(train_cfg, threads=args.threads, compile=args.compile, progress=not args.no_progress)
-    print(f"hyla demo: {', '.join(args.mixers)} on {args.preset} ({base.task}), {train_cfg.steps} steps each -> {out}")
+    parallel = args.parallel or len(args.mixers)
+    threads = args.threads if args.threads is not None else (1 if parallel > 1 else -1)
+    train_cfg = replace(train_cfg, threads=threads, compile=args.compile, progress=False)
+    configs = {mixer: replace(base, seed=args.seed, out_dir=str(out), name=mixer, train=train_cfg,
+                              model=replace(base.model, mixer=mixer)) for mixer in args.mixers}
+    print(f"hyla demo: {', '.join(args.mixers)} on {args.preset} ({base.task}), {train_cfg.steps} steps each, "
+          f"{parallel} at a time -> {out}")
 
     start = time.perf_counter()
-    for mixer in args.mixers:
-        cfg = replace(base, seed=args.seed, out_dir=str(out), name=mixer, train=train_cfg,
-                      model=replace(base.model, mixer=mixer))
-        run = RunDir(out / mixer)
-        if run.read_summary().get("status") == "completed":
-            print(f"{mixer}: already trained in {run.path}")
-            continue
-        try:
-            train(replace(cfg, resume=run.exists()))
-        except NonFiniteLossError as e:
-            print(f"{mixer}: {e}", file=sys.stderr)
+    try:
+        codes = run_all(configs, out, parallel, progress=not args.no_progress)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted; the runs keep their checkpoints: run `hyla demo --out {out}` with the same "
+              "settings to continue", file=sys.stderr)
+        return 130
     wall = time.perf_counter() - start
+    failed = {m: c for m, c in codes.items() if c != 0}
+    for mixer, code in failed.items():
+        print(f"{mixer}: training exited with code {code}; see {out / (mixer + '.log')}", file=sys.stderr)
 
     rows = collect_rows(out, args.mixers)
     metric = rows[0]["metric_name"] if rows else "r2"
     table = markdown_table(rows, metric)
     reading = describe_ordering(rows, metric)
+    note = (f"{parallel} runs trained at a time, {threads if threads > 0 else 'auto'} thread(s) each; steps/s is "
+            "each run's own rate under that sharing." if parallel > 1 else "")
     report = {"preset": args.preset, "steps": train_cfg.steps, "seed": args.seed, "wall_time_s": wall,
-              "metric": metric, "rows": rows, "reading": reading}
+              "parallel": parallel, "metric": metric, "rows": rows, "reading": reading,
+              "load_average": os.getloadavg()}
     out.mkdir(parents=True, exist_ok=True)
     (out / "demo.json").write_text(json.dumps(report, indent=2) + "\n")
     (out / "demo.md").write_text(f"# hyla demo: {args.preset}, {train_cfg.steps} steps, seed {args.seed}\n\n"
-                                 f"{table}\n\n{reading}\n\nTotal wall time {wall:.0f} s.\n")
+                                 f"{table}\n\n{reading}\n\n{note}\nTotal wall time {wall:.0f} s.\n")
     plot_curves(out, args.mixers, metric, out / "curves.png")
-    print("\n" + table + "\n\n" + reading)
+    print("\n" + table + "\n\n" + reading + ("\n" + note if note else ""))
     print(f"\nwrote {out / 'demo.md'}, {out / 'demo.json'}, {out / 'curves.png'} ({wall:.0f} s)")
+    return 1 if failed else 0
+
+
+def run_all(configs: dict, out: Path, parallel: int, progress: bool = True) -> dict[str, int]:
+    """Train every config (skipping finished runs, resuming interrupted ones), `parallel` at a time
+    as `hyla train` subprocesses; one progress bar per run, read from its metrics.jsonl."""
+    from tqdm.auto import tqdm
+
+    from hyla.configs import config_to_dict
+    from hyla.train.run_dir import RunDir
+
+    out.mkdir(parents=True, exist_ok=True)
+    pending, running, codes, bars = list(configs), {}, {}, {}
+    for position, (mixer, cfg) in enumerate(configs.items()):
+        bars[mixer] = tqdm(total=cfg.train.steps, desc=f"{mixer:>8}", position=position, unit="step",
+                           disable=not progress, dynamic_ncols=True, leave=True)
+    try:
+        while pending or running:
+            while pending and len(running) < parallel:
+                mixer = pending.pop(0)
+                run = RunDir(out / mixer)
+                if run.read_summary().get("status") == "completed":
+                    codes[mixer] = 0
+                    bars[mixer].update(configs[mixer].train.steps - bars[mixer].n)
+                    continue
+                config_file = out / f"{mixer}.config.json"
+                config_file.write_text(json.dumps(config_to_dict(configs[mixer]), indent=2))
+                command = [sys.executable, "-m", "hyla.cli"] + (
+                    ["resume", str(run.path)] if run.checkpoint_file.exists() else ["train", "--config", str(config_file)])
+                log = open(out / f"{mixer}.log", "a")
+                running[mixer] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), log)
+            time.sleep(0.5)
+            for mixer in list(running):
+                process, log = running[mixer]
+                step = last_train_step(out / mixer)
+                if step > bars[mixer].n:
+                    bars[mixer].update(step - bars[mixer].n)
+                if process.poll() is not None:
+                    codes[mixer] = process.returncode
+                    log.close()
+                    del running[mixer]
+                    bars[mixer].update(last_train_step(out / mixer) - bars[mixer].n)
+    except KeyboardInterrupt:
+        # the children got the same Ctrl-C (same process group): let them checkpoint and exit
+        for process, log in running.values():
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.terminate()
+            log.close()
+        raise
+    finally:
+        for bar in bars.values():
+            bar.close()
+    return codes
+
+
+def last_train_step(run: Path) -> int:
+    """The step of the last training record in run/metrics.jsonl (0 if none)."""
+    try:
+        lines = (run / "metrics.jsonl").read_text().splitlines()
+    except OSError:
+        return 0
+    for line in reversed(lines):
+        if '"split": "train"' in line:
+            return json.loads(line)["step"]
     return 0
 
 

@@ -172,3 +172,14 @@ def test_compile_failure_falls_back_to_eager_with_a_warning(tmp_path, monkeypatc
     eager = train(tiny_config(tmp_path, name="eager", steps=10))
     assert json.loads((run / "summary.json").read_text())["status"] == "completed"
     assert_same_weights(final_weights(run), final_weights(eager))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mixer", ["softmax", "hyla"])
+def test_compiled_training_compiles(tmp_path, mixer):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # a fallback to eager would warn
+        run = train(tiny_config(tmp_path, name=mixer, mixer=mixer, steps=6, compile=True))
+    assert json.loads((run / "summary.json").read_text())["status"] == "completed"

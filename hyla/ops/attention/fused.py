@@ -53,8 +53,9 @@ class _FusedHyla(torch.autograd.Function):
         scale = math.sqrt(q.shape[-1])
         s = torch.matmul(q.transpose(1, 2), k.permute(0, 2, 3, 1))  # [B, H, Tq, Tk]
         if bias is not None:
-            # into s: with a broadcast (e.g. permuted) bias first, a new output could take its layout
-            torch.addcdiv(bias, s, torch.tensor(scale, dtype=s.dtype, device=s.device), out=s)
+            # bias + s / scale in one pass; a contiguous bias keeps the result contiguous (the
+            # output takes the layout of the first input, and the position bias is a permuted view)
+            s = torch.addcdiv(bias.contiguous(), s, torch.tensor(scale, dtype=s.dtype, device=s.device))
         else:
             s.div_(scale)
         inv = None
