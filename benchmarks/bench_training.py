@@ -23,6 +23,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import hyla  # noqa: F401  (before torch: sets OMP_WAIT_POLICY=PASSIVE, see hyla/__init__.py)
 import torch
 
 from hyla.configs import build_task, get_preset, resolve_model
@@ -72,6 +73,7 @@ def measure(preset: str, mixer: str, compiled: bool, threads: int, steps: int, r
 
 def machine() -> dict:
     return {"cpu": cpu_name(), "cpu_count": os.cpu_count(), "platform": platform.platform(),
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
             "python": platform.python_version(), "torch": torch.__version__, "git_commit": git_commit(),
             "load_average": os.getloadavg(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
@@ -98,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--compile-mode", default="default")
     parser.add_argument("--out", default=str(RESULTS), help="JSON output ('' to skip)")
+    parser.add_argument("--update", action="store_true", help="keep the other rows already in --out (replace "
+                        "only the measured preset/mixer/mode/threads combinations)")
     args = parser.parse_args(argv)
 
     info = machine()
@@ -115,10 +119,19 @@ def main(argv: list[str] | None = None) -> int:
                           f"(best {row['best_steps_per_second']:.1f}, warm-up {row['warmup_s']:.1f} s)",
                           file=sys.stderr, flush=True)
     info["load_average_end"] = os.getloadavg()
+    runs = [{"machine": info, "rows": [r["preset"] + "/" + r["mixer"] for r in rows]}]
+    if args.update and args.out and Path(args.out).exists():
+        previous = json.loads(Path(args.out).read_text())
+        measured = {(r["preset"], r["mixer"], r["mode"], r["threads"]) for r in rows}
+        rows = [r for r in previous["rows"] if (r["preset"], r["mixer"], r["mode"], r["threads"]) not in measured] + rows
+        runs = previous.get("runs", []) + runs
+    order = {name: i for i, name in enumerate(["logic_4var_2term", "raven_3x3_4features", "softmax", "linear", "hyla",
+                                                "eager", "compiled"])}
+    rows.sort(key=lambda r: (order.get(r["preset"], 9), order.get(r["mixer"], 9), order.get(r["mode"], 9), r["threads"]))
     print(table(rows))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps({"machine": info, "batch_size": 128, "rows": rows,
+        Path(args.out).write_text(json.dumps({"machine": info, "runs": runs, "batch_size": 128, "rows": rows,
                                               "table": table(rows)}, indent=2) + "\n")
         print(f"wrote {args.out}", file=sys.stderr)
     return 0
