@@ -1,8 +1,9 @@
-"""Seeded task generators: in-context fuzzy logic regression and SRAVEN (SPEC §4, §5)."""
+"""Seeded task generators: in-context fuzzy logic regression, SRAVEN (SPEC §4, §5) and text (§6)."""
 
 from .ambiguity import ambiguity_rate, is_ambiguous
 from .base import Batch, Task
 from .fuzzy_logic import FuzzyLogic
 from .sraven import SRaven
+from .text import Text
 
-__all__ = ["Batch", "FuzzyLogic", "SRaven", "Task", "ambiguity_rate", "is_ambiguous"]
+__all__ = ["Batch", "FuzzyLogic", "SRaven", "Task", "Text", "ambiguity_rate", "is_ambiguous"]
