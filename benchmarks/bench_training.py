@@ -23,7 +23,6 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import hyla  # noqa: F401  (before torch: sets OMP_WAIT_POLICY=PASSIVE, see hyla/__init__.py)
 import torch
 
 from hyla.configs import build_task, get_preset, resolve_model
@@ -39,6 +38,7 @@ AUTHORS_JAX = {"raven_3x3_4features": 1.8, "logic_4var_2term": 20.0}
 def measure(preset: str, mixer: str, compiled: bool, threads: int, steps: int, repeats: int,
             compile_mode: str) -> dict:
     torch.set_num_threads(threads)
+    torch._dynamo.reset()  # every case compiles afresh (and stays below dynamo's recompile limit)
     cfg = get_preset(preset)
     cfg = replace(cfg, model=replace(cfg.model, mixer=mixer),
                   train=replace(cfg.train, compile=compiled, compile_mode=compile_mode, device="cpu"))
