@@ -109,8 +109,10 @@ def resume_main(argv: list[str]) -> int:
     from hyla.train.run_dir import RunDir
 
     if not argv or argv[0].startswith("-"):
-        print("usage: hyla resume RUN [--train.steps N | --train.stop_at N | other overrides]\n"
-              "Continue a run from its latest checkpoint (overrides that change training are refused).",
+        print("usage: hyla resume RUN [--train.stop_at N] [--train.threads N] [--train.no-progress] [...]\n"
+              "Continue a run from its latest checkpoint. Overrides that would change the trained weights\n"
+              "(model, data, optimization, train.steps) are refused; evaluation, logging, threads and\n"
+              "compilation settings may change.",
               file=sys.stderr)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     run = RunDir(argv[0])
