@@ -162,7 +162,7 @@ def eval_main(argv: list[str]) -> int:
     results = {}
     for split in splits:
         start = time.perf_counter()
-        results[split] = evaluate(model, task, split, samples, batch_size)
+        results[split] = evaluate(model, task, split, samples, batch_size, progress=True)
         print(f"  {split}: {time.perf_counter() - start:.1f}s", file=sys.stderr)
     print(format_table(results, task.metric_name))
     out = run.path / f"eval-step{step}.json"

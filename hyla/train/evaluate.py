@@ -10,6 +10,7 @@ import math
 
 import torch
 from torch import nn
+from tqdm.auto import tqdm
 
 from hyla.train.distributed import DistContext, all_reduce_sum
 
@@ -24,7 +25,7 @@ def eval_batch_sizes(num_samples: int, batch_size: int) -> list[int]:
 
 @torch.no_grad()
 def evaluate(model: nn.Module, task, split: str, num_samples: int, batch_size: int = 1024,
-             ctx: DistContext | None = None) -> dict[str, float]:
+             ctx: DistContext | None = None, progress: bool = False) -> dict[str, float]:
     """Mean of the task's per-sample metrics and of the loss over `num_samples` samples of `split`.
 
     Adds `ppl = exp(nll)` when the task reports a mean token NLL. Under data parallelism every
@@ -34,12 +35,15 @@ def evaluate(model: nn.Module, task, split: str, num_samples: int, batch_size: i
         raise ValueError(f"num_samples must be positive, got {num_samples}")
     device = next(model.parameters()).device
     rank, world_size = (ctx.rank, ctx.world_size) if ctx is not None else (0, 1)
+    sizes = eval_batch_sizes(num_samples, batch_size)
+    bar = tqdm(total=num_samples, desc=f"eval {split}", unit="sample", leave=False, dynamic_ncols=True,
+               disable=not progress or rank != 0 or len(sizes) < 4)
     was_training = model.training
     model.eval()
     sums: dict[str, torch.Tensor] = {}
     count = 0
     try:
-        for index, size in enumerate(eval_batch_sizes(num_samples, batch_size)):
+        for index, size in enumerate(sizes):
             if size % world_size:
                 raise ValueError(f"evaluation batch of {size} samples does not split over {world_size} ranks; "
                                  f"choose sample counts and batch sizes divisible by {world_size}")
@@ -51,8 +55,10 @@ def evaluate(model: nn.Module, task, split: str, num_samples: int, batch_size: i
             for name, value in values.items():
                 sums[name] = sums[name] + value if name in sums else value
             count += rows
+            bar.update(size)
     finally:
         model.train(was_training)
+        bar.close()
     names = sorted(sums)
     totals = torch.stack([sums[n] for n in names] + [torch.tensor(float(count), dtype=torch.float64, device=device)])
     if ctx is not None:

@@ -296,7 +296,7 @@ def _train(cfg: ExperimentConfig, ctx: DistContext) -> Path:
     def evaluate_all(num_samples: int) -> dict:
         results = {}
         for split in task.eval_splits:
-            results[split] = evaluate(model, task, split, num_samples, t.eval_batch_size, ctx)
+            results[split] = evaluate(model, task, split, num_samples, t.eval_batch_size, ctx, progress=t.progress)
             if log is not None:
                 log.write(done, split, results[split])
         return results
