@@ -1,6 +1,6 @@
 """The training hot path's fast versions against their plain references, outputs and gradients:
-`hyla_fused` vs `attention_naive`, oneDNN `Linear` vs nn.Linear, and the model's last block
-computing only the read-out positions vs every position."""
+`hyla_fused` and `attention_pointwise` vs `attention_naive`, oneDNN `Linear` vs nn.Linear, and
+the model's last block computing only the read-out positions vs every position."""
 
 import itertools
 
@@ -10,7 +10,7 @@ from torch import nn
 
 from hyla.model import ModelConfig, Transformer
 from hyla.nn.linear import Linear
-from hyla.ops import attention, attention_naive, hyla_fused
+from hyla.ops import attention, attention_naive, attention_pointwise, hyla_fused
 
 SHAPES = [(2, 15, 15, 4, 3, 5), (3, 7, 37, 2, 4, 2), (1, 16, 16, 8, 2, 2)]  # B, Tq, Tk, H, Dk, Dv
 
@@ -62,6 +62,49 @@ def test_fused_hyla_float32_and_dispatch():
         attention(q, k, v, normalization="softmax", value_network="linear", implementation="fused")
     with pytest.raises(ValueError, match="shared by all heads"):
         hyla_fused(q, k, v, normalization="none", dropout_mask=torch.ones(1, 16, 36, 36))
+
+
+@pytest.mark.parametrize("value_network, normalization, activation", [("linear", n, "relu") for n in (
+    "softmax", "none", "rms_head")] + list(itertools.product(["mlp"], ["softmax", "none", "rms_head"], ["relu", "gelu", "tanh"])))
+@pytest.mark.parametrize("shape", SHAPES)
+def test_pointwise_equals_naive_float64(value_network, normalization, activation, shape):
+    for bias, mask, dropout in itertools.product([False, True], repeat=3):
+        q, k, v, b, m, d, grad = _inputs(shape, torch.float64, bias, mask, dropout)
+        leaves = [q, k, v] + ([b] if bias else [])
+        kwargs = dict(normalization=normalization, value_network=value_network, activation=activation, bias=b,
+                      mask=m, dropout_mask=d)
+        ref, ref_codes = attention_naive(q, k, v, **kwargs)
+        out, codes = attention_pointwise(q, k, v, **kwargs)
+        torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(codes, ref_codes, rtol=0, atol=0)
+        for got, want in zip(torch.autograd.grad(out, leaves, grad), torch.autograd.grad(ref, leaves, grad)):
+            torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-11)
+
+
+@pytest.mark.parametrize("value_network", ["linear", "mlp"])
+def test_compiled_auto_takes_the_pointwise_form(value_network):
+    """Under torch.compile `auto` picks the pointwise form for small heads and still matches the reference."""
+    from torch._inductor import config as inductor_config
+
+    q, k, v, b, _, d, grad = _inputs((3, 16, 16, 8, 2, 2), torch.float32, True, False, True)
+    kwargs = dict(normalization="rms_head", value_network=value_network, bias=b, dropout_mask=d)
+    chosen = []
+
+    def run(q, k, v):
+        from hyla.ops.attention import choose_implementation
+
+        chosen.append(choose_implementation(q, v, k.shape[1], value_network, False, d))
+        return attention(q, k, v, **kwargs)
+
+    torch._dynamo.reset()
+    with inductor_config.patch({"cpp.enable_loop_tail_vec": False}):
+        out = torch.compile(run, fullgraph=True)(q, k, v)
+        grads = torch.autograd.grad(out, [q, k, v, b], grad)
+    assert chosen == ["pointwise"]
+    ref, _ = attention_naive(q, k, v, **kwargs)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+    for got, want in zip(grads, torch.autograd.grad(ref, [q, k, v, b], grad)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("shape, features", [((128, 16, 128), (128, 256)), ((7, 5), (5, 3)), ((3, 4, 37), (37, 1))])

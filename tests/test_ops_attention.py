@@ -239,5 +239,5 @@ def test_streamed_needs_the_mlp_value_network():
 
 
 def test_unknown_implementation_lists_valid_choices():
-    with pytest.raises(ValueError, match="auto, naive, streamed"):
+    with pytest.raises(ValueError, match="auto, naive, pointwise, streamed, fused"):
         attention(*qkv(), normalization="softmax", value_network="mlp", implementation="flash")

@@ -1,8 +1,9 @@
 """`hyla.ops.attention`: the attention family of SPEC §2 as one pure function.
 
-Three implementations sit behind it: `attention_naive` (the einsum reference), and for the `mlp`
-value network `hyla_fused` (CPU: fewer passes over the scores, hand-written backward) and, at
-large sizes, `hyla_streamed` (memory-bounded); all give the same outputs and gradients.
+Four implementations sit behind it: `attention_naive` (the einsum reference), `attention_pointwise`
+(broadcast products that torch.compile fuses; for small heads), and for the `mlp` value network
+`hyla_fused` (CPU eager: fewer passes over the scores, hand-written backward) and, at large sizes,
+`hyla_streamed` (memory-bounded); all give the same outputs and gradients.
 """
 
 from __future__ import annotations
@@ -12,11 +13,14 @@ import torch
 from hyla.ops.attention.common import check_inputs, normalize, scores
 from hyla.ops.attention.fused import fusable, hyla_fused
 from hyla.ops.attention.naive import attention_naive
+from hyla.ops.attention.pointwise import attention_pointwise
 from hyla.ops.attention.streamed import hyla_streamed
 
-IMPLEMENTATIONS = ("auto", "naive", "streamed", "fused")
+IMPLEMENTATIONS = ("auto", "naive", "pointwise", "streamed", "fused")
 # `auto` streams HYLA once its hidden tensor [B, Tq, Tk, Dv] would exceed this many elements.
 STREAM_THRESHOLD = 1 << 24
+# Under torch.compile `auto` takes the pointwise form for heads up to this value dimension.
+POINTWISE_MAX_HEAD_DIM = 16
 
 
 def attention(
@@ -45,8 +49,8 @@ def attention(
         mask: bool, broadcastable to [B, H, Tq, Tk], True = attend. Fully masked rows give 0.
         return_scores: also return the latent codes a [B, H, Tq, Tk] (normalized, no dropout).
         dropout_mask: multiplies a after normalization (attention dropout: keep-mask / keep).
-        implementation: "auto" | "naive" | "streamed" | "fused" (streamed, fused: mlp only). auto:
-            streamed above STREAM_THRESHOLD, else fused for mlp on CPU (without return_scores).
+        implementation: "auto" | "naive" | "pointwise" | "streamed" | "fused" (streamed, fused: mlp
+            only); see `choose_implementation` for what auto picks.
 
     Returns: out [B, Tq, H, Dv], and a [B, H, Tq, Tk] when return_scores.
     """
@@ -57,31 +61,33 @@ def attention(
         raise TypeError(f"mask must be a bool tensor (True = attend), got {mask.dtype}")
     if implementation in ("streamed", "fused") and value_network != "mlp":
         raise ValueError(f"implementation={implementation!r} exists for value_network='mlp' only")
-    hidden_elements = q.shape[0] * q.shape[1] * k.shape[1] * v.shape[-1]
-    stream = implementation == "streamed" or (
-        implementation == "auto" and value_network == "mlp" and hidden_elements > STREAM_THRESHOLD
-    )
-    fuse = implementation == "fused" or (
-        implementation == "auto" and value_network == "mlp" and not stream and not return_scores
-        and q.device.type == "cpu" and fusable(dropout_mask)
-    )
-    if fuse:
+    name = implementation if implementation != "auto" else choose_implementation(
+        q, v, k.shape[1], value_network, return_scores, dropout_mask)
+    if name == "fused":
         out = hyla_fused(q, k, v, normalization=normalization, activation=activation, bias=bias, mask=mask,
                          dropout_mask=dropout_mask)
-        return (out, normalize(scores(q, k, bias), normalization, mask)) if return_scores else out
-    if not stream:
-        out, a = attention_naive(
-            q, k, v, normalization=normalization, value_network=value_network, activation=activation,
-            bias=bias, mask=mask, dropout_mask=dropout_mask,
-        )
+    elif name == "streamed":
+        out = hyla_streamed(q, k, v, normalization=normalization, activation=activation, bias=bias, mask=mask,
+                            dropout_mask=dropout_mask)
+    else:
+        reference = attention_pointwise if name == "pointwise" else attention_naive
+        out, a = reference(q, k, v, normalization=normalization, value_network=value_network,
+                           activation=activation, bias=bias, mask=mask, dropout_mask=dropout_mask)
         return (out, a) if return_scores else out
-    out = hyla_streamed(
-        q, k, v, normalization=normalization, activation=activation, bias=bias, mask=mask,
-        dropout_mask=dropout_mask,
-    )
-    if not return_scores:
-        return out
-    return out, normalize(scores(q, k, bias), normalization, mask)
+    return (out, normalize(scores(q, k, bias), normalization, mask)) if return_scores else out
 
 
-__all__ = ["attention", "attention_naive", "hyla_streamed", "hyla_fused", "IMPLEMENTATIONS"]
+def choose_implementation(q, v, k_len: int, value_network: str, return_scores: bool, dropout_mask) -> str:
+    """`auto`: streamed for HYLA above STREAM_THRESHOLD; under torch.compile, pointwise for small
+    heads; eagerly on CPU, fused for HYLA; else naive."""
+    hidden_elements = q.shape[0] * q.shape[1] * k_len * v.shape[-1]
+    if value_network == "mlp" and hidden_elements > STREAM_THRESHOLD:
+        return "streamed"
+    if torch.compiler.is_compiling():
+        return "pointwise" if v.shape[-1] <= POINTWISE_MAX_HEAD_DIM else "naive"
+    if value_network == "mlp" and not return_scores and q.device.type == "cpu" and fusable(dropout_mask):
+        return "fused"
+    return "naive"
+
+
+__all__ = ["attention", "attention_naive", "attention_pointwise", "hyla_streamed", "hyla_fused", "IMPLEMENTATIONS"]

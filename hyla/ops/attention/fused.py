@@ -1,5 +1,5 @@
 """HYLA (the `mlp` value network) with a hand-written backward that touches the [B, H, Tq, Tk]
-scores far less often than autograd through the naive form (the hot path on CPU, where these
+scores far less often than autograd through the naive form (the eager hot path on CPU, where these
 passes over memory, not arithmetic, set the speed of the paper-sized models).
 
 The per-pair scalars (the RMS-head normalizer and the attention-dropout mask, both shared by all
