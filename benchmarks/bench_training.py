@@ -61,7 +61,7 @@ def measure(preset: str, mixer: str, compiled: bool, threads: int, steps: int, r
         loss.item()
         windows.append(steps / (time.perf_counter() - start))
         cpu_windows.append(steps / (time.process_time() - cpu_start))
-    fell_back = compiled and trainer.forward == trainer.forward_loss
+    fell_back = compiled and trainer.forward is trainer.eager
     return {"preset": preset, "mixer": mixer, "mode": "compiled" if compiled else "eager", "threads": threads,
             "steps_per_second": statistics.median(windows), "best_steps_per_second": max(windows),
             "windows": windows, "warmup_s": warmup, "compile_fell_back": fell_back,

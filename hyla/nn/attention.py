@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from hyla.nn.linear import Linear, linear
+from hyla.nn.linear import Linear
 from hyla.ops import attention, resolve_mixer
 
 
@@ -79,8 +79,9 @@ class MultiHeadAttention(nn.Module):
         if context.ndim != 3 or context.shape[-1] != self.context_dim or context.shape[0] != x.shape[0]:
             raise ValueError(f"expected context of shape [{x.shape[0]}, T, {self.context_dim}], got {tuple(context.shape)}")
         batch, q_len, heads = x.shape[0], x.shape[1], self.num_heads
-        q, k, v = self._project(x, context)
-        q, k, v = (t.unflatten(-1, (heads, -1)) for t in (q, k, v))  # [B, Tq, H, Dk], [B, Tk, H, Dk], [B, Tk, H, Dv]
+        q = self.query(x).unflatten(-1, (heads, -1))  # [B, Tq, H, Dk]
+        k = self.key(context).unflatten(-1, (heads, -1))  # [B, Tk, H, Dk]
+        v = self.value(context).unflatten(-1, (heads, -1))  # [B, Tk, H, Dv]
         if kv_cache is not None:
             if "k" in kv_cache:
                 k, v = torch.cat([kv_cache["k"], k], 1), torch.cat([kv_cache["v"], v], 1)
@@ -103,15 +104,6 @@ class MultiHeadAttention(nn.Module):
         out, latents = result if return_latents else (result, None)
         y = self.out(out.flatten(-2))  # [B, Tq, out_dim]
         return (y, latents) if return_latents else y
-
-    def _project(self, x: torch.Tensor, context: torch.Tensor):
-        """Queries of x, keys and values of the context, in one matrix product per input (the
-        projections' weights concatenated: fewer, larger products; parameters stay separate)."""
-        projections = [self.key, self.value] if context is not x else [self.query, self.key, self.value]
-        weight = torch.cat([p.weight for p in projections])
-        bias = torch.cat([p.bias for p in projections])
-        fused = linear(context, weight, bias).split([p.out_features for p in projections], dim=-1)
-        return (self.query(x), *fused) if context is not x else fused
 
     def extra_repr(self) -> str:
         m = self.mixer

@@ -75,16 +75,11 @@ def _onednn_available() -> bool:
 ONEDNN = _onednn_available()
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """F.linear, on oneDNN for float32 CPU tensors (see the module docstring)."""
-    if (ONEDNN and x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32
-            and x.ndim >= 1 and x.numel() > 0):
-        return _OneDnnLinear.apply(x, weight, bias)
-    return F.linear(x, weight, bias)
-
-
 class Linear(nn.Linear):
     """nn.Linear with oneDNN float32 CPU matmuls (see the module docstring)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return linear(x, self.weight, self.bias)
+        if (ONEDNN and x.device.type == "cpu" and x.dtype == torch.float32 and self.weight.dtype == torch.float32
+                and x.ndim >= 1 and x.numel() > 0):
+            return _OneDnnLinear.apply(x, self.weight, self.bias)
+        return F.linear(x, self.weight, self.bias)

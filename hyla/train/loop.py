@@ -63,8 +63,7 @@ class Trainer:
     """One optimization step at a time: data, forward, backward, AdamW update, schedule.
 
     `model` is the plain module (evaluate and checkpoint it); `self.forward` is what trains: the
-    module (wrapped in DistributedDataParallel when there are several ranks) and the task's loss,
-    compiled together on request.
+    module, wrapped in DistributedDataParallel when there are several ranks, compiled on request.
     """
 
     def __init__(self, cfg: ExperimentConfig, task, model: nn.Module, ctx: DistContext):
@@ -75,7 +74,7 @@ class Trainer:
             from torch.nn.parallel import DistributedDataParallel
 
             self.eager = DistributedDataParallel(model, device_ids=[ctx.device] if ctx.device.type == "cuda" else None)
-        self.forward = self.forward_loss
+        self.forward = self.eager
         self.compile_pending = cfg.train.compile
         if cfg.train.compile:
             # Inductor's CPU code vectorizes a loop as short as the per-head dimension (2 in the
@@ -84,7 +83,7 @@ class Trainer:
             from torch._inductor import config as inductor_config
 
             inductor_config.cpp.enable_loop_tail_vec = False
-            self.forward = torch.compile(self.forward_loss, mode=cfg.train.compile_mode)
+            self.forward = torch.compile(self.eager, mode=cfg.train.compile_mode)
 
     def step(self, step: int):
         """Update number `step` (0-based). Returns (loss, predictions, batch) of this rank."""
@@ -98,7 +97,7 @@ class Trainer:
             except Exception as e:  # noqa: BLE001 - any compiler failure falls back to eager
                 warnings.warn(f"torch.compile failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
                               "continuing in eager mode", RuntimeWarning, stacklevel=2)
-                self.forward = self.forward_loss
+                self.forward = self.eager
         return self._update(step, batch)
 
     def _update(self, step: int, batch):
@@ -110,16 +109,12 @@ class Trainer:
         else:
             torch.default_generator.manual_seed(seed)
         self.optimizer.zero_grad(set_to_none=True)
-        pred, loss = self.forward(batch)
+        pred = self.forward(batch.x)
+        loss = self.task.loss(pred, batch)
         loss.backward()
         self.optimizer.step()
         self.scheduler.step()
         return loss.detach(), pred.detach(), batch
-
-    def forward_loss(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
-        """(predictions, loss) of a batch: what `self.forward` runs, compiled on request."""
-        pred = self.eager(batch.x)
-        return pred, self.task.loss(pred, batch)
 
     def grad_norm(self) -> torch.Tensor:
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
