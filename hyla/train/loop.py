@@ -364,6 +364,7 @@ def _train(cfg: ExperimentConfig, ctx: DistContext) -> Path:
             if ctx.is_main:
                 tqdm.write(message)
             summary("stopped", message=message)
+            distributed.barrier(ctx)  # ranks leave together: none tears down while rank 0 still writes
             return run.path
         if state is not None and start == t.steps and ctx.is_main:
             tqdm.write(f"{run.path} had already finished training; re-running the final evaluation")
@@ -371,6 +372,7 @@ def _train(cfg: ExperimentConfig, ctx: DistContext) -> Path:
         result = summary("completed", final)
         if ctx.is_main:
             tqdm.write(_final_line(result, task.metric_name))
+        distributed.barrier(ctx)  # ranks leave together: none tears down while rank 0 still writes
         return run.path
     except NonFiniteLossError as e:
         bar.close()
