@@ -4,8 +4,8 @@ PyTorch's eager CPU matmul goes to MKL, which on AMD processors takes a path abo
 oneDNN's for the shapes of these models (measured on an AMD EPYC: [4608, 128] x [128, 256] at 93
 vs 222 GFLOP/s on one core). oneDNN ships inside PyTorch; this module calls it through the
 operator inductor uses for linear layers (under torch.compile as an opaque custom operator).
-Anywhere else (CUDA, other dtypes, or a PyTorch without the operator) it is exactly nn.Linear. Parameters, initialization and
-state_dict are nn.Linear's.
+Anywhere else (CUDA, other dtypes, or a PyTorch without the operator) it is exactly nn.Linear.
+Parameters, initialization and state_dict are nn.Linear's.
 """
 
 from __future__ import annotations
