@@ -3,6 +3,7 @@ backward, AdamW update, schedule) for the paper presets x mixers x {eager, compi
 
     python benchmarks/bench_training.py                      # full grid, JSON into benchmarks/results/
     python benchmarks/bench_training.py --presets logic_4var_2term --mixers hyla --modes eager --threads 1 2
+    python benchmarks/bench_training.py --device cuda --out benchmarks/results/training_cuda.json
 
 Timing: after warm-up (compilation included, reported separately), `--repeats` windows of
 `--steps` steps each; reported are the median window and the best window (wall clock), and the
@@ -36,16 +37,16 @@ AUTHORS_JAX = {"raven_3x3_4features": 1.8, "logic_4var_2term": 20.0}
 
 
 def measure(preset: str, mixer: str, compiled: bool, threads: int, steps: int, repeats: int,
-            compile_mode: str) -> dict:
+            compile_mode: str, device: str = "cpu") -> dict:
     torch.set_num_threads(threads)
     torch._dynamo.reset()  # every case compiles afresh (and stays below dynamo's recompile limit)
     cfg = get_preset(preset)
     cfg = replace(cfg, model=replace(cfg.model, mixer=mixer),
-                  train=replace(cfg.train, compile=compiled, compile_mode=compile_mode, device="cpu"))
+                  train=replace(cfg.train, compile=compiled, compile_mode=compile_mode, device=device))
     task = build_task(cfg)
     cfg = replace(cfg, model=resolve_model(cfg.model, task))
-    model = build_model(cfg)
-    trainer = Trainer(cfg, task, model, DistContext(0, 1, torch.device("cpu")))
+    model = build_model(cfg).to(device)
+    trainer = Trainer(cfg, task, model, DistContext(0, 1, torch.device(device)))
     step = 0
     start = time.perf_counter()
     for _ in range(3):
@@ -58,11 +59,12 @@ def measure(preset: str, mixer: str, compiled: bool, threads: int, steps: int, r
         for _ in range(steps):
             loss, _, _ = trainer.step(step)
             step += 1
-        loss.item()
+        loss.item()  # waits for the device
         windows.append(steps / (time.perf_counter() - start))
         cpu_windows.append(steps / (time.process_time() - cpu_start))
     fell_back = compiled and trainer.forward is trainer.eager
-    return {"preset": preset, "mixer": mixer, "mode": "compiled" if compiled else "eager", "threads": threads,
+    return {"preset": preset, "mixer": mixer, "device": device, "mode": "compiled" if compiled else "eager",
+            "threads": threads,
             "steps_per_second": statistics.median(windows), "best_steps_per_second": max(windows),
             "windows": windows, "warmup_s": warmup, "compile_fell_back": fell_back,
             # steps per second of this process's CPU time: with 1 thread, what an otherwise idle core
@@ -71,8 +73,9 @@ def measure(preset: str, mixer: str, compiled: bool, threads: int, steps: int, r
             "num_parameters": model.num_parameters()}
 
 
-def machine() -> dict:
-    return {"cpu": cpu_name(), "cpu_count": os.cpu_count(), "platform": platform.platform(),
+def machine(device: str) -> dict:
+    gpu = torch.cuda.get_device_name(device) if device.startswith("cuda") else None
+    return {"cpu": cpu_name(), "gpu": gpu, "cpu_count": os.cpu_count(), "platform": platform.platform(),
             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
             "python": platform.python_version(), "torch": torch.__version__, "git_commit": git_commit(),
             "load_average": os.getloadavg(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
@@ -82,7 +85,7 @@ def table(rows: list[dict]) -> str:
     lines = ["| preset | mixer | mode | threads | steps/s (median) | best | steps per CPU-second | warm-up s | target "
              "| authors' JAX |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        target = TARGETS.get((r["preset"], r["mixer"]))
+        target = TARGETS.get((r["preset"], r["mixer"])) if r.get("device", "cpu") == "cpu" else None
         lines.append(f"| {r['preset']} | {r['mixer']} | {r['mode']}{' (fell back)' if r['compile_fell_back'] else ''} "
                      f"| {r['threads']} | {r['steps_per_second']:.1f} | {r['best_steps_per_second']:.1f} "
                      f"| {r['steps_per_cpu_second']:.1f} "
@@ -99,13 +102,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=None, help="steps per window (default: ~2 s worth)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--compile-mode", default="default")
+    parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
     parser.add_argument("--out", default=str(RESULTS), help="JSON output ('' to skip)")
     parser.add_argument("--update", action="store_true", help="keep the other rows already in --out (replace "
                         "only the measured preset/mixer/mode/threads combinations)")
     args = parser.parse_args(argv)
 
-    info = machine()
-    print(f"{info['cpu']}, {info['cpu_count']} cores, torch {info['torch']}, load average {info['load_average']}",
+    info = machine(args.device)
+    print(f"{info['gpu'] or info['cpu']}, {info['cpu_count']} cores, torch {info['torch']}, load average {info['load_average']}",
           file=sys.stderr)
     rows = []
     for preset in args.presets:
@@ -113,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
             for mode in args.modes:
                 for threads in args.threads:
                     steps = args.steps or (20 if preset.startswith("logic") else 5)
-                    row = measure(preset, mixer, mode == "compiled", threads, steps, args.repeats, args.compile_mode)
+                    row = measure(preset, mixer, mode == "compiled", threads, steps, args.repeats, args.compile_mode,
+                                  args.device)
                     rows.append(row)
                     print(f"{preset} {mixer} {mode} threads={threads}: {row['steps_per_second']:.1f} steps/s "
                           f"(best {row['best_steps_per_second']:.1f}, warm-up {row['warmup_s']:.1f} s)",

@@ -1,14 +1,17 @@
 """The training hot path's fast versions against their plain references, outputs and gradients:
-`hyla_fused` and `attention_pointwise` vs `attention_naive`, oneDNN `Linear` vs nn.Linear, and
-the model's last block computing only the read-out positions vs every position."""
+`hyla_fused` and `attention_pointwise` vs `attention_naive`, oneDNN `Linear` vs nn.Linear (eager
+and compiled), compiled `gelu_tanh` vs F.gelu, and the model's last block computing only the
+read-out positions vs every position."""
 
 import itertools
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from hyla.model import ModelConfig, Transformer
+from hyla.nn.feedforward import gelu_tanh
 from hyla.nn.linear import Linear
 from hyla.ops import attention, attention_naive, attention_pointwise, hyla_fused
 
@@ -129,6 +132,35 @@ def test_onednn_linear_matches_nn_linear(shape, features, bias):
         ref.zero_grad()
         fast.zero_grad()
     assert isinstance(fast, nn.Linear) and fast.state_dict().keys() == ref.state_dict().keys()
+
+
+@pytest.mark.parametrize("features", [(128, 256), (256, 128), (5, 128), (128, 16)])  # both weight-grad orientations
+def test_compiled_onednn_linear_matches_nn_linear(features):
+    torch.manual_seed(0)
+    ref, fast = nn.Linear(*features), Linear(*features)
+    fast.load_state_dict(ref.state_dict())
+    x, grad = torch.randn(4, 33, features[0]), torch.randn(4, 33, features[1])
+    torch._dynamo.reset()
+    compiled = torch.compile(fast, fullgraph=True)
+    input_grads = []
+    for module in (ref, compiled):
+        inp = x.clone().requires_grad_()
+        module(inp).backward(grad)
+        input_grads.append(inp.grad)
+    torch.testing.assert_close(input_grads[1], input_grads[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(fast.weight.grad, ref.weight.grad, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(fast.bias.grad, ref.bias.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_compiled_gelu_tanh_equals_the_tanh_approximation():
+    x = torch.linspace(-12, 12, 2001, dtype=torch.float64, requires_grad=True)
+    torch._dynamo.reset()
+    out = torch.compile(gelu_tanh, fullgraph=True)(x)
+    ref = F.gelu(x, approximate="tanh")
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(torch.autograd.grad(out.sum(), x)[0], torch.autograd.grad(ref.sum(), x)[0],
+                               rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(gelu_tanh(x), ref, rtol=0, atol=0)  # eager: aten's kernel
 
 
 @pytest.mark.parametrize("mixer", ["softmax", "linear", "hyla"])

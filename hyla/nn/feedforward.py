@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -9,6 +11,18 @@ from torch import nn
 from hyla.nn.linear import Linear
 
 FEEDFORWARDS = ("gelu_mlp", "swiglu")
+
+
+def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    """GELU, tanh approximation: 0.5 x (1 + tanh(z)), z = sqrt(2/pi) (x + 0.044715 x^3).
+
+    Under torch.compile it is written as the identical x * sigmoid(2z): inductor's CPU code for
+    tanh is ~3x slower than for sigmoid (fwd+bwd of [2048, 256]: 0.88 vs 0.35 ms on 2 cores).
+    Eagerly it is aten's fused kernel.
+    """
+    if torch.compiler.is_compiling():
+        return x * torch.sigmoid(math.sqrt(8 / math.pi) * (x + 0.044715 * x * x * x))
+    return F.gelu(x, approximate="tanh")
 
 
 class GeluMLP(nn.Module):
@@ -19,7 +33,7 @@ class GeluMLP(nn.Module):
         self.up, self.down = Linear(dim, mlp_dim), Linear(mlp_dim, dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(F.gelu(self.up(x), approximate="tanh"))
+        return self.down(gelu_tanh(self.up(x)))
 
 
 class SwiGLU(nn.Module):

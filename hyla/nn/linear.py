@@ -58,7 +58,13 @@ class _OneDnnLinear(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             grad_x = _matmul(grad_y2, weight.t(), None).view(ctx.x_shape)  # [N, M] @ [M, K]
         if ctx.needs_input_grad[1]:
-            grad_weight = _matmul(grad_y2.t(), x2.t(), None)  # [M, N] @ [N, K]
+            # oneDNN takes the second operand transposed as it is, but copies a transposed first
+            # operand (slowly): transpose the narrower of the two explicitly, which under
+            # torch.compile becomes a fast generated kernel.
+            if x2.shape[1] < grad_y2.shape[1]:
+                grad_weight = _matmul(x2.t().contiguous(), grad_y2.t(), None).t()  # ([K, N] @ [N, M])^T
+            else:
+                grad_weight = _matmul(grad_y2.t().contiguous(), x2.t(), None)  # [M, N] @ [N, K]
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_bias = grad_y2.sum(0)
         return grad_x, grad_weight, grad_bias
