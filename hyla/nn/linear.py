@@ -26,19 +26,22 @@ def _onednn_matmul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     return torch.ops.mkldnn._linear_pointwise(_plain(x), _plain(weight), bias, "none", [], "")
 
 
-@torch.library.custom_op("hyla::onednn_matmul", mutates_args=())
-def _onednn_matmul_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """The same as an opaque operator, so that torch.compile calls it instead of lowering it."""
-    return _onednn_matmul(x, weight, bias)
+# The same as an opaque operator, so that torch.compile calls it instead of lowering it (inductor's
+# own lowering of mkldnn._linear_pointwise expects prepacked weights). Defined with the low-level
+# torch.library API rather than torch.library.custom_op: ~5 us less per call, ~40 calls per step.
+# It needs no autograd formula: _OneDnnLinear's backward calls it too.
+_LIBRARY = torch.library.Library("hyla", "DEF")
+_LIBRARY.define("onednn_matmul(Tensor x, Tensor weight, Tensor? bias) -> Tensor")
+_LIBRARY.impl("onednn_matmul", _onednn_matmul, "CPU")
 
 
-@_onednn_matmul_op.register_fake
+@torch.library.register_fake("hyla::onednn_matmul")
 def _(x, weight, bias):
     return x.new_empty(x.shape[0], weight.shape[0])
 
 
 def _matmul(x, weight, bias):
-    return (_onednn_matmul_op if torch.compiler.is_compiling() else _onednn_matmul)(x, weight, bias)
+    return (torch.ops.hyla.onednn_matmul.default if torch.compiler.is_compiling() else _onednn_matmul)(x, weight, bias)
 
 
 class _OneDnnLinear(torch.autograd.Function):
