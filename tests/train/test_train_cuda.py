@@ -1,7 +1,8 @@
-"""Training on a CUDA device: eager and compiled runs learn; a resumed run (deterministic mode)
+"""Training on a CUDA device: eager, compiled and CUDA-graph runs learn; a resumed run (deterministic mode)
 reaches exactly the weights of an uninterrupted one."""
 
 import json
+import warnings
 from dataclasses import replace
 
 import pytest
@@ -13,9 +14,11 @@ from hyla.train.loop import train
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
-@pytest.mark.parametrize("compile", [False, True], ids=["eager", "compiled"])
-def test_cuda_training_learns(tmp_path, compile):
-    run = train(tiny_config(tmp_path, steps=60, device="cuda", compile=compile, lr=3e-3))
+@pytest.mark.parametrize("compile, compile_mode", [(False, "default"), (True, "default"), (True, "reduce-overhead")],
+                         ids=["eager", "compiled", "cuda-graphs"])
+def test_cuda_training_learns(tmp_path, compile, compile_mode):
+    warnings.filterwarnings("error", message="torch.compile failed")  # no silent eager fallback
+    run = train(tiny_config(tmp_path, steps=60, device="cuda", compile=compile, compile_mode=compile_mode, lr=3e-3))
     summary = json.loads((run / "summary.json").read_text())
     losses = [r["loss"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
               if r["split"] == "train"]
