@@ -109,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     info = machine(args.device)
-    print(f"{info['gpu'] or info['cpu']}, {info['cpu_count']} cores, torch {info['torch']}, load average {info['load_average']}",
-          file=sys.stderr)
+    print(f"{info['gpu'] or info['cpu']}, {info['cpu_count']} cores, torch {info['torch']}, "
+          f"load average {info['load_average']}", file=sys.stderr)
     rows = []
     for preset in args.presets:
         for mixer in args.mixers:
