@@ -187,6 +187,8 @@ class TrainConfig:
     models on a busy machine often run faster on one thread); 0: torch's default"""
     tensorboard: bool = False
     """also log to TensorBoard (needs the tensorboard package)"""
+    wandb: str = ""
+    """also log to this Weights & Biases project ("": off; needs the wandb package; WANDB_MODE=offline works)"""
     progress: bool = True
     """show a progress bar"""
 

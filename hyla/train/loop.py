@@ -32,9 +32,10 @@ from hyla.train.distributed import DistContext
 from hyla.train.evaluate import evaluate
 from hyla.train.optim import make_optimizer
 from hyla.train.run_dir import MetricsLog, RunDir, environment, require_tensorboard, write_json
+from hyla.train.trackers import open_trackers
 
 # Settings that may change when a run is resumed: they do not affect the trained weights.
-RESUMABLE_CHANGES = ("resume", "train.stop_at", "train.progress", "train.tensorboard", "train.threads",
+RESUMABLE_CHANGES = ("resume", "train.stop_at", "train.progress", "train.tensorboard", "train.wandb", "train.threads",
                      "train.analysis_every", "train.analysis_samples",
                      "train.log_every", "train.eval_every", "train.eval_samples", "train.final_eval_samples",
                      "train.eval_batch_size", "train.checkpoint_every", "train.compile", "train.compile_mode",
@@ -265,7 +266,7 @@ def _train(cfg: ExperimentConfig, ctx: DistContext) -> Path:
         write_json(run.env_file, environment(ctx.device, ctx.world_size))
         if cfg.resume:
             run.truncate_metrics(start)
-        log = MetricsLog(run, t.tensorboard)
+        log = MetricsLog(run, t.tensorboard, open_trackers(cfg, run.path))
         tqdm.write(f"run {run.path}: {cfg.task} with {cfg.model.mixer}, {model.num_parameters():,} parameters, "
                    f"{'resuming at step ' + str(start) if start else 'from scratch'} "
                    f"({ctx.world_size} rank{'s' if ctx.world_size > 1 else ''} on {ctx.device})")

@@ -67,10 +67,12 @@ class RunDir:
 
 
 class MetricsLog:
-    """Appends records to metrics.jsonl (flushed per record) and optionally to TensorBoard."""
+    """Appends records to metrics.jsonl (flushed per record) and optionally to TensorBoard and to
+    `trackers` (hyla.train.trackers: Weights & Biases), which it closes with itself."""
 
-    def __init__(self, run: RunDir, tensorboard: bool = False):
+    def __init__(self, run: RunDir, tensorboard: bool = False, trackers: list | tuple = ()):
         run.path.mkdir(parents=True, exist_ok=True)
+        self.trackers = list(trackers)
         self.file = open(run.metrics_file, "a", encoding="utf-8")
         self.tensorboard = None
         if tensorboard:
@@ -86,11 +88,15 @@ class MetricsLog:
             for key, value in metrics.items():
                 if isinstance(value, (int, float)):
                     self.tensorboard.add_scalar(f"{split}/{key}", value, step)
+        for tracker in self.trackers:
+            tracker.log(step, split, metrics)
 
     def close(self) -> None:
         self.file.close()
         if self.tensorboard is not None:
             self.tensorboard.close()
+        for tracker in self.trackers:
+            tracker.close()
 
 
 def require_tensorboard() -> None:
