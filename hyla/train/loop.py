@@ -324,7 +324,7 @@ def _train(cfg: ExperimentConfig, ctx: DistContext) -> Path:
                 tick = time.perf_counter()
                 with stop.deferred():
                     loss, pred, batch = trainer.step(step)
-                done = step + 1
+                    done = step + 1  # inside: a deferred stop raises on leaving, and must checkpoint this step
                 window_loss += loss
                 window_steps += 1
                 recent_losses.append(loss)
