@@ -90,9 +90,9 @@ def test_model_public_fallback_equals_default(monkeypatch):
 
 
 @needs_onednn
-def test_compiled_operator_survives_reload_and_a_foreign_hyla_namespace():
+def test_compiled_operator_survives_reload_reimport_and_a_foreign_hyla_namespace():
     out = _run_python("""
-        import importlib, torch
+        import importlib, sys, torch
         other = torch.library.Library("hyla", "FRAGMENT")  # another library's op in the same namespace
         other.define("twice(Tensor x) -> Tensor")
         other.impl("twice", lambda x: 2 * x, "CPU")
@@ -102,6 +102,9 @@ def test_compiled_operator_survives_reload_and_a_foreign_hyla_namespace():
             layer = linear.Linear(3, 4)
             assert torch.allclose(torch.ops.hyla.onednn_matmul(x, w, None), x @ w.t(), atol=1e-6)
             linear = importlib.reload(linear)
+        for name in [m for m in sys.modules if m.startswith("hyla")]:
+            del sys.modules[name]  # a second, independent import
+        import hyla.nn.linear as linear
         layer = linear.Linear(3, 4)
         assert torch.allclose(torch.ops.hyla.onednn_matmul(x, w, None), x @ w.t(), atol=1e-6)
         print(torch.ops.hyla.twice(torch.ones(1)).item())

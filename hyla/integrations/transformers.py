@@ -106,7 +106,7 @@ def register() -> list[str]:
         from transformers import AttentionInterface
         from transformers.masking_utils import AttentionMaskInterface
     except ImportError as e:
-        raise ImportError("hyla.integrations.transformers needs transformers >= 4.53: "
+        raise ImportError("hyla.integrations.transformers needs transformers >= 4.53 (its attention and mask registries): "
                           "pip install 'hyla[transformers]'") from e
     for name, mixer in IMPLEMENTATIONS.items():
         AttentionInterface.register(name, functools.partial(hyla_attention_forward, mixer=mixer))

@@ -33,18 +33,14 @@ def _onednn_matmul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
 # own lowering of mkldnn._linear_pointwise expects prepacked weights). Defined with the low-level
 # torch.library API rather than torch.library.custom_op: ~5 us less per call, ~40 calls per step.
 # It needs no autograd formula: _OneDnnLinear's backward calls it too. Registered when the first
-# oneDNN Linear is built, once per process; the list keeps the registration alive.
-_REGISTRATIONS: list[torch.library.Library] = []
-
-
+# oneDNN Linear is built, once per process: torch.library's functions keep it alive for good, so a
+# reloaded or re-imported hyla finds it defined (and other code may define hyla:: operators too).
 def _register_compiled_operator() -> None:
-    if hasattr(torch.ops.hyla, "onednn_matmul"):  # by an earlier Linear, or a previous import of this module
+    if hasattr(torch.ops.hyla, "onednn_matmul"):
         return
-    library = torch.library.Library("hyla", "FRAGMENT")  # FRAGMENT: other code may define hyla:: ops too
-    library.define("onednn_matmul(Tensor x, Tensor weight, Tensor? bias) -> Tensor")
-    library.impl("onednn_matmul", _onednn_matmul, "CPU")
-    torch.library.register_fake("hyla::onednn_matmul", _onednn_matmul_shape, lib=library)
-    _REGISTRATIONS.append(library)
+    torch.library.define("hyla::onednn_matmul", "(Tensor x, Tensor weight, Tensor? bias) -> Tensor")
+    torch.library.impl("hyla::onednn_matmul", "CPU", _onednn_matmul)
+    torch.library.register_fake("hyla::onednn_matmul", _onednn_matmul_shape)
 
 
 def _onednn_matmul_shape(x, weight, bias):
@@ -67,7 +63,9 @@ class _OneDnnLinear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_y):
         x2, weight = ctx.saved_tensors
-        grad_y2 = _plain(grad_y.reshape(-1, grad_y.shape[-1]))  # [N, M]
+        # (no _plain here: every matmul below makes its operands plain itself, and PyTorch 2.6's
+        # compiler cannot trace is_contiguous in a backward)
+        grad_y2 = grad_y.reshape(-1, grad_y.shape[-1])  # [N, M]
         grad_x = grad_weight = grad_bias = None
         if ctx.needs_input_grad[0]:
             grad_x = _matmul(grad_y2, weight.t(), None).view(ctx.x_shape)  # [N, M] @ [M, K]
