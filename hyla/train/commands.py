@@ -65,7 +65,10 @@ def parse_train_args(argv: list[str]) -> tuple[ExperimentConfig, bool]:
     if preset_name and config_file:
         raise ConfigError("give --preset or --config, not both")
     if config_file:
-        base = config_from_dict(json.loads(Path(config_file).read_text()))
+        try:
+            base = config_from_dict(json.loads(Path(config_file).read_text()))
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"--config {config_file}: {e}") from None
     else:
         base = get_preset(preset_name) if preset_name else ExperimentConfig()
     description = TRAIN_HELP.format(presets=", ".join(PRESETS))
@@ -75,26 +78,20 @@ def parse_train_args(argv: list[str]) -> tuple[ExperimentConfig, bool]:
 def _run_training(cfg: ExperimentConfig) -> int:
     from hyla.train import NonFiniteLossError, train
 
+    hook = None
+    if cfg.train.analysis_every:
+        from hyla.analysis import analysis_hook as hook
     try:
-        path = train(cfg)
+        path = train(cfg, hook)
     except NonFiniteLossError as e:
         print(f"hyla: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        return 130
-    except (ConfigError, FileExistsError) as e:
-        print(f"hyla: error: {e}", file=sys.stderr)
-        return 2
     print(path)
     return 0
 
 
 def train_main(argv: list[str]) -> int:
-    try:
-        cfg, print_config = parse_train_args(argv)
-    except ConfigError as e:
-        print(f"hyla train: error: {e}", file=sys.stderr)
-        return 2
+    cfg, print_config = parse_train_args(argv)
     if print_config:
         from hyla.configs import build_task, resolve_model
 
@@ -104,25 +101,25 @@ def train_main(argv: list[str]) -> int:
     return _run_training(cfg)
 
 
+RESUME_USAGE = """usage: hyla resume RUN [--train.stop_at N] [--train.no-progress] [...]
+Continue a run from its latest checkpoint (the previous one if the latest is damaged), exactly:
+the run ends as if it had never stopped. Overrides that would change the trained weights (model,
+data, optimization, train.steps) are refused. Evaluation, logging and checkpoint settings may
+change; threads, device and compile settings too, with a warning (the result is then no longer
+bit-identical). A completed run is left as it is."""
+
+
 def resume_main(argv: list[str]) -> int:
     """hyla resume RUN [--section.field VALUE ...]: continue RUN from its latest checkpoint."""
     from hyla.train.run_dir import RunDir
 
     if not argv or argv[0].startswith("-"):
-        print("usage: hyla resume RUN [--train.stop_at N] [--train.threads N] [--train.no-progress] [...]\n"
-              "Continue a run from its latest checkpoint. Overrides that would change the trained weights\n"
-              "(model, data, optimization, train.steps) are refused; evaluation, logging, threads and\n"
-              "compilation settings may change.",
-              file=sys.stderr)
+        print(RESUME_USAGE, file=sys.stderr)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     run = RunDir(argv[0])
-    try:
-        saved = run.read_config()
-        base = replace(saved, out_dir=str(run.path.parent), name=run.path.name, resume=True)
-        cfg = parse_overrides(base, argv[1:], f"hyla resume {run.path}", "Continue a run; overrides apply on top of its config.")
-    except (ConfigError, FileNotFoundError) as e:
-        print(f"hyla resume: error: {e}", file=sys.stderr)
-        return 2
+    saved = run.read_config()
+    base = replace(saved, out_dir=str(run.path.parent), name=run.path.name, resume=True)
+    cfg = parse_overrides(base, argv[1:], f"hyla resume {run.path}", "Continue a run; overrides apply on top of its config.")
     return _run_training(replace(cfg, resume=True))
 
 
@@ -135,41 +132,54 @@ def eval_main(argv: list[str]) -> int:
     parser.add_argument("--batch-size", type=int, default=None, help="default: train.eval_batch_size")
     parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
     args = parser.parse_args(argv)
+    for name in ("samples", "batch_size"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise ConfigError(f"--{name.replace('_', '-')}={value} must be >= 1")
 
     import torch
 
-    from hyla.train import evaluate, load_run
-    from hyla.train.checkpoint import load
-    from hyla.train.run_dir import RunDir, write_json
+    from hyla.train import evaluate, load_run_at_step
+    from hyla.train.run_dir import write_json
 
-    run = RunDir(args.run)
-    try:
-        cfg, model, task = load_run(run.path)
-    except FileNotFoundError as e:
-        print(f"hyla eval: error: {e}", file=sys.stderr)
-        return 2
+    cfg, model, task, step = load_run_at_step(args.run)
     splits = args.split or list(task.eval_splits)
     for split in splits:
         try:
-            task.check_split(split) if hasattr(task, "check_split") else None
+            task.check_split(split)
         except ValueError as e:
-            print(f"hyla eval: error: {e}", file=sys.stderr)
-            return 2
+            raise ConfigError(str(e)) from None
     samples = args.samples or cfg.train.final_eval_samples
     batch_size = args.batch_size or cfg.train.eval_batch_size
     model = model.to(torch.device(args.device))
-    step = load(run.checkpoint_file)["step"]
     results = {}
     for split in splits:
         start = time.perf_counter()
         results[split] = evaluate(model, task, split, samples, batch_size, progress=True)
         print(f"  {split}: {time.perf_counter() - start:.1f}s", file=sys.stderr)
     print(format_table(results, task.metric_name))
-    out = run.path / f"eval-step{step}.json"
+    out = Path(args.run) / f"eval-step{step}.json"
     previous = json.loads(out.read_text()) if out.exists() else {}
     merged = {**previous.get("splits", {}), **results}
-    write_json(out, {"run": str(run.path), "step": step, "samples": samples, "splits": merged})
+    write_json(out, {"run": str(args.run), "step": step, "samples": samples, "splits": merged})
     print(f"wrote {out}")
+    return 0
+
+
+def export_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="hyla export", description="Write a run's trained weights as safetensors plus the model config (JSON): "
+        "files that load without running code. Load with hyla.Transformer.from_pretrained(OUT).")
+    parser.add_argument("run", help="run folder")
+    parser.add_argument("--out", default=None, help="output folder (default: RUN/export)")
+    args = parser.parse_args(argv)
+
+    from hyla.train import load_run_at_step
+
+    _, model, _, step = load_run_at_step(args.run)
+    out = Path(args.out) if args.out else Path(args.run) / "export"
+    model.save_pretrained(out)
+    print(f"wrote {out} (weights of step {step})")
     return 0
 
 
