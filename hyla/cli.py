@@ -47,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
         code = command(rest)
     except KeyboardInterrupt:
         return 130
+    except SystemExit as e:  # argparse and tyro: --help, or a usage message ending in one error line
+        return e.code if isinstance(e.code, int) else 2
     except user_errors() as e:
         message = " ".join(str(e).split())  # one line
         print(f"hyla {name}: error: {message}", file=sys.stderr)

@@ -182,9 +182,9 @@ class TrainConfig:
     """torch.use_deterministic_algorithms(True)"""
     device: str = "auto"
     """auto | cpu | cuda | cuda:N (auto: cuda if available)"""
-    threads: int = -1
-    """torch.set_num_threads; -1: time a few steps with 1, 2, .. torch's default and keep the fastest (small
-    models on a busy machine often run faster on one thread); 0: torch's default"""
+    threads: int = 0
+    """torch.set_num_threads; 0: the cores this process may use, divided among the ranks on this machine
+    (a function of the machine, never of timing: the same command gives the same weights)"""
     tensorboard: bool = False
     """also log to TensorBoard (needs the tensorboard package)"""
     progress: bool = True
@@ -217,6 +217,14 @@ class ExperimentConfig:
     def task_config(self) -> TaskConfig:
         return getattr(self, self.task)
 
+
+# Settings that may change when a run is resumed: they do not change what the run computes (threads,
+# device and compile settings may change its floating-point rounding: resume warns).
+RESUMABLE_CHANGES = ("resume", "train.stop_at", "train.progress", "train.tensorboard", "train.threads",
+                     "train.analysis_every", "train.analysis_samples",
+                     "train.log_every", "train.eval_every", "train.eval_samples", "train.final_eval_samples",
+                     "train.eval_batch_size", "train.checkpoint_every", "train.compile", "train.compile_mode",
+                     "train.device")
 
 # Model fields that are properties of the task, filled in by `resolve_model`.
 TASK_DERIVED_MODEL_FIELDS = ("input_dim", "seq_len", "output_dim", "num_outputs", "vocab_size", "causal")
@@ -252,6 +260,19 @@ def resolve_model(model: ModelConfig, task) -> ModelConfig:
 def _check(ok: bool, name: str, value, requirement: str) -> None:
     if not ok:
         raise ConfigError(f"{name}={value!r} {requirement}")
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
+    return value
 
 
 def _check_choice(name: str, value, choices) -> None:
@@ -294,7 +315,7 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     for name in ("warmup_steps", "eval_every", "eval_samples", "final_eval_samples", "stop_at",
                  "analysis_every", "analysis_samples"):
         _check(getattr(t, name) >= 0, f"train.{name}", getattr(t, name), "must be >= 0")
-    _check(t.threads >= -1, "train.threads", t.threads, "must be >= -1 (-1: auto, 0: torch default)")
+    _check(t.threads >= 0, "train.threads", t.threads, "must be >= 0 (0: one per core this process may use)")
     _check(t.lr > 0, "train.lr", t.lr, "must be > 0")
     _check(t.weight_decay >= 0, "train.weight_decay", t.weight_decay, "must be >= 0")
     _check(0.0 <= t.final_lr_fraction <= 1.0, "train.final_lr_fraction", t.final_lr_fraction, "must lie in [0, 1]")

@@ -69,7 +69,7 @@ def main(argv: list[str]) -> int:
     if args.final_eval_samples is not None:
         train_cfg = replace(train_cfg, final_eval_samples=args.final_eval_samples)
     parallel = args.parallel or len(args.mixers)
-    threads = args.threads if args.threads is not None else (1 if parallel > 1 else -1)
+    threads = args.threads if args.threads is not None else (1 if parallel > 1 else 0)
     train_cfg = replace(train_cfg, threads=threads, compile=args.compile, progress=False)
     configs = {mixer: replace(base, seed=args.seed, out_dir=str(out), name=mixer, train=train_cfg,
                               model=replace(base.model, mixer=mixer)) for mixer in args.mixers}

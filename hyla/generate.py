@@ -114,23 +114,20 @@ def sample_main(argv: list[str]) -> int:
     import argparse
     import sys
 
+    from hyla.configs import positive_int
     from hyla.train import load_run
 
     parser = argparse.ArgumentParser(prog="hyla sample", description="Continue a prompt with a trained language "
                                      "model (a run of the `text` task), decoding with a key/value cache.")
     parser.add_argument("run", help="the run folder")
     parser.add_argument("--prompt", default="", help="text to continue (empty: start a new document)")
-    parser.add_argument("--tokens", type=int, default=100, help="tokens to generate (default 100)")
+    parser.add_argument("--tokens", type=positive_int, default=100, help="tokens to generate (default 100)")
     parser.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")
     parser.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default cpu)")
     args = parser.parse_args(argv)
-    cfg, model, task = load_run(args.run)
-    if cfg.task != "text":
-        print(f"hyla sample: {args.run} is a {cfg.task!r} run; sampling needs a language model (task text)",
-              file=sys.stderr)
-        return 2
+    cfg, model, task = load_run(args.run, task="text")
     try:
         text, stats = sample_text(model.to(args.device), task, args.prompt, args.tokens, temperature=args.temperature,
                                   top_k=args.top_k, seed=args.seed)

@@ -1,8 +1,10 @@
 """`hyla results DIR`: aggregate run folders into tables (mean ± standard error over seeds),
 CSV/JSON exports and plots.
 
-Runs are grouped by every config field that varies among them except the seed (and bookkeeping
-fields: name, out_dir, resume). Writes `results.md`, `results.csv`, `results.json`,
+Runs are grouped by every config field that varies among them and changes what a run computes
+(model, task, optimization, steps, ...): seeds are aggregated, and bookkeeping fields (name,
+folders, progress bars, threads, logging, evaluation schedule, stop_at, ...) never split a group.
+A group of one seed shows no error bar. Writes `results.md`, `results.csv`, `results.json`,
 `results_<metric>.png` (final metric per split) and `curves_<metric>.png` (evaluation curves).
 """
 
@@ -16,7 +18,12 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-IGNORED_FIELDS = ("seed", "name", "out_dir", "resume")
+def bookkeeping_fields() -> frozenset[str]:
+    """Config fields that do not change what a run computes (final_eval_samples does: it is kept)."""
+    from hyla.configs import RESUMABLE_CHANGES
+
+    return frozenset({"seed", "name", "out_dir", "resume", "preset", "train.deterministic"}
+                     | set(RESUMABLE_CHANGES)) - {"train.final_eval_samples"}
 
 
 def _leaves(d: dict, prefix: str = "") -> dict:
@@ -31,32 +38,32 @@ def _leaves(d: dict, prefix: str = "") -> dict:
 
 def find_runs(root: str | Path) -> list[dict]:
     """Every run folder below root with a config and a summary: {path, config (flat), summary, metrics}."""
+    from hyla.train.run_dir import RunDir
+
     runs = []
     for summary_file in sorted(Path(root).rglob("summary.json")):
-        run = summary_file.parent
-        if not (run / "config.json").exists():
+        run = RunDir(summary_file.parent)
+        if not run.config_file.exists():
             continue
-        metrics_file = run / "metrics.jsonl"
-        metrics = [json.loads(l) for l in metrics_file.read_text().splitlines() if l.strip()] if metrics_file.exists() else []
-        runs.append({"path": run, "config": _leaves(json.loads((run / "config.json").read_text())),
-                     "summary": json.loads(summary_file.read_text()), "metrics": metrics})
+        runs.append({"path": run.path, "config": _leaves(json.loads(run.config_file.read_text())),
+                     "summary": run.read_summary(), "metrics": run.read_metrics()})
     return runs
 
 
-def mean_se(values: list[float]) -> tuple[float, float]:
-    """Mean and standard error (sample std / sqrt(n); 0 for a single value)."""
+def mean_se(values: list[float]) -> tuple[float, float | None]:
+    """Mean and standard error (sample std / sqrt(n); None for a single value)."""
     n = len(values)
     mean = sum(values) / n
     if n < 2:
-        return mean, 0.0
+        return mean, None
     var = sum((v - mean) ** 2 for v in values) / (n - 1)
     return mean, math.sqrt(var / n)
 
 
 def varying_fields(runs: list[dict]) -> list[str]:
     keys = sorted(set().union(*(r["config"] for r in runs)))
-    return [k for k in keys if k.split(".")[-1] not in IGNORED_FIELDS
-            and len({json.dumps(r["config"].get(k)) for r in runs}) > 1]
+    bookkeeping = bookkeeping_fields()
+    return [k for k in keys if k not in bookkeeping and len({json.dumps(r["config"].get(k)) for r in runs}) > 1]
 
 
 def aggregate(runs: list[dict]) -> tuple[list[str], list[dict]]:
@@ -97,12 +104,20 @@ def markdown_table(fields: list[str], rows: list[dict], metric: str) -> str:
         cells = [str(row["group"].get(f)) for f in fields] + [str(row["n"])]
         for split in splits:
             m = row["values"].get(f"{split}/{metric}")
-            cells.append(f"{100 * m[0]:.2f} ± {100 * m[1]:.2f}" if m else "–")
+            cells.append(_mean_se_text(m, scale=100, digits=".2f"))
         loss, speed = row["values"].get("train_loss"), row["values"].get("steps_per_second")
-        cells.append(f"{loss[0]:.4g} ± {loss[1]:.2g}" if loss else "–")
+        cells.append(_mean_se_text(loss, digits=".4g", se_digits=".2g"))
         cells.append(f"{speed[0]:.1f}" if speed else "–")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _mean_se_text(value: tuple | None, scale: float = 1.0, digits: str = ".2f", se_digits: str | None = None) -> str:
+    if value is None:
+        return "–"
+    mean, se = value
+    text = f"{scale * mean:{digits}}"
+    return text if se is None else f"{text} ± {scale * se:{se_digits or digits}}"
 
 
 def write_csv(path: Path, fields: list[str], rows: list[dict]) -> None:
@@ -128,7 +143,7 @@ def plot_final(path: Path, rows: list[dict], metric: str) -> None:
     width = 0.8 / max(1, len(splits))
     for i, split in enumerate(splits):
         means = [row["values"].get(f"{split}/{metric}", (math.nan, 0))[0] for row in rows]
-        errors = [row["values"].get(f"{split}/{metric}", (0, 0))[1] for row in rows]
+        errors = [row["values"].get(f"{split}/{metric}", (0, 0))[1] or 0 for row in rows]
         ax.bar([j + i * width for j in range(len(rows))], means, width, yerr=errors, label=split, capsize=3)
     ax.set_xticks([j + width * (len(splits) - 1) / 2 for j in range(len(rows))])
     ax.set_xticklabels([_label(row["group"]) for row in rows], rotation=30, ha="right", fontsize=8)
@@ -172,9 +187,11 @@ def plot_curves(path: Path, runs: list[dict], fields: list[str], metric: str) ->
 
 def summarize(root: str | Path, out: str | Path | None = None) -> str:
     """Aggregate the runs below root; write the tables and plots into `out` (default root)."""
+    from hyla.train.run_dir import RunError
+
     runs = find_runs(root)
     if not runs:
-        raise FileNotFoundError(f"no run folders (with config.json and summary.json) below {root}")
+        raise RunError(f"no run folders (with config.json and summary.json) below {root}")
     out = Path(out or root)
     out.mkdir(parents=True, exist_ok=True)
     fields, rows = aggregate(runs)
@@ -197,9 +214,5 @@ def main(argv: list[str]) -> int:
     parser.add_argument("dir", help="folder containing run folders (searched recursively)")
     parser.add_argument("--out", default=None, help="where to write tables and plots (default: DIR)")
     args = parser.parse_args(argv)
-    try:
-        print(summarize(args.dir, args.out))
-    except FileNotFoundError as e:
-        print(f"hyla results: error: {e}", file=sys.stderr)
-        return 2
+    print(summarize(args.dir, args.out))
     return 0

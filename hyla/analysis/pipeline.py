@@ -344,7 +344,7 @@ def analyze_run(run_dir: str | Path, splits=None, num_samples: int = 4096, devic
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    cfg, model, task = load_run(run_dir)
+    cfg, model, task = load_run(run_dir, task=("fuzzy_logic", "sraven"))
     metadata = {"path": str(Path(run_dir).resolve()), "task": cfg.task, "mixer": cfg.model.mixer, "seed": cfg.seed}
     summary = Path(run_dir) / "summary.json"
     if summary.exists():
@@ -355,12 +355,14 @@ def analyze_run(run_dir: str | Path, splits=None, num_samples: int = 4096, devic
 
 def main(argv: list[str] | None = None) -> int:
     """`hyla analyze RUN [--split S ...] [--samples N] ...`"""
+    from hyla.configs import positive_int
+
     parser = argparse.ArgumentParser(prog="hyla analyze", description="Latent-code analysis of a trained run.")
     parser.add_argument("run", help="run directory (written by `hyla train`)")
     parser.add_argument("--split", action="append", dest="splits", metavar="SPLIT",
                         help="split to analyze (repeatable; default: the task's analysis splits)")
-    parser.add_argument("--samples", type=int, default=4096, help="sequences per split (default 4096)")
-    parser.add_argument("--batch-size", type=int, default=512)
+    parser.add_argument("--samples", type=positive_int, default=4096, help="sequences per split (default 4096)")
+    parser.add_argument("--batch-size", type=positive_int, default=512)
     parser.add_argument("--permutations", type=int, default=1000, help="permutation-test size (default 1000)")
     parser.add_argument("--plot-samples", type=int, default=1500, help="points per embedding plot")
     parser.add_argument("--no-tsne", action="store_true", help="PCA only (t-SNE is the slow part)")

@@ -16,21 +16,22 @@ from hyla.train.checkpoint import CheckpointError
 from hyla.train.run_dir import RunDir, RunError
 
 
-def load_run(run_dir: str | Path, task: str | None = None):
+def load_run(run_dir: str | Path, task: str | tuple[str, ...] | None = None):
     """(config, model, task) of a run folder: see `load_run_at_step`."""
     return load_run_at_step(run_dir, task)[:3]
 
 
-def load_run_at_step(run_dir: str | Path, task: str | None = None):
+def load_run_at_step(run_dir: str | Path, task: str | tuple[str, ...] | None = None):
     """(config, model, task, step) of a run folder: the model on the CPU, in eval mode, with the
     weights of its latest readable checkpoint (a note on stderr when it falls back to the previous
-    one). `task`: the task the caller needs; RunError for a run of another task."""
+    one). `task`: the task(s) the caller can use; RunError for a run of another task."""
     from hyla.configs import build_task
 
     run = RunDir(run_dir)
     cfg = run.read_config()
-    if task is not None and cfg.task != task:
-        raise RunError(f"{run.path} is a {cfg.task} run; this command needs a {task} run")
+    tasks = (task,) if isinstance(task, str) else task
+    if tasks is not None and cfg.task not in tasks:
+        raise RunError(f"{run.path} is a {cfg.task} run; this command needs a {' or '.join(tasks)} run")
     state, _, note = run.load_checkpoint()
     if note:
         print(f"warning: {note}", file=sys.stderr)

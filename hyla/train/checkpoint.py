@@ -53,8 +53,8 @@ def load(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]
         raise CheckpointError(f"{path} does not exist") from None
     except pickle.UnpicklingError as e:
         raise CheckpointError(
-            f"{path} needs unsafe unpickling ({_first_line(e)}); hyla refuses to run code from a checkpoint. "
-            "Checkpoints of hyla 0.1 are refused too: re-train, or resume that run with hyla 0.1") from None
+            f"{path} needs unsafe unpickling ({_unsafe_global(e)}); hyla never runs code from a checkpoint "
+            "(checkpoints of hyla 0.1 are refused for this reason: re-train, or resume that run with hyla 0.1)") from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError) as e:
         raise CheckpointError(f"{path} is damaged or not a checkpoint ({_first_line(e)})") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
@@ -109,6 +109,14 @@ def _check_plain(value, where: str = "state") -> None:
             _check_plain(item, f"{where}[{index}]")
     elif type(value) not in PLAIN_TYPES and not isinstance(value, torch.Tensor):
         raise TypeError(f"{where} is a {type(value).__name__}: checkpoints hold tensors and plain data only")
+
+
+def _unsafe_global(error: pickle.UnpicklingError) -> str:
+    """The object torch refused to unpickle, from its long message."""
+    for line in str(error).splitlines():
+        if "Unsupported global" in line or "Unsupported operand" in line:
+            return line.split("error:")[-1].strip().split(" was not an allowed")[0]
+    return "an object that is not a tensor or plain data"
 
 
 def _first_line(error: BaseException) -> str:

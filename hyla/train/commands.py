@@ -12,7 +12,7 @@ from pathlib import Path
 from hyla.configs import (
     PRESETS, TASK_DERIVED_MODEL_FIELDS, ConfigError, ExperimentConfig, config_from_dict, config_to_dict,
     describe_mixers,
-    get_preset, task_names, validate,
+    get_preset, positive_int, task_names, validate,
 )
 
 TRAIN_HELP = """Train a model. Start from a preset (--preset NAME) or a config file (--config
@@ -47,14 +47,32 @@ def _pop_flag(argv: list[str], name: str) -> tuple[bool, list[str]]:
 def parse_overrides(base: ExperimentConfig, argv: list[str], prog: str, description: str) -> ExperimentConfig:
     """Apply `--section.field VALUE` overrides to `base` (tyro); unknown keys and bad types exit
     with a message; values are validated (ConfigError)."""
-    import tyro
-
-    cfg = tyro.cli(ExperimentConfig, default=base, args=argv, prog=prog, description=description)
+    cfg = _tyro_cli(base, argv, prog, description)
     for name in TASK_DERIVED_MODEL_FIELDS:
         if getattr(cfg.model, name) != getattr(base.model, name):
             raise ConfigError(f"model.{name} is set from the task; change the task's settings instead "
                               f"(e.g. --{cfg.task}.seq_len) ")
     return validate(cfg)
+
+
+def _tyro_cli(base: ExperimentConfig, argv: list[str], prog: str, description: str) -> ExperimentConfig:
+    """tyro's parse, with its boxed error message turned into a ConfigError of one line."""
+    import contextlib
+    import io
+
+    import tyro
+
+    messages = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(messages):
+            return tyro.cli(ExperimentConfig, default=base, args=argv, prog=prog, description=description)
+    except SystemExit as e:
+        if e.code:
+            lines = [line.strip(" │╭╮╰╯") for line in messages.getvalue().splitlines()]
+            lines = [line for line in lines if line.strip("─-") and not line.startswith("For full helptext")]
+            text = " ".join(lines[1:])  # the first line is the box's title
+            raise ConfigError(f"{text} (see {prog} --help)") from None
+        raise
 
 
 def parse_train_args(argv: list[str]) -> tuple[ExperimentConfig, bool]:
@@ -118,7 +136,9 @@ def resume_main(argv: list[str]) -> int:
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     run = RunDir(argv[0])
     saved = run.read_config()
-    base = replace(saved, out_dir=str(run.path.parent), name=run.path.name, resume=True)
+    # the stop_at of the session that stopped is spent: continue to the end unless given again
+    base = replace(saved, out_dir=str(run.path.parent), name=run.path.name, resume=True,
+                   train=replace(saved.train, stop_at=0))
     cfg = parse_overrides(base, argv[1:], f"hyla resume {run.path}", "Continue a run; overrides apply on top of its config.")
     return _run_training(replace(cfg, resume=True))
 
@@ -128,14 +148,11 @@ def eval_main(argv: list[str]) -> int:
                                      "table and writes eval-step<STEP>.json into the run folder.")
     parser.add_argument("run", help="run folder")
     parser.add_argument("--split", nargs="+", default=None, help="splits to evaluate (default: the task's eval splits)")
-    parser.add_argument("--samples", type=int, default=None, help="samples per split (default: train.final_eval_samples)")
-    parser.add_argument("--batch-size", type=int, default=None, help="default: train.eval_batch_size")
+    parser.add_argument("--samples", type=positive_int, default=None,
+                        help="samples per split (default: train.final_eval_samples)")
+    parser.add_argument("--batch-size", type=positive_int, default=None, help="default: train.eval_batch_size")
     parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
     args = parser.parse_args(argv)
-    for name in ("samples", "batch_size"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise ConfigError(f"--{name.replace('_', '-')}={value} must be >= 1")
 
     import torch
 

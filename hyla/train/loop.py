@@ -34,7 +34,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from hyla.configs import ConfigError, ExperimentConfig, build_task, config_diff, resolve_model, validate
+from hyla.configs import RESUMABLE_CHANGES, ConfigError, ExperimentConfig, build_task, config_diff, resolve_model, validate
 from hyla.model import Transformer
 from hyla.tasks.base import stable_seed
 from hyla.train import distributed
@@ -42,14 +42,6 @@ from hyla.train.distributed import DistContext
 from hyla.train.evaluate import evaluate
 from hyla.train.optim import make_optimizer
 from hyla.train.run_dir import MetricsLog, RunDir, environment, require_tensorboard, write_json
-
-# Settings that may change when a run is resumed: they do not change what is computed. Those in
-# NUMERICS_FIELDS may change its floating-point rounding (resume warns).
-RESUMABLE_CHANGES = ("resume", "train.stop_at", "train.progress", "train.tensorboard", "train.threads",
-                     "train.analysis_every", "train.analysis_samples",
-                     "train.log_every", "train.eval_every", "train.eval_samples", "train.final_eval_samples",
-                     "train.eval_batch_size", "train.checkpoint_every", "train.compile", "train.compile_mode",
-                     "train.device")
 
 AnalysisHook = Callable[[nn.Module, Any, int, Path, int], dict]
 
@@ -292,7 +284,7 @@ class TrainingLoop:
                     self.train_step(step)
                     bar.update(1)
                     done = p.step
-                    if done % t.log_every == 0 or done == end:
+                    if done % t.log_every == 0 or done == t.steps:
                         bar.set_postfix(self.log_training(), refresh=False)
                     if t.eval_every and done % t.eval_every == 0 and done < t.steps:
                         p.last_eval = {"step": done, **self.evaluate_all(t.eval_samples)}
