@@ -16,6 +16,10 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from matplotlib.figure import Figure
+
+from hyla.plots import plot_curves, save_figure
+
 IGNORED_FIELDS = ("seed", "name", "out_dir", "resume")
 
 
@@ -118,13 +122,9 @@ def write_csv(path: Path, fields: list[str], rows: list[dict]) -> None:
 
 
 def plot_final(path: Path, rows: list[dict], metric: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     splits = sorted({n.split("/")[0] for row in rows for n in row["values"] if n.endswith(f"/{metric}")})
-    fig, ax = plt.subplots(figsize=(max(4, 1.2 * len(rows) * max(1, len(splits)) / 2), 3.5))
+    fig = Figure(figsize=(max(4, 1.2 * len(rows) * max(1, len(splits)) / 2), 3.5))
+    ax = fig.subplots()
     width = 0.8 / max(1, len(splits))
     for i, split in enumerate(splits):
         means = [row["values"].get(f"{split}/{metric}", (math.nan, 0))[0] for row in rows]
@@ -135,39 +135,7 @@ def plot_final(path: Path, rows: list[dict], metric: str) -> None:
     ax.set_ylabel(f"{metric} (mean ± s.e.)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def plot_curves(path: Path, runs: list[dict], fields: list[str], metric: str) -> None:
-    """Evaluation metric against step, mean over the seeds of each group, one panel per split."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    curves = defaultdict(lambda: defaultdict(list))  # (group label, split) -> step -> values
-    for run in runs:
-        label = _label({f: run["config"].get(f) for f in fields})
-        for record in run["metrics"]:
-            if record.get("split") not in (None, "train") and metric in record:
-                curves[(label, record["split"])][record["step"]].append(record[metric])
-    splits = sorted({split for _, split in curves})
-    if not splits:
-        return
-    fig, axes = plt.subplots(1, len(splits), figsize=(4 * len(splits), 3.2), squeeze=False)
-    for ax, split in zip(axes[0], splits):
-        for (label, s), points in sorted(curves.items()):
-            if s == split:
-                steps = sorted(points)
-                ax.plot(steps, [sum(points[t]) / len(points[t]) for t in steps], label=label)
-        ax.set_title(split)
-        ax.set_xlabel("step")
-        ax.set_ylabel(metric)
-    axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def summarize(root: str | Path, out: str | Path | None = None) -> str:
@@ -183,7 +151,10 @@ def summarize(root: str | Path, out: str | Path | None = None) -> str:
     for metric in metrics:
         tables.append(f"### {metric}\n\n{markdown_table(fields, rows, metric)}")
         plot_final(out / f"results_{metric}.png", rows, metric)
-        plot_curves(out / f"curves_{metric}.png", runs, fields, metric)
+        runs_by_label = defaultdict(list)
+        for run in runs:
+            runs_by_label[_label({f: run["config"].get(f) for f in fields})].append(run["metrics"])
+        plot_curves(out / f"curves_{metric}.png", dict(sorted(runs_by_label.items())), metric)
     text = "\n\n".join(tables)
     (out / "results.md").write_text(f"# Results for {root}\n\n{text}\n")
     write_csv(out / "results.csv", fields, rows)

@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import platform
 import subprocess
@@ -21,6 +20,7 @@ from typing import Any
 import torch
 
 from hyla.configs import ExperimentConfig, config_from_dict, config_to_dict
+from hyla.jsonio import to_jsonable, write_json, write_text_atomic
 
 
 class RunDir:
@@ -79,7 +79,7 @@ class MetricsLog:
             self.tensorboard = SummaryWriter(str(run.path / "tensorboard"))
 
     def write(self, step: int, split: str, metrics: dict[str, float]) -> None:
-        record = {"step": step, "split": split, **{k: _jsonable(v) for k, v in metrics.items()}}
+        record = {"step": step, "split": split, **{k: to_jsonable(v) for k, v in metrics.items()}}
         self.file.write(json.dumps(record) + "\n")
         self.file.flush()
         if self.tensorboard is not None:
@@ -148,26 +148,3 @@ def git_commit() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return (commit + ("-dirty" if dirty else "")) or None
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, json.dumps(_jsonable(data), indent=2) + "\n")
-
-
-def _jsonable(value):
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, torch.Tensor):
-        return _jsonable(value.tolist())
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)  # JSON has no NaN / inf
-    return value
