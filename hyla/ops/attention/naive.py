@@ -1,5 +1,7 @@
-"""The plain reference: every normalization and value network as einsums. Materializes the
-[B, Tq, Tk, Dv] tensor of HYLA's first layer; short enough to check against the paper by eye."""
+"""The plain reference: every normalization and value network as einsums, short enough to check
+against the paper by eye (docs/math.md): multi-head attention as a hypernetwork (Eq. 4-5) for the
+linear value network, HYLA (Eq. 6-7) for the mlp one. Materializes the [B, Tq, Tk, Dv] tensor of
+HYLA's first layer; the other implementations in this folder are tested against it."""
 
 from __future__ import annotations
 
