@@ -12,19 +12,19 @@ The math (docs/math.md; the paper's Eq. 4-7). q [B, Tq, H, Dk], k [B, Tk, H, Dk]
 
 `naive.py` is exactly this, in einsums: the reference. Every other implementation below computes
 the same function and is tested against it on outputs AND gradients in float64
-(tests/test_ops_attention.py). `auto` takes the first row that applies:
+(tests/test_ops_attention.py). What `implementation="auto"` runs:
 
-| implementation | `auto` picks it when | why |
+| implementation | `auto` picks it when (first match) | why |
 |---|---|---|
-| `streamed` | mlp, and B·Tq·Tk·Dv > STREAM_THRESHOLD | memory: the [B, Tq, Tk, Dv] hidden tensor exists one key block at a time, forward and backward |
-| `pointwise` | under torch.compile, Dv <= POINTWISE_MAX_HEAD_DIM | speed: inductor fuses its broadcast products into loops; the paper's tiny heads (Dk = 2, 4) make batched matmuls slow |
-| `fused` | mlp, eager, CPU, a dropout mask shared by the heads | speed: a hand-written backward that passes over the [B, H, Tq, Tk] scores far fewer times than autograd |
-| `naive` | otherwise: eager linear value network, eager CUDA, per-head dropout masks, compiled with Dv > 16 | the reference; one einsum per layer, fast enough where nothing above applies |
+| `streamed`  | mlp, and B·Tq·Tk·Dv > STREAM_THRESHOLD | memory: [B, Tq, Tk, Dv] exists one key block at a time |
+| `pointwise` | under torch.compile, Dv <= POINTWISE_MAX_HEAD_DIM | inductor fuses it; tiny heads make matmuls slow |
+| `fused`     | mlp, eager, CPU, dropout mask shared by the heads | hand-written backward: fewer passes over memory |
+| `naive`     | otherwise (e.g. the linear value network eagerly, CUDA) | the reference; fast enough there |
 
 `return_scores` never changes the choice, so an analysis run (`return_latents=True`) computes the
 same outputs as training does. The returned latent codes are `normalize(scores(q, k, bias))`: the
-very tensor the output came from for `naive` and `pointwise`; for `fused` and `streamed`, which
-never materialize it, the same two functions are called beside them, giving identical values.
+very tensor the output came from for `naive` and `pointwise`; `fused` and `streamed` do not return
+it (they fold or stream it), so the same two functions compute it beside them: identical values.
 (Under torch.compile the choice also depends on the compile state: a compiled training run and
 an eager analysis of its checkpoint agree to float rounding, not bit for bit.)
 """
