@@ -20,7 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "list": ("hyla.train.commands:list_main", "list presets, tasks and attention mixers"),
     "demo": ("hyla.demo:main", "train softmax, linear and HYLA attention on a CPU preset and compare them"),
     "sample": ("hyla.generate:sample_main", "continue a prompt with a language-model run: hyla sample RUN --prompt TEXT [--tokens N --temperature T --top-k K]"),
-    "sweep": ("hyla.sweep:main", "train a grid of runs from a YAML file, skipping finished ones: hyla sweep SPEC [--parallel N]"),
+    "sweep": ("hyla.sweep:main", "train a grid of runs from a YAML file, skipping finished ones: hyla sweep FILE [--parallel N]"),
     "results": ("hyla.results:main", "aggregate run folders into mean ± s.e. tables, CSV and plots: hyla results DIR"),
     "analyze": ("hyla.analysis.pipeline:main", "latent-code analysis of a run (probes, embeddings, report): hyla analyze RUN [--split S] [--samples N] [--no-tsne]"),
 }

@@ -44,7 +44,7 @@ class TaskConfig:
 
 @dataclass
 class FuzzyLogicConfig(TaskConfig):
-    """In-context fuzzy logic regression (SPEC §4)."""
+    """In-context fuzzy logic regression (docs/tasks.md)."""
 
     num_variables: int = 4
     """L: variables per term"""
@@ -74,7 +74,7 @@ class FuzzyLogicConfig(TaskConfig):
 
 @dataclass
 class SRavenConfig(TaskConfig):
-    """Symbolic Raven progressive matrices (SPEC §5)."""
+    """Symbolic Raven progressive matrices (docs/tasks.md)."""
 
     num_features: int = 4
     """K: features per panel"""
@@ -106,7 +106,7 @@ class SRavenConfig(TaskConfig):
 
 @dataclass
 class TextConfig(TaskConfig):
-    """Language modeling on a text corpus (SPEC §6): byte-level BPE, packed windows, next-token NLL."""
+    """Language modeling on a text corpus (docs/tasks.md): byte-level BPE, packed windows, next-token NLL."""
 
     corpus: str = "builtin:python_docs"
     """a text file or folder, builtin:python_docs | builtin:pydoc_topics, or hf:NAME[:CONFIG]
@@ -144,7 +144,7 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 
 @dataclass
 class TrainConfig:
-    """Optimization, evaluation and logging (SPEC §7)."""
+    """Optimization, evaluation and logging (the paper presets: docs/paper_fidelity.md)."""
 
     steps: int = 50_000
     batch_size: int = 128

@@ -1,4 +1,4 @@
-"""The transformer used in every experiment (SPEC §3): pre-norm blocks of any attention mixer."""
+"""The transformer used in every experiment (docs/math.md, "The transformer around it"): pre-norm blocks of any attention mixer."""
 
 from __future__ import annotations
 

@@ -14,9 +14,15 @@ import argparse
 import csv
 import json
 import math
-import sys
 from collections import defaultdict
 from pathlib import Path
+
+from matplotlib.figure import Figure
+
+from hyla import tables
+from hyla.jsonio import write_json
+from hyla.plots import plot_curves, save_figure
+
 
 def bookkeeping_fields() -> frozenset[str]:
     """Config fields that do not change what a run computes (final_eval_samples does: it is kept)."""
@@ -81,8 +87,8 @@ def aggregate(runs: list[dict]) -> tuple[list[str], list[dict]]:
         for m in completed:
             s = m["summary"]
             for split, metrics in (s.get("final") or {}).items():
-                for name, value in metrics.items():
-                    values[f"{split}/{name}"].append(value)
+                for name, value in metrics.items():  # null: the metric was not finite
+                    values[f"{split}/{name}"].append(math.nan if value is None else value)
             for name in ("train_loss", "steps_per_second", "wall_time_s"):
                 if s.get(name) is not None:
                     values[name].append(s[name])
@@ -95,11 +101,11 @@ def _label(group: dict) -> str:
     return ", ".join(f"{k.split('.')[-1]}={v}" for k, v in group.items()) or "all"
 
 
-def markdown_table(fields: list[str], rows: list[dict], metric: str) -> str:
+def results_table(fields: list[str], rows: list[dict], metric: str) -> str:
     """Main metric per split (×100, as in the paper's tables), training loss and speed."""
     splits = sorted({name.split("/")[0] for row in rows for name in row["values"] if name.endswith(f"/{metric}")})
     header = [f.split(".")[-1] for f in fields] + ["n"] + [f"{s} {metric} ×100" for s in splits] + ["train loss", "steps/s"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines = []
     for row in rows:
         cells = [str(row["group"].get(f)) for f in fields] + [str(row["n"])]
         for split in splits:
@@ -108,8 +114,8 @@ def markdown_table(fields: list[str], rows: list[dict], metric: str) -> str:
         loss, speed = row["values"].get("train_loss"), row["values"].get("steps_per_second")
         cells.append(_mean_se_text(loss, digits=".4g", se_digits=".2g"))
         cells.append(f"{speed[0]:.1f}" if speed else "–")
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        lines.append(cells)
+    return tables.markdown_table(header, lines)
 
 
 def _mean_se_text(value: tuple | None, scale: float = 1.0, digits: str = ".2f", se_digits: str | None = None) -> str:
@@ -133,13 +139,9 @@ def write_csv(path: Path, fields: list[str], rows: list[dict]) -> None:
 
 
 def plot_final(path: Path, rows: list[dict], metric: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     splits = sorted({n.split("/")[0] for row in rows for n in row["values"] if n.endswith(f"/{metric}")})
-    fig, ax = plt.subplots(figsize=(max(4, 1.2 * len(rows) * max(1, len(splits)) / 2), 3.5))
+    fig = Figure(figsize=(max(4, 1.2 * len(rows) * max(1, len(splits)) / 2), 3.5))
+    ax = fig.subplots()
     width = 0.8 / max(1, len(splits))
     for i, split in enumerate(splits):
         means = [row["values"].get(f"{split}/{metric}", (math.nan, 0))[0] for row in rows]
@@ -150,39 +152,7 @@ def plot_final(path: Path, rows: list[dict], metric: str) -> None:
     ax.set_ylabel(f"{metric} (mean ± s.e.)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def plot_curves(path: Path, runs: list[dict], fields: list[str], metric: str) -> None:
-    """Evaluation metric against step, mean over the seeds of each group, one panel per split."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    curves = defaultdict(lambda: defaultdict(list))  # (group label, split) -> step -> values
-    for run in runs:
-        label = _label({f: run["config"].get(f) for f in fields})
-        for record in run["metrics"]:
-            if record.get("split") not in (None, "train") and metric in record:
-                curves[(label, record["split"])][record["step"]].append(record[metric])
-    splits = sorted({split for _, split in curves})
-    if not splits:
-        return
-    fig, axes = plt.subplots(1, len(splits), figsize=(4 * len(splits), 3.2), squeeze=False)
-    for ax, split in zip(axes[0], splits):
-        for (label, s), points in sorted(curves.items()):
-            if s == split:
-                steps = sorted(points)
-                ax.plot(steps, [sum(points[t]) / len(points[t]) for t in steps], label=label)
-        ax.set_title(split)
-        ax.set_xlabel("step")
-        ax.set_ylabel(metric)
-    axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def summarize(root: str | Path, out: str | Path | None = None) -> str:
@@ -198,14 +168,17 @@ def summarize(root: str | Path, out: str | Path | None = None) -> str:
     metrics = sorted({r["summary"].get("metric_name") for r in runs if r["summary"].get("metric_name")})
     tables = []
     for metric in metrics:
-        tables.append(f"### {metric}\n\n{markdown_table(fields, rows, metric)}")
+        tables.append(f"### {metric}\n\n{results_table(fields, rows, metric)}")
         plot_final(out / f"results_{metric}.png", rows, metric)
-        plot_curves(out / f"curves_{metric}.png", runs, fields, metric)
+        runs_by_label = defaultdict(list)
+        for run in runs:
+            runs_by_label[_label({f: run["config"].get(f) for f in fields})].append(run["metrics"])
+        plot_curves(out / f"curves_{metric}.png", dict(sorted(runs_by_label.items())), metric)
     text = "\n\n".join(tables)
     (out / "results.md").write_text(f"# Results for {root}\n\n{text}\n")
     write_csv(out / "results.csv", fields, rows)
-    (out / "results.json").write_text(json.dumps(
-        [{"group": r["group"], "n": r["n"], "seeds": r["seeds"], "values": r["values"]} for r in rows], indent=2))
+    write_json(out / "results.json",
+               [{"group": r["group"], "n": r["n"], "seeds": r["seeds"], "values": r["values"]} for r in rows])
     return text
 
 

@@ -1,4 +1,4 @@
-"""`hyla sweep SPEC`: a grid of runs (preset × grid × seeds), several at once, restartable.
+"""`hyla sweep FILE`: a grid of runs (preset × grid × seeds), several at once, restartable.
 
 A sweep file (YAML) looks like
 

@@ -2,7 +2,6 @@
 
 import json
 
-import pytest
 
 from hyla.cli import COMMANDS, main
 

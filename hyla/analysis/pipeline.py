@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +23,7 @@ from hyla.analysis.collect import FUZZY_LOGIC, SRAVEN, collect_latents, save_lat
 from hyla.analysis.probes import logistic_classification_probe, logistic_f1_per_label, random_stream, ridge_probe
 from hyla.analysis.report import write_report
 from hyla.analysis.topographic import topographic_similarity
+from hyla.jsonio import append_jsonl, write_json
 
 DEFAULT_SPLITS = {
     FUZZY_LOGIC: ("valid_fixed_query", "ood_fixed_query", "valid", "ood"),
@@ -279,7 +279,7 @@ def analyze(model, task, out_dir: str | Path, splits=None, num_samples: int = 40
     with threadpool_limits(limits=1):  # small sklearn problems: threads only oversubscribe the CPU
         results = _analyze_codes(data, kind, out_dir, tsne, plot_samples, num_permutations, seed, probe_feature)
     results["num_samples"], results["run"] = num_samples, metadata or {}
-    (out_dir / "analysis.json").write_text(json.dumps(_finite(results), indent=1))
+    write_json(out_dir / "analysis.json", results, indent=1)
     write_report(results, out_dir / "report.md")
     return results
 
@@ -330,8 +330,7 @@ def analysis_hook(model, task, step: int, out_dir: str | Path, num_samples: int 
                 metrics[f"{prefix}/term_f1_held_out_chance"] = probe["term_f1_held_out"]["mean_chance"]
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    with open(out_dir / "analysis_hook.jsonl", "a") as log:
-        log.write(json.dumps(_finite({"step": int(step), **metrics})) + "\n")
+    append_jsonl(out_dir / "analysis_hook.jsonl", {"step": int(step), **metrics})
     return metrics
 
 
@@ -377,15 +376,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wrote {Path(args.run) / 'analysis' / 'report.md'} ({len(results['figures'])} figures)")
     return 0
 
-
-def _finite(value):
-    """JSON-safe copy: NaN / inf -> None, numpy scalars -> Python numbers."""
-    if isinstance(value, dict):
-        return {str(k): _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        return float(value) if math.isfinite(value) else None
-    return value

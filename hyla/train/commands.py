@@ -202,11 +202,11 @@ def export_main(argv: list[str]) -> int:
 
 def format_table(results: dict[str, dict[str, float]], metric_name: str) -> str:
     """Markdown table, one row per split, the headline metric first."""
+    from hyla.tables import markdown_table
+
     names = [metric_name] + sorted({k for m in results.values() for k in m} - {metric_name})
-    lines = ["| split | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
-    for split, metrics in results.items():
-        lines.append(f"| {split} | " + " | ".join(_fmt(metrics.get(n)) for n in names) + " |")
-    return "\n".join(lines)
+    return markdown_table(["split", *names], [[split, *(_fmt(metrics.get(n)) for n in names)]
+                                              for split, metrics in results.items()])
 
 
 def _fmt(value) -> str:

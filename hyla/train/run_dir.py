@@ -14,9 +14,7 @@ data, and checkpoints load with `torch.load(weights_only=True)` (see `hyla.train
 from __future__ import annotations
 
 import json
-import math
 import os
-import warnings
 import platform
 import subprocess
 import time
@@ -26,6 +24,7 @@ from typing import Any
 import torch
 
 from hyla.configs import ExperimentConfig, config_from_dict, config_to_dict
+from hyla.jsonio import dumps, read_jsonl, write_json, write_text_atomic
 
 
 class RunDir:
@@ -85,24 +84,16 @@ class RunDir:
         write_json(self.summary_file, summary)
 
     def read_metrics(self) -> list[dict]:
-        """The records of metrics.jsonl; a torn line (a crash mid-write) is dropped with a warning."""
-        if not self.metrics_file.exists():
-            return []
-        records = []
-        for number, line in enumerate(self.metrics_file.read_text().splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                warnings.warn(f"{self.metrics_file}: dropping unreadable line {number} (torn by a crash?)",
-                              RuntimeWarning, stacklevel=2)
-        return records
+        """The records of metrics.jsonl; a torn last line (a crash mid-write) is dropped with a warning."""
+        try:
+            return read_jsonl(self.metrics_file)
+        except ValueError as e:
+            raise RunError(str(e)) from None
 
     def truncate_metrics(self, rows: int) -> None:
         """Keep the first `rows` records: those written before the checkpoint a run resumes from."""
         kept = self.read_metrics()[:rows]
-        write_text_atomic(self.metrics_file, "".join(json.dumps(r) + "\n" for r in kept))
+        write_text_atomic(self.metrics_file, "".join(dumps(r) + "\n" for r in kept))
 
 
 class RunError(RuntimeError):
@@ -124,8 +115,7 @@ class MetricsLog:
             self.tensorboard = SummaryWriter(str(run.path / "tensorboard"))
 
     def write(self, step: int, split: str, metrics: dict[str, float]) -> None:
-        record = {"step": step, "split": split, **{k: _jsonable(v) for k, v in metrics.items()}}
-        self.file.write(json.dumps(record) + "\n")
+        self.file.write(dumps({"step": step, "split": split, **metrics}) + "\n")
         self.file.flush()
         self.rows += 1
         if self.tensorboard is not None:
@@ -195,26 +185,3 @@ def git_commit() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return (commit + ("-dirty" if dirty else "")) or None
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, json.dumps(_jsonable(data), indent=2) + "\n")
-
-
-def _jsonable(value):
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, torch.Tensor):
-        return _jsonable(value.tolist())
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)  # JSON has no NaN / inf
-    return value

@@ -33,7 +33,7 @@ class Recorder:
 
 
 class PlantedModel(nn.Module):
-    """Random latent codes everywhere, except that layer 1 holds the task at the SPEC probe
+    """Random latent codes everywhere, except that layer 1 holds the task at the docs/tasks.md probe
     positions: fuzzy logic, the last token's self-code = (term bits, term membership) + noise;
     SRAVEN, the code from the answer token of feature f to the tokens of feature f in panels
     (2,0), (2,1) = one-hot(rule of f) + noise (positions found from `perm` here, independently)."""

@@ -163,7 +163,7 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(tmp_path, re
     latest.write_bytes(latest.read_bytes()[:1000])
     with open(tmp_path / "damaged" / "metrics.jsonl", "a") as f:
         f.write('{"step": 17, "split": "tr')  # and a torn last line, as after a crash mid-write
-    with pytest.warns(RuntimeWarning, match="unreadable line"):
+    with pytest.warns(UserWarning, match="torn last line"):
         resumed = resume(tmp_path, "damaged")
     assert "using the previous checkpoint" in capsys.readouterr().out
     assert_same_run(reference, resumed)

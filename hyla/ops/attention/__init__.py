@@ -1,9 +1,32 @@
-"""`hyla.ops.attention`: the attention family of SPEC §2 as one pure function.
+"""`hyla.ops.attention`: the attention family, and HYLA, as one pure function.
 
-Four implementations sit behind it: `attention_naive` (the einsum reference), `attention_pointwise`
-(broadcast products that torch.compile fuses; for small heads), and for the `mlp` value network
-`hyla_fused` (CPU eager: fewer passes over the scores, hand-written backward) and, at large sizes,
-`hyla_streamed` (memory-bounded); all give the same outputs and gradients.
+The math (docs/math.md; the paper's Eq. 4-7). q [B, Tq, H, Dk], k [B, Tk, H, Dk], v [B, Tk, H, Dv]:
+
+    s[b,h,q,k] = <q[b,q,h,:], k[b,k,h,:]> / sqrt(Dk) + bias[b,h,q,k]
+    a = normalize(s)     softmax over keys | none | rms_head (RMS norm across the heads, per pair)
+    value_network "linear" (multi-head attention):
+        y[b,q,h,:] = sum_k a[b,h,q,k] v[b,k,h,:]
+    value_network "mlp" (HYLA; the latent code a[b,:,q,k] generates both layers):
+        u[b,q,k,:] = act(sum_h a[b,h,q,k] v[b,k,h,:])     layer 1: sums over the heads
+        y[b,q,h,:] = sum_k a[b,h,q,k] u[b,q,k,:]          layer 2: sums over the keys
+
+`naive.py` is exactly this, in einsums: the reference. Every other implementation below computes
+the same function and is tested against it on outputs AND gradients in float64
+(tests/test_ops_attention.py). What `implementation="auto"` runs:
+
+| implementation | `auto` picks it when (first match) | why |
+|---|---|---|
+| `streamed`  | mlp, and B·Tq·Tk·Dv > STREAM_THRESHOLD | memory: [B, Tq, Tk, Dv] exists one key block at a time |
+| `pointwise` | under torch.compile, Dv <= POINTWISE_MAX_HEAD_DIM | inductor fuses it; tiny heads make matmuls slow |
+| `fused`     | mlp, eager, CPU, dropout mask shared by the heads | hand-written backward: fewer passes over memory |
+| `naive`     | otherwise (e.g. the linear value network eagerly, CUDA) | the reference; fast enough there |
+
+`return_scores` never changes the choice, so an analysis run (`return_latents=True`) computes the
+same outputs as training does. The returned latent codes are `normalize(scores(q, k, bias))`: the
+very tensor the output came from for `naive` and `pointwise`; `fused` and `streamed` do not return
+it (they fold or stream it), so the same two functions compute it beside them: identical values.
+(Under torch.compile the choice also depends on the compile state: a compiled training run and
+an eager analysis of its checkpoint agree to float rounding, not bit for bit.)
 """
 
 from __future__ import annotations
@@ -16,7 +39,11 @@ from hyla.ops.attention.naive import attention_naive
 from hyla.ops.attention.pointwise import attention_pointwise
 from hyla.ops.attention.streamed import hyla_streamed
 
-IMPLEMENTATIONS = ("auto", "naive", "pointwise", "streamed", "fused")
+# Implementations of any value network: return (output, latent codes).
+GENERAL = {"naive": attention_naive, "pointwise": attention_pointwise}
+# Implementations of HYLA only (value_network="mlp"): return the output.
+MLP_ONLY = {"streamed": hyla_streamed, "fused": hyla_fused}
+IMPLEMENTATIONS = ("auto", *GENERAL, *MLP_ONLY)
 # `auto` streams HYLA once its hidden tensor [B, Tq, Tk, Dv] would exceed this many elements.
 STREAM_THRESHOLD = 1 << 24
 # Under torch.compile `auto` takes the pointwise form for heads up to this value dimension.
@@ -50,7 +77,7 @@ def attention(
         return_scores: also return the latent codes a [B, H, Tq, Tk] (normalized, no dropout).
         dropout_mask: multiplies a after normalization (attention dropout: keep-mask / keep).
         implementation: "auto" | "naive" | "pointwise" | "streamed" | "fused" (streamed, fused: mlp
-            only); see `choose_implementation` for what auto picks.
+            only); the module docstring's table says what auto picks.
 
     Returns: out [B, Tq, H, Dv], and a [B, H, Tq, Tk] when return_scores.
     """
@@ -59,33 +86,26 @@ def attention(
         raise ValueError(f"unknown implementation {implementation!r}; valid: {', '.join(IMPLEMENTATIONS)}")
     if mask is not None and mask.dtype != torch.bool:
         raise TypeError(f"mask must be a bool tensor (True = attend), got {mask.dtype}")
-    if implementation in ("streamed", "fused") and value_network != "mlp":
+    if implementation in MLP_ONLY and value_network != "mlp":
         raise ValueError(f"implementation={implementation!r} exists for value_network='mlp' only")
     name = implementation if implementation != "auto" else choose_implementation(
-        q, v, k.shape[1], value_network, return_scores, dropout_mask)
-    if name == "fused":
-        out = hyla_fused(q, k, v, normalization=normalization, activation=activation, bias=bias, mask=mask,
-                         dropout_mask=dropout_mask)
-    elif name == "streamed":
-        out = hyla_streamed(q, k, v, normalization=normalization, activation=activation, bias=bias, mask=mask,
-                            dropout_mask=dropout_mask)
-    else:
-        reference = attention_pointwise if name == "pointwise" else attention_naive
-        out, a = reference(q, k, v, normalization=normalization, value_network=value_network,
-                           activation=activation, bias=bias, mask=mask, dropout_mask=dropout_mask)
+        q, v, k.shape[1], value_network, dropout_mask)
+    kwargs = dict(normalization=normalization, activation=activation, bias=bias, mask=mask, dropout_mask=dropout_mask)
+    if name in GENERAL:
+        out, a = GENERAL[name](q, k, v, value_network=value_network, **kwargs)
         return (out, a) if return_scores else out
+    out = MLP_ONLY[name](q, k, v, **kwargs)
     return (out, normalize(scores(q, k, bias), normalization, mask)) if return_scores else out
 
 
-def choose_implementation(q, v, k_len: int, value_network: str, return_scores: bool, dropout_mask) -> str:
-    """`auto`: streamed for HYLA above STREAM_THRESHOLD; under torch.compile, pointwise for small
-    heads; eagerly on CPU, fused for HYLA; else naive."""
+def choose_implementation(q, v, k_len: int, value_network: str, dropout_mask) -> str:
+    """What `auto` runs: the first row of the module docstring's table that applies."""
     hidden_elements = q.shape[0] * q.shape[1] * k_len * v.shape[-1]
     if value_network == "mlp" and hidden_elements > STREAM_THRESHOLD:
         return "streamed"
     if torch.compiler.is_compiling():
         return "pointwise" if v.shape[-1] <= POINTWISE_MAX_HEAD_DIM else "naive"
-    if value_network == "mlp" and not return_scores and q.device.type == "cpu" and fusable(dropout_mask):
+    if value_network == "mlp" and q.device.type == "cpu" and fusable(dropout_mask):
         return "fused"
     return "naive"
 
