@@ -262,17 +262,30 @@ def _check(ok: bool, name: str, value, requirement: str) -> None:
         raise ConfigError(f"{name}={value!r} {requirement}")
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: an integer >= 1."""
-    import argparse
+def parse_options(kind, argv: list[str], prog: str, description: str | None = None, default=None):
+    """Options of a `hyla` subcommand: tyro builds typed options and --help from a dataclass (its
+    field docstrings are the help); an invalid option is a ConfigError of one line."""
+    import contextlib
+    import io
 
+    messages = io.StringIO()
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
-    return value
+        with contextlib.redirect_stderr(messages):
+            kwargs = {} if default is None else {"default": default}
+            return tyro.cli(kind, args=argv, prog=prog, description=description, **kwargs)
+    except SystemExit as e:
+        if not e.code:
+            raise  # --help
+        lines = [line.strip(" │╭╮╰╯") for line in messages.getvalue().splitlines()]
+        lines = [line for line in lines if line.strip("─-") and not line.startswith("For full helptext")]
+        raise ConfigError(f"{' '.join(lines[1:])} (see {prog} --help)") from None  # lines[0]: the box's title
+
+
+def check_positive(**values: int | None) -> None:
+    """ConfigError unless every given value is None or >= 1 (for subcommand options)."""
+    for name, value in values.items():
+        if value is not None and value < 1:
+            raise ConfigError(f"--{name.replace('_', '-')}={value} must be >= 1")
 
 
 def _check_choice(name: str, value, choices) -> None:

@@ -7,16 +7,15 @@ Trains one model per mixer with the same data, seed and budget, then writes a co
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from hyla.configs import PRESETS, get_preset
+from hyla.configs import PRESETS, ConfigError, check_positive, get_preset, parse_options
 from hyla.jsonio import read_jsonl, write_json
 from hyla.ops.mixers import canonical_mixer_name
 from hyla.plots import plot_curves
@@ -27,38 +26,50 @@ DEFAULT_MIXERS = ("softmax", "linear", "hyla")
 PERCENT_METRICS = ("r2", "acc", "feature_acc")  # shown ×100, as in the paper's tables
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="hyla demo", description=__doc__.split("\n\n")[0] + " About 5 minutes "
-                                     "on a 2-core CPU with the defaults.")
-    parser.add_argument("--preset", default=DEFAULT_PRESET, choices=sorted(PRESETS))
-    parser.add_argument("--mixers", nargs="+", default=list(DEFAULT_MIXERS), help="mixer names (hyla or authors')")
-    parser.add_argument("--steps", type=int, default=None, help="training steps per model (default: the preset's)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default=None, help="output folder (default: runs/demo-<timestamp>)")
-    parser.add_argument("--parallel", type=int, default=0, help="runs trained at the same time, as separate "
-                        "processes (default: all of them; on 2 cores this beats one run at a time with 2 threads)")
-    parser.add_argument("--threads", type=int, default=None, help="threads per run (default: 1 when runs go in "
-                        "parallel, else -1 = the fastest of 1..N, measured)")
-    parser.add_argument("--compile", action="store_true", help="torch.compile the models")
-    parser.add_argument("--eval-samples", type=int, default=None, help="samples per split at periodic evaluations "
-                        "(default: the preset's)")
-    parser.add_argument("--final-eval-samples", type=int, default=None, help="default: the preset's")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars (when the output is not "
-                        "a terminal, one line per finished run instead of bars)")
-    args = parser.parse_args(argv)
-    if args.parallel < 0:
-        parser.error("--parallel must be >= 0")
-    try:
-        args.mixers = [canonical_mixer_name(m) for m in args.mixers]
-    except ValueError as e:
-        parser.error(str(e))
-    if args.steps is not None and args.steps < 1:
-        parser.error("--steps must be >= 1")
-    return args
+@dataclass
+class DemoOptions:
+    """Softmax vs linear attention vs HYLA on a CPU-sized fuzzy logic preset: one model per mixer with
+    the same data, seed and budget, then a comparison table and training curves. About 5 minutes on
+    a 2-core CPU with the defaults. Re-running with the same --out skips finished runs and resumes
+    interrupted ones."""
+
+    preset: str = DEFAULT_PRESET
+    mixers: list[str] = field(default_factory=lambda: list(DEFAULT_MIXERS))
+    """mixer names (hyla or authors')"""
+    steps: int | None = None
+    """training steps per model (default: the preset's)"""
+    seed: int = 0
+    out: Path | None = None
+    """output folder (default: runs/demo-<timestamp>)"""
+    parallel: int = 0
+    """runs trained at the same time, as separate processes (0: all of them; on 2 cores this beats one run at a
+    time with 2 threads)"""
+    threads: int | None = None
+    """threads per run (default: 1 when runs go in parallel, else one per core)"""
+    compile: bool = False
+    """torch.compile the models"""
+    eval_samples: int | None = None
+    """samples per split at periodic evaluations (default: the preset's)"""
+    final_eval_samples: int | None = None
+    """default: the preset's"""
+    progress: bool = True
+    """progress bars (--no-progress: none; when the output is not a terminal, one line per finished run)"""
+
+    def __post_init__(self):
+        if self.preset not in PRESETS:
+            raise ConfigError(f"--preset {self.preset!r} is not valid; valid presets: {', '.join(PRESETS)}")
+        check_positive(steps=self.steps, threads=self.threads, eval_samples=self.eval_samples,
+                       final_eval_samples=self.final_eval_samples)
+        if self.parallel < 0:
+            raise ConfigError(f"--parallel={self.parallel} must be >= 0")
+        try:
+            self.mixers = [canonical_mixer_name(m) for m in self.mixers]
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
 
 
 def main(argv: list[str]) -> int:
-    args = parse_args(argv)
+    args = parse_options(DemoOptions, argv, "hyla demo")
     out = Path(args.out or f"runs/demo-{time.strftime('%Y%m%d-%H%M%S')}")
     base = get_preset(args.preset)
     train_cfg = base.train
@@ -82,7 +93,7 @@ def main(argv: list[str]) -> int:
 
     start = time.perf_counter()
     try:
-        codes = run_all(configs, out, parallel, progress=not args.no_progress)
+        codes = run_all(configs, out, parallel, progress=args.progress)
     except KeyboardInterrupt:
         print(f"\ninterrupted; the runs keep their checkpoints: run `hyla demo --out {out}` with the same "
               "settings to continue", file=sys.stderr)

@@ -10,14 +10,15 @@ A group of one seed shows no error bar. Writes `results.md`, `results.csv`, `res
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import math
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 from matplotlib.figure import Figure
+from tyro.conf import Positional
 
 from hyla import tables
 from hyla.jsonio import write_json
@@ -182,10 +183,19 @@ def summarize(root: str | Path, out: str | Path | None = None) -> str:
     return text
 
 
+@dataclass
+class ResultsOptions:
+    """Aggregate the run folders below DIR into mean ± s.e. tables (Markdown, CSV, JSON) and plots."""
+
+    dir: Positional[Path]
+    """folder containing run folders (searched recursively)"""
+    out: Path | None = None
+    """where to write the tables and plots (default: DIR)"""
+
+
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="hyla results", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("dir", help="folder containing run folders (searched recursively)")
-    parser.add_argument("--out", default=None, help="where to write tables and plots (default: DIR)")
-    args = parser.parse_args(argv)
+    from hyla.configs import parse_options
+
+    args = parse_options(ResultsOptions, argv, "hyla results", __doc__)
     print(summarize(args.dir, args.out))
     return 0

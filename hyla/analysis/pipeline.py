@@ -11,18 +11,20 @@ were collected (held-out tasks: compositional generalization of the decoder, pap
 
 from __future__ import annotations
 
-import argparse
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from threadpoolctl import threadpool_limits
+from tyro.conf import Positional, UseAppendAction
 
 from hyla.analysis import figures
 from hyla.analysis.collect import FUZZY_LOGIC, SRAVEN, collect_latents, save_latents, task_kind
 from hyla.analysis.probes import logistic_classification_probe, logistic_f1_per_label, random_stream, ridge_probe
 from hyla.analysis.report import write_report
 from hyla.analysis.topographic import topographic_similarity
+from hyla.configs import check_positive, parse_options
 from hyla.jsonio import append_jsonl, write_json
 
 DEFAULT_SPLITS = {
@@ -352,27 +354,40 @@ def analyze_run(run_dir: str | Path, splits=None, num_samples: int = 4096, devic
                    metadata=metadata, **kwargs)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`hyla analyze RUN [--split S ...] [--samples N] ...`"""
-    from hyla.configs import positive_int
+@dataclass
+class AnalyzeOptions:
+    """Latent-code analysis of a trained run (probes, embeddings, topographic similarity, report) into RUN/analysis/."""
 
-    parser = argparse.ArgumentParser(prog="hyla analyze", description="Latent-code analysis of a trained run.")
-    parser.add_argument("run", help="run directory (written by `hyla train`)")
-    parser.add_argument("--split", action="append", dest="splits", metavar="SPLIT",
-                        help="split to analyze (repeatable; default: the task's analysis splits)")
-    parser.add_argument("--samples", type=positive_int, default=4096, help="sequences per split (default 4096)")
-    parser.add_argument("--batch-size", type=positive_int, default=512)
-    parser.add_argument("--permutations", type=int, default=1000, help="permutation-test size (default 1000)")
-    parser.add_argument("--plot-samples", type=int, default=1500, help="points per embedding plot")
-    parser.add_argument("--no-tsne", action="store_true", help="PCA only (t-SNE is the slow part)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | auto (where codes are collected)")
-    parser.add_argument("--feature", type=int, default=None,
-                        help="SRAVEN: probe only this underlying feature (the paper: the last); default all")
-    args = parser.parse_args(argv)
-    results = analyze_run(args.run, args.splits, args.samples, device=args.device, batch_size=args.batch_size,
-                          tsne=not args.no_tsne, plot_samples=args.plot_samples,
-                          num_permutations=args.permutations, seed=args.seed, probe_feature=args.feature)
-    print(f"wrote {Path(args.run) / 'analysis' / 'report.md'} ({len(results['figures'])} figures)")
+    run: Positional[Path]
+    """run folder (written by `hyla train`)"""
+    split: UseAppendAction[list[str]] = field(default_factory=list)
+    """split to analyze (repeatable; default: the task's analysis splits)"""
+    samples: int = 4096
+    """sequences per split"""
+    batch_size: int = 512
+    permutations: int = 1000
+    """permutation-test size"""
+    plot_samples: int = 1500
+    """points per embedding plot"""
+    tsne: bool = True
+    """t-SNE embeddings besides PCA (--no-tsne: PCA only; t-SNE is the slow part)"""
+    seed: int = 0
+    device: str = "cpu"
+    """cpu | cuda | cuda:N | auto (where the codes are collected)"""
+    feature: int | None = None
+    """SRAVEN: probe only this underlying feature (the paper: the last); default all"""
+
+    def __post_init__(self):
+        check_positive(samples=self.samples, batch_size=self.batch_size, permutations=self.permutations,
+                       plot_samples=self.plot_samples)
+
+
+def main(argv: list[str]) -> int:
+    """`hyla analyze RUN [--split S ...] [--samples N] ...`"""
+    args = parse_options(AnalyzeOptions, argv, "hyla analyze")
+    results = analyze_run(args.run, args.split or None, args.samples, device=args.device, batch_size=args.batch_size,
+                          tsne=args.tsne, plot_samples=args.plot_samples, num_permutations=args.permutations,
+                          seed=args.seed, probe_feature=args.feature)
+    print(f"wrote {args.run / 'analysis' / 'report.md'} ({len(results['figures'])} figures)")
     return 0
 
