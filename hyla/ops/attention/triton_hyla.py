@@ -1,0 +1,370 @@
+"""HYLA (the `mlp` value network) as fused Triton kernels, forward and backward, for the GPU.
+
+One program owns a tile of queries (forward) or of keys (backward) for ALL heads, because the
+`rms_head` normalization and the generated first layer both act across the heads of a query-key
+pair. It loops over the other axis in tiles and keeps everything per pair in registers:
+
+    s [H, BQ, BK] = q k^T / sqrt(Dk) + bias            (masked entries -> 0)
+    w [H, BQ, BK] = s * rsqrt(mean_h s^2 + eps) * dropout    (rms_head; `none`: s * dropout)
+    z [BK, BQ, Dv] = sum_h w v         u = act(z)       (layer 1: a batched product over keys)
+    y [BQ, H, Dv] += sum_k w u                            (layer 2: a batched product over queries)
+
+so neither the hidden tensor [B, Tq, Tk, Dv] nor the scores [B, H, Tq, Tk] ever reach global
+memory. The backward recomputes a tile's codes and hidden layer (as `hyla_streamed` recomputes a
+key block), accumulates the key and value gradients of its key tile in registers, and adds the
+query gradients of every query tile into a float32 buffer with atomics. Memory: the inputs, the
+output, that buffer and, only when the bias needs a gradient, one float32 [B or 1, H, Tq, Tk].
+
+Heads are padded to 16 (the smallest side of a tensor-core product); the padded heads have zero
+queries, keys and values and do not enter the RMS mean. float32 products use `tf32x3` (three
+TF32 products: float32 accuracy on tensor cores); bfloat16/float16 inputs multiply in their
+dtype and accumulate in float32.
+
+CPU tensors work in Triton's interpreter (`TRITON_INTERPRET=1` set before this module is first
+imported): that is how the tests run without a GPU. Same values as `attention_naive` up to
+rounding; tested against it on outputs and gradients (tests/test_triton_attention.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from hyla.ops.attention.common import RMS_EPS
+
+ACTIVATION_CODES = {"identity": 0, "relu": 1, "gelu": 2, "silu": 3, "sigmoid": 4, "tanh": 5}
+NORMALIZATIONS = ("none", "rms_head")
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+MAX_HEAD_DIM = 128  # one tile holds a whole head (Dk and Dv, padded to a power of two)
+MIN_DOT = 16  # the smallest side of a tensor-core product
+DEFAULT_BLOCK_Q = 16
+DEFAULT_BLOCK_K = 16
+DEFAULT_NUM_WARPS = 4
+
+
+# ----------------------------------------------------------------------------- kernel helpers
+
+
+@triton.jit
+def _load3(base, o0, o1, o2, s0, s1, s2, n0, n1, n2):
+    """The [len(o0), len(o1), len(o2)] tile at base + o0*s0 + o1*s1 + o2*s2; zeros outside (n0, n1, n2)."""
+    ptrs = base + o0[:, None, None] * s0 + o1[None, :, None] * s1 + o2[None, None, :] * s2
+    inside = (o0 < n0)[:, None, None] & (o1 < n1)[None, :, None] & (o2 < n2)[None, None, :]
+    return tl.load(ptrs, mask=inside, other=0)
+
+
+@triton.jit
+def _activation(z, ACT: tl.constexpr):
+    if ACT == 1:
+        return tl.maximum(z, 0.0)
+    elif ACT == 2:  # exact (erf) GELU, as torch.nn.functional.gelu
+        return 0.5 * z * (1.0 + tl.erf(z * 0.7071067811865476))
+    elif ACT == 3:
+        return z * tl.sigmoid(z)
+    elif ACT == 4:
+        return tl.sigmoid(z)
+    elif ACT == 5:  # tanh(z) = 2 sigmoid(2z) - 1 (core Triton has no tanh outside libdevice)
+        return 2.0 * tl.sigmoid(2.0 * z) - 1.0
+    else:
+        return z
+
+
+@triton.jit
+def _activation_grad(z, ACT: tl.constexpr):
+    """d act / d z at z."""
+    if ACT == 1:
+        return tl.where(z > 0.0, 1.0, 0.0)
+    elif ACT == 2:
+        cdf = 0.5 * (1.0 + tl.erf(z * 0.7071067811865476))
+        return cdf + z * tl.exp(-0.5 * z * z) * 0.3989422804014327
+    elif ACT == 3:
+        sig = tl.sigmoid(z)
+        return sig * (1.0 + z * (1.0 - sig))
+    elif ACT == 4:
+        sig = tl.sigmoid(z)
+        return sig * (1.0 - sig)
+    elif ACT == 5:
+        t = 2.0 * tl.sigmoid(2.0 * z) - 1.0
+        return 1.0 - t * t
+    else:
+        return tl.full(z.shape, 1.0, tl.float32)
+
+
+@triton.jit
+def _pair_tile(base, offs_h, offs_q, offs_k, strides, H, Tq, Tk):
+    """A [HP, BQ, BK] tile of a tensor broadcast to [B, H, Tq, Tk] (strides of h, q, k; 0 = broadcast).
+    int64 offsets: H * Tq * Tk exceeds 2^31 at long sequences."""
+    return _load3(base, offs_h.to(tl.int64), offs_q.to(tl.int64), offs_k.to(tl.int64),
+                  strides[0], strides[1], strides[2], H, Tq, Tk)
+
+
+@triton.jit
+def _latent_codes(q_tile, k_tile_t, bias_base, mask_base, drop_base, offs_h, offs_q, offs_k,
+                  bias_strides, mask_strides, drop_strides, Tq, Tk, scale,
+                  H: tl.constexpr, RMS: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr,
+                  HAS_DROP: tl.constexpr, PRECISION: tl.constexpr):
+    """Scores p (masked -> 0), the per-pair RMS factor r, the weights w = p * r * dropout, and
+    `valid` for one tile: q_tile [HP, BQ, DKP], k_tile_t [HP, DKP, BK] -> [HP, BQ, BK] (r: [BQ, BK])."""
+    s = tl.dot(q_tile, k_tile_t, input_precision=PRECISION) * scale  # [HP, BQ, BK]
+    if HAS_BIAS:
+        s += _pair_tile(bias_base, offs_h, offs_q, offs_k, bias_strides, H, Tq, Tk).to(tl.float32)
+    valid = (offs_h < H)[:, None, None] & (offs_q < Tq)[None, :, None] & (offs_k < Tk)[None, None, :]
+    if HAS_MASK:
+        valid = valid & (_pair_tile(mask_base, offs_h, offs_q, offs_k, mask_strides, H, Tq, Tk) != 0)
+    p = tl.where(valid, s, 0.0)
+    if RMS:
+        r = tl.rsqrt(tl.sum(p * p, axis=0) / H + 1e-6)  # [BQ, BK]: padded heads hold 0
+    else:
+        r = tl.full((p.shape[1], p.shape[2]), 1.0, tl.float32)
+    w = p * r[None, :, :]
+    if HAS_DROP:
+        w = w * _pair_tile(drop_base, offs_h, offs_q, offs_k, drop_strides, H, Tq, Tk).to(tl.float32)
+    return p, r, w, valid
+
+
+# ----------------------------------------------------------------------------- forward
+
+
+@triton.jit
+def _hyla_forward_kernel(
+    q_ptr, k_ptr, v_ptr, bias_ptr, mask_ptr, drop_ptr, out_ptr,
+    Tq, Tk, scale,
+    bias_sb, bias_sh, bias_sq, bias_sk, mask_sb, mask_sh, mask_sq, mask_sk,
+    drop_sb, drop_sh, drop_sq, drop_sk,
+    H: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, HP: tl.constexpr, DKP: tl.constexpr,
+    DVP: tl.constexpr, BQ: tl.constexpr, BK: tl.constexpr, ACT: tl.constexpr, RMS: tl.constexpr,
+    HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr, HAS_DROP: tl.constexpr, PRECISION: tl.constexpr,
+):
+    """Program (query tile, batch): out[b, q-tile] = sum over key tiles of w u. q/k/v/out contiguous."""
+    b = tl.program_id(1).to(tl.int64)
+    offs_q = tl.program_id(0) * BQ + tl.arange(0, BQ)
+    offs_h, offs_dk, offs_dv = tl.arange(0, HP), tl.arange(0, DKP), tl.arange(0, DVP)
+    q_tile = _load3(q_ptr + b * Tq * H * DK, offs_h, offs_q, offs_dk, DK, H * DK, 1, H, Tq, DK)  # [HP, BQ, DKP]
+    k_base, v_base = k_ptr + b * Tk * H * DK, v_ptr + b * Tk * H * DV
+    bias_base, mask_base, drop_base = bias_ptr + b * bias_sb, mask_ptr + b * mask_sb, drop_ptr + b * drop_sb
+    acc = tl.zeros((BQ, HP, DVP), tl.float32)
+    for k_start in range(0, Tk, BK):
+        offs_k = k_start + tl.arange(0, BK)
+        k_tile_t = _load3(k_base, offs_h, offs_dk, offs_k, DK, 1, H * DK, H, DK, Tk)  # [HP, DKP, BK]
+        _, _, w, valid = _latent_codes(
+            q_tile, k_tile_t, bias_base, mask_base, drop_base, offs_h, offs_q, offs_k,
+            (bias_sh, bias_sq, bias_sk), (mask_sh, mask_sq, mask_sk), (drop_sh, drop_sq, drop_sk), Tq, Tk, scale,
+            H, RMS, HAS_BIAS, HAS_MASK, HAS_DROP, PRECISION)
+        if tl.max(valid.to(tl.int32)) > 0:  # skip tiles with no attended pair (e.g. above a causal diagonal)
+            v_tile = _load3(v_base, offs_k, offs_h, offs_dv, H * DV, DV, 1, Tk, H, DV)  # [BK, HP, DVP]
+            w_by_key = tl.permute(w, (2, 1, 0)).to(v_tile.dtype)  # [BK, BQ, HP]
+            z = tl.dot(w_by_key, v_tile, input_precision=PRECISION)  # [BK, BQ, DVP]
+            u = tl.permute(_activation(z, ACT), (1, 0, 2)).to(v_tile.dtype)  # [BQ, BK, DVP]
+            w_by_query = tl.permute(w, (1, 0, 2)).to(v_tile.dtype)  # [BQ, HP, BK]
+            acc = tl.dot(w_by_query, u, acc, input_precision=PRECISION)  # [BQ, HP, DVP]
+    out_base = out_ptr + b * Tq * H * DV
+    offs_out = offs_q[:, None, None] * (H * DV) + offs_h[None, :, None] * DV + offs_dv[None, None, :]
+    inside = (offs_q < Tq)[:, None, None] & (offs_h < H)[None, :, None] & (offs_dv < DV)[None, None, :]
+    tl.store(out_base + offs_out, acc.to(out_ptr.dtype.element_ty), mask=inside)
+
+
+# ----------------------------------------------------------------------------- backward
+
+
+@triton.jit
+def _hyla_backward_kernel(
+    q_ptr, k_ptr, v_ptr, bias_ptr, mask_ptr, drop_ptr, grad_out_ptr,
+    grad_q_ptr, grad_k_ptr, grad_v_ptr, grad_bias_ptr,
+    Tq, Tk, scale,
+    bias_sb, bias_sh, bias_sq, bias_sk, mask_sb, mask_sh, mask_sq, mask_sk,
+    drop_sb, drop_sh, drop_sq, drop_sk,
+    H: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, HP: tl.constexpr, DKP: tl.constexpr,
+    DVP: tl.constexpr, BQ: tl.constexpr, BK: tl.constexpr, ACT: tl.constexpr, RMS: tl.constexpr,
+    HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr, HAS_DROP: tl.constexpr, PRECISION: tl.constexpr,
+    GRAD_BIAS: tl.constexpr, GRAD_BIAS_SHARED: tl.constexpr,
+):
+    """Program (key tile, batch): grad k and grad v of its keys in registers, grad q by atomics into a
+    float32 buffer, grad bias [B or 1, H, Tq, Tk] float32 (atomics when shared over the batch)."""
+    b = tl.program_id(1).to(tl.int64)
+    offs_k = tl.program_id(0) * BK + tl.arange(0, BK)
+    offs_h, offs_dk, offs_dv = tl.arange(0, HP), tl.arange(0, DKP), tl.arange(0, DVP)
+    q_base, go_base = q_ptr + b * Tq * H * DK, grad_out_ptr + b * Tq * H * DV
+    k_tile = _load3(k_ptr + b * Tk * H * DK, offs_h, offs_k, offs_dk, DK, H * DK, 1, H, Tk, DK)  # [HP, BK, DKP]
+    k_tile_t = tl.permute(k_tile, (0, 2, 1))  # [HP, DKP, BK]
+    v_tile = _load3(v_ptr + b * Tk * H * DV, offs_k, offs_h, offs_dv, H * DV, DV, 1, Tk, H, DV)  # [BK, HP, DVP]
+    bias_base, mask_base, drop_base = bias_ptr + b * bias_sb, mask_ptr + b * mask_sb, drop_ptr + b * drop_sb
+    grad_k = tl.zeros((HP, BK, DKP), tl.float32)
+    grad_v = tl.zeros((BK, HP, DVP), tl.float32)
+    for q_start in range(0, Tq, BQ):
+        offs_q = q_start + tl.arange(0, BQ)
+        q_tile = _load3(q_base, offs_h, offs_q, offs_dk, DK, H * DK, 1, H, Tq, DK)  # [HP, BQ, DKP]
+        p, r, w, valid = _latent_codes(
+            q_tile, k_tile_t, bias_base, mask_base, drop_base, offs_h, offs_q, offs_k,
+            (bias_sh, bias_sq, bias_sk), (mask_sh, mask_sq, mask_sk), (drop_sh, drop_sq, drop_sk), Tq, Tk, scale,
+            H, RMS, HAS_BIAS, HAS_MASK, HAS_DROP, PRECISION)
+        if tl.max(valid.to(tl.int32)) > 0:
+            grad_w, grad_v = _value_network_backward(
+                w, v_tile, go_base, offs_q, offs_h, offs_dv, grad_v, Tq, H, DV, ACT, PRECISION)
+            # attention dropout, then the RMS normalization across heads, then the mask
+            grad_a = grad_w
+            if HAS_DROP:
+                grad_a = grad_a * _pair_tile(drop_base, offs_h, offs_q, offs_k, (drop_sh, drop_sq, drop_sk),
+                                             H, Tq, Tk).to(tl.float32)
+            if RMS:
+                # a = p r, r = (mean_h p^2 + eps)^(-1/2):  dL/dp = r dL/da - (r^3 / H) p sum_h(dL/da p)
+                along = tl.sum(grad_a * p, axis=0)  # [BQ, BK]
+                grad_a = r[None, :, :] * grad_a - ((r * r * r * along) / H)[None, :, :] * p
+            grad_s = tl.where(valid, grad_a, 0.0)  # [HP, BQ, BK]
+            if GRAD_BIAS:
+                _store_grad_bias(grad_bias_ptr, b, grad_s, offs_h, offs_q, offs_k, Tq, Tk, H, GRAD_BIAS_SHARED)
+            grad_s = grad_s * scale
+            grad_k = tl.dot(tl.permute(grad_s, (0, 2, 1)).to(q_tile.dtype), q_tile, grad_k,
+                            input_precision=PRECISION)  # [HP, BK, DKP]
+            grad_q_part = tl.dot(grad_s.to(k_tile.dtype), k_tile, input_precision=PRECISION)  # [HP, BQ, DKP]
+            offs = offs_h[:, None, None] * DK + offs_q[None, :, None] * (H * DK) + offs_dk[None, None, :]
+            inside = (offs_h < H)[:, None, None] & (offs_q < Tq)[None, :, None] & (offs_dk < DK)[None, None, :]
+            tl.atomic_add(grad_q_ptr + b * Tq * H * DK + offs, grad_q_part, mask=inside)
+    offs = offs_h[:, None, None] * DK + offs_k[None, :, None] * (H * DK) + offs_dk[None, None, :]
+    inside = (offs_h < H)[:, None, None] & (offs_k < Tk)[None, :, None] & (offs_dk < DK)[None, None, :]
+    tl.store(grad_k_ptr + b * Tk * H * DK + offs, grad_k.to(grad_k_ptr.dtype.element_ty), mask=inside)
+    offs = offs_k[:, None, None] * (H * DV) + offs_h[None, :, None] * DV + offs_dv[None, None, :]
+    inside = (offs_k < Tk)[:, None, None] & (offs_h < H)[None, :, None] & (offs_dv < DV)[None, None, :]
+    tl.store(grad_v_ptr + b * Tk * H * DV + offs, grad_v.to(grad_v_ptr.dtype.element_ty), mask=inside)
+
+
+@triton.jit
+def _value_network_backward(w, v_tile, go_base, offs_q, offs_h, offs_dv, grad_v, Tq,
+                            H: tl.constexpr, DV: tl.constexpr, ACT: tl.constexpr, PRECISION: tl.constexpr):
+    """Through both generated layers for one tile: w [HP, BQ, BK], v_tile [BK, HP, DVP].
+    Returns dL/dw [HP, BQ, BK] and grad_v [BK, HP, DVP] with this tile's part added."""
+    dtype = v_tile.dtype
+    w_by_key = tl.permute(w, (2, 1, 0)).to(dtype)  # [BK, BQ, HP]
+    z = tl.dot(w_by_key, v_tile, input_precision=PRECISION)  # [BK, BQ, DVP]
+    u = tl.permute(_activation(z, ACT), (1, 0, 2)).to(dtype)  # [BQ, BK, DVP]
+    grad_out = _load3(go_base, offs_q, offs_h, offs_dv, H * DV, DV, 1, Tq, H, DV)  # [BQ, HP, DVP]
+    # layer 2, y = sum_k w u:  dL/dw += dy . u,  dL/du = sum_h w dy
+    grad_w_layer2 = tl.dot(grad_out, tl.permute(u, (0, 2, 1)), input_precision=PRECISION)  # [BQ, HP, BK]
+    w_by_query_t = tl.permute(w, (1, 2, 0)).to(dtype)  # [BQ, BK, HP]
+    grad_u = tl.dot(w_by_query_t, grad_out, input_precision=PRECISION)  # [BQ, BK, DVP]
+    grad_z = (tl.permute(grad_u, (1, 0, 2)) * _activation_grad(z, ACT)).to(dtype)  # [BK, BQ, DVP]
+    # layer 1, z = sum_h w v:  dL/dw += dz . v,  dL/dv = sum_q w dz
+    grad_w_layer1 = tl.dot(grad_z, tl.permute(v_tile, (0, 2, 1)), input_precision=PRECISION)  # [BK, BQ, HP]
+    grad_v = tl.dot(tl.permute(w_by_key, (0, 2, 1)), grad_z, grad_v, input_precision=PRECISION)  # [BK, HP, DVP]
+    grad_w = tl.permute(grad_w_layer2, (1, 0, 2)) + tl.permute(grad_w_layer1, (2, 1, 0))  # [HP, BQ, BK]
+    return grad_w, grad_v
+
+
+@triton.jit
+def _store_grad_bias(grad_bias_ptr, b, grad_s, offs_h, offs_q, offs_k, Tq, Tk, H: tl.constexpr,
+                     SHARED: tl.constexpr):
+    """grad_s [HP, BQ, BK] into the float32 [B or 1, H, Tq, Tk] buffer; summed over the batch when SHARED."""
+    offs = (offs_h.to(tl.int64)[:, None, None] * Tq + offs_q[None, :, None]) * Tk + offs_k[None, None, :]
+    inside = (offs_h < H)[:, None, None] & (offs_q < Tq)[None, :, None] & (offs_k < Tk)[None, None, :]
+    if SHARED:
+        tl.atomic_add(grad_bias_ptr + offs, grad_s, mask=inside)
+    else:
+        tl.store(grad_bias_ptr + b * H * Tq * Tk + offs, grad_s, mask=inside)
+
+
+# ----------------------------------------------------------------------------- launch and autograd
+
+
+def _pair_strides(t: torch.Tensor | None, shape: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
+    """Strides of a tensor broadcastable to [B, H, Tq, Tk] as a [B, H, Tq, Tk] view (0 = broadcast)."""
+    if t is None:
+        return (0, 0, 0, 0)
+    return t.reshape((1,) * (4 - t.ndim) + tuple(t.shape)).expand(shape).stride()
+
+
+def _launch_args(q, k, v, bias, mask, dropout_mask, normalization, activation, block_q, block_k):
+    """(tensor args, scalar args, constexprs) shared by the forward and backward kernels."""
+    batch, q_len, heads, k_dim = q.shape
+    k_len, v_dim = k.shape[1], v.shape[-1]
+    shape = (batch, heads, q_len, k_len)
+    # bool has no Triton pointer type on every version: read the mask as bytes (same storage)
+    mask_bytes = None if mask is None else mask.view(torch.uint8)
+    pointers = [t if t is not None else q for t in (bias, mask_bytes, dropout_mask)]
+    strides = [s for t in (bias, mask_bytes, dropout_mask) for s in _pair_strides(t, shape)]
+    constexprs = dict(
+        H=heads, DK=k_dim, DV=v_dim, HP=max(MIN_DOT, triton.next_power_of_2(heads)),
+        DKP=max(MIN_DOT, triton.next_power_of_2(k_dim)), DVP=max(MIN_DOT, triton.next_power_of_2(v_dim)),
+        BQ=block_q, BK=block_k, ACT=ACTIVATION_CODES[activation], RMS=normalization == "rms_head",
+        HAS_BIAS=bias is not None, HAS_MASK=mask is not None, HAS_DROP=dropout_mask is not None,
+        PRECISION="tf32x3" if q.dtype == torch.float32 else "ieee",
+    )
+    return pointers, [q_len, k_len, 1.0 / math.sqrt(k_dim), *strides], constexprs
+
+
+class _TritonHyla(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, bias, mask, dropout_mask, normalization, activation, block_q, block_k, num_warps):
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        pointers, scalars, constexprs = _launch_args(q, k, v, bias, mask, dropout_mask, normalization, activation,
+                                                     block_q, block_k)
+        out = torch.empty(*q.shape[:3], v.shape[-1], dtype=q.dtype, device=q.device)  # [B, Tq, H, Dv]
+        grid = (triton.cdiv(q.shape[1], block_q), q.shape[0])
+        _hyla_forward_kernel[grid](q, k, v, *pointers, out, *scalars, **constexprs, num_warps=num_warps)
+        ctx.save_for_backward(q, k, v, bias, mask, dropout_mask)
+        ctx.config = (normalization, activation, block_q, block_k, num_warps)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, bias, mask, dropout_mask = ctx.saved_tensors
+        normalization, activation, block_q, block_k, num_warps = ctx.config
+        batch, q_len, heads, _ = q.shape
+        pointers, scalars, constexprs = _launch_args(q, k, v, bias, mask, dropout_mask, normalization, activation,
+                                                     block_q, block_k)
+        grad_q = torch.zeros(q.shape, dtype=torch.float32, device=q.device)  # atomics accumulate in float32
+        grad_k, grad_v = torch.empty_like(k), torch.empty_like(v)
+        want_bias = bias is not None and ctx.needs_input_grad[3]
+        bias4 = None if bias is None else bias.reshape((1,) * (4 - bias.ndim) + tuple(bias.shape))
+        shared = want_bias and bias4.shape[0] == 1
+        grad_bias = (torch.zeros(1 if shared else batch, heads, q_len, k.shape[1], dtype=torch.float32,
+                                 device=q.device) if want_bias else grad_q)
+        grid = (triton.cdiv(k.shape[1], block_k), batch)
+        _hyla_backward_kernel[grid](
+            q, k, v, *pointers, grad_out.contiguous(), grad_q, grad_k, grad_v, grad_bias, *scalars, **constexprs,
+            GRAD_BIAS=want_bias, GRAD_BIAS_SHARED=shared, num_warps=num_warps)
+        if want_bias:
+            grad_bias = grad_bias.sum_to_size(bias4.shape).reshape(bias.shape).to(bias.dtype)
+        return (grad_q.to(q.dtype), grad_k, grad_v, grad_bias if want_bias else None,
+                None, None, None, None, None, None, None)
+
+
+def check_supported(q, v, normalization) -> None:
+    """Raise a one-line error for what the kernels do not cover."""
+    if normalization not in NORMALIZATIONS:
+        raise ValueError(f"the triton kernel supports normalization 'none' and 'rms_head', not {normalization!r} "
+                         "(use implementation='streamed' for softmax)")
+    if q.dtype not in DTYPES:
+        raise TypeError(f"the triton kernel supports float32, bfloat16 and float16, not {q.dtype}")
+    if max(q.shape[-1], v.shape[-1]) > MAX_HEAD_DIM:
+        raise ValueError(f"the triton kernel supports head sizes up to {MAX_HEAD_DIM}, got Dk={q.shape[-1]}, "
+                         f"Dv={v.shape[-1]}")
+
+
+def hyla_triton(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    normalization: str,
+    activation: str = "relu",
+    bias: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+    dropout_mask: torch.Tensor | None = None,
+    block_q: int = DEFAULT_BLOCK_Q,
+    block_k: int = DEFAULT_BLOCK_K,
+    num_warps: int = DEFAULT_NUM_WARPS,
+) -> torch.Tensor:
+    """HYLA output [B, Tq, H, Dv] (the `mlp` value network) from the fused kernels, equal to the naive
+    form up to rounding. Normalization 'none' or 'rms_head'; CUDA tensors (or CPU tensors under
+    TRITON_INTERPRET=1).
+
+    q [B, Tq, H, Dk], k [B, Tk, H, Dk], v [B, Tk, H, Dv] (Dk, Dv <= 128); bias, mask (bool) and
+    dropout_mask broadcastable to [B, H, Tq, Tk]. block_q, block_k: tile sizes (powers of two >= 16).
+    """
+    check_supported(q, v, normalization)
+    for name, block in (("block_q", block_q), ("block_k", block_k)):
+        if block < MIN_DOT or block & (block - 1):
+            raise ValueError(f"{name} must be a power of two >= {MIN_DOT}, got {block}")
+    return _TritonHyla.apply(q, k, v, bias, mask, dropout_mask, normalization, activation, block_q, block_k, num_warps)
