@@ -2,11 +2,15 @@
 
 Four implementations sit behind it: `attention_naive` (the einsum reference), `attention_pointwise`
 (broadcast products that torch.compile fuses; for small heads), and for the `mlp` value network
-`hyla_fused` (CPU eager: fewer passes over the scores, hand-written backward) and, at large sizes,
-`hyla_streamed` (memory-bounded); all give the same outputs and gradients.
+`hyla_fused` (CPU eager: fewer passes over the scores, hand-written backward), at large sizes
+`hyla_streamed` (memory-bounded), and on CUDA `hyla_triton` (fused Triton kernels, forward and
+backward, memory linear in the sequence length; imported only when used, so `triton` stays
+optional); all give the same outputs and gradients.
 """
 
 from __future__ import annotations
+
+import importlib.util
 
 import torch
 
@@ -16,7 +20,8 @@ from hyla.ops.attention.naive import attention_naive
 from hyla.ops.attention.pointwise import attention_pointwise
 from hyla.ops.attention.streamed import hyla_streamed
 
-IMPLEMENTATIONS = ("auto", "naive", "pointwise", "streamed", "fused")
+IMPLEMENTATIONS = ("auto", "naive", "pointwise", "streamed", "fused", "triton")
+MLP_ONLY = ("streamed", "fused", "triton")
 # `auto` streams HYLA once its hidden tensor [B, Tq, Tk, Dv] would exceed this many elements.
 STREAM_THRESHOLD = 1 << 24
 # Under torch.compile `auto` takes the pointwise form for heads up to this value dimension.
@@ -49,8 +54,9 @@ def attention(
         mask: bool, broadcastable to [B, H, Tq, Tk], True = attend. Fully masked rows give 0.
         return_scores: also return the latent codes a [B, H, Tq, Tk] (normalized, no dropout).
         dropout_mask: multiplies a after normalization (attention dropout: keep-mask / keep).
-        implementation: "auto" | "naive" | "pointwise" | "streamed" | "fused" (streamed, fused: mlp
-            only); see `choose_implementation` for what auto picks.
+        implementation: "auto" | "naive" | "pointwise" | "streamed" | "fused" | "triton" (streamed,
+            fused, triton: mlp only; triton: normalization none or rms_head, CUDA); see
+            `choose_implementation` for what auto picks.
 
     Returns: out [B, Tq, H, Dv], and a [B, H, Tq, Tk] when return_scores.
     """
@@ -59,11 +65,16 @@ def attention(
         raise ValueError(f"unknown implementation {implementation!r}; valid: {', '.join(IMPLEMENTATIONS)}")
     if mask is not None and mask.dtype != torch.bool:
         raise TypeError(f"mask must be a bool tensor (True = attend), got {mask.dtype}")
-    if implementation in ("streamed", "fused") and value_network != "mlp":
+    if implementation in MLP_ONLY and value_network != "mlp":
         raise ValueError(f"implementation={implementation!r} exists for value_network='mlp' only")
     name = implementation if implementation != "auto" else choose_implementation(
-        q, v, k.shape[1], value_network, return_scores, dropout_mask)
-    if name == "fused":
+        q, v, k.shape[1], value_network, return_scores, dropout_mask, normalization)
+    if name == "triton":
+        from hyla.ops.attention.triton_hyla import hyla_triton
+
+        out = hyla_triton(q, k, v, normalization=normalization, activation=activation, bias=bias, mask=mask,
+                          dropout_mask=dropout_mask)
+    elif name == "fused":
         out = hyla_fused(q, k, v, normalization=normalization, activation=activation, bias=bias, mask=mask,
                          dropout_mask=dropout_mask)
     elif name == "streamed":
@@ -77,9 +88,23 @@ def attention(
     return (out, normalize(scores(q, k, bias), normalization, mask)) if return_scores else out
 
 
-def choose_implementation(q, v, k_len: int, value_network: str, return_scores: bool, dropout_mask) -> str:
-    """`auto`: streamed for HYLA above STREAM_THRESHOLD; under torch.compile, pointwise for small
-    heads; eagerly on CPU, fused for HYLA; else naive."""
+def triton_covers(q, v, normalization: str) -> bool:
+    """Whether `hyla_triton` takes these inputs: triton installed, normalization none or rms_head,
+    a float32/bfloat16/float16 dtype and heads of at most 128 (imports triton on first use only)."""
+    if normalization not in ("none", "rms_head") or importlib.util.find_spec("triton") is None:
+        return False
+    from hyla.ops.attention.triton_hyla import DTYPES, MAX_HEAD_DIM
+
+    return q.dtype in DTYPES and max(q.shape[-1], v.shape[-1]) <= MAX_HEAD_DIM
+
+
+def choose_implementation(q, v, k_len: int, value_network: str, return_scores: bool, dropout_mask,
+                          normalization: str | None = None) -> str:
+    """`auto`: on CUDA, triton for HYLA where the kernels cover it; streamed for HYLA above
+    STREAM_THRESHOLD; under torch.compile, pointwise for small heads; eagerly on CPU, fused for
+    HYLA; else naive."""
+    if value_network == "mlp" and q.is_cuda and triton_covers(q, v, normalization):
+        return "triton"
     hidden_elements = q.shape[0] * q.shape[1] * k_len * v.shape[-1]
     if value_network == "mlp" and hidden_elements > STREAM_THRESHOLD:
         return "streamed"

@@ -42,7 +42,9 @@ MAX_HEAD_DIM = 128  # one tile holds a whole head (Dk and Dv, padded to a power 
 MIN_DOT = 16  # the smallest side of a tensor-core product
 DEFAULT_BLOCK_Q = 16
 DEFAULT_BLOCK_K = 16
+DEFAULT_BLOCK_V = 32
 DEFAULT_NUM_WARPS = 4
+DEFAULT_NUM_STAGES = 1
 
 
 # ----------------------------------------------------------------------------- kernel helpers
@@ -135,17 +137,19 @@ def _hyla_forward_kernel(
     bias_sb, bias_sh, bias_sq, bias_sk, mask_sb, mask_sh, mask_sq, mask_sk,
     drop_sb, drop_sh, drop_sq, drop_sk,
     H: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, HP: tl.constexpr, DKP: tl.constexpr,
-    DVP: tl.constexpr, BQ: tl.constexpr, BK: tl.constexpr, ACT: tl.constexpr, RMS: tl.constexpr,
+    BD: tl.constexpr, BQ: tl.constexpr, BK: tl.constexpr, ACT: tl.constexpr, RMS: tl.constexpr,
     HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr, HAS_DROP: tl.constexpr, PRECISION: tl.constexpr,
 ):
-    """Program (query tile, batch): out[b, q-tile] = sum over key tiles of w u. q/k/v/out contiguous."""
+    """Program (query tile, batch, value chunk): out[b, q-tile, :, chunk] = sum over key tiles of w u.
+    The value dimensions are independent through both layers, so chunks of BD of them split the
+    hidden tile [BQ, BK, BD] (registers) at the price of recomputing the scores per chunk."""
     b = tl.program_id(1).to(tl.int64)
     offs_q = tl.program_id(0) * BQ + tl.arange(0, BQ)
-    offs_h, offs_dk, offs_dv = tl.arange(0, HP), tl.arange(0, DKP), tl.arange(0, DVP)
+    offs_h, offs_dk, offs_dv = tl.arange(0, HP), tl.arange(0, DKP), tl.program_id(2) * BD + tl.arange(0, BD)
     q_tile = _load3(q_ptr + b * Tq * H * DK, offs_h, offs_q, offs_dk, DK, H * DK, 1, H, Tq, DK)  # [HP, BQ, DKP]
     k_base, v_base = k_ptr + b * Tk * H * DK, v_ptr + b * Tk * H * DV
     bias_base, mask_base, drop_base = bias_ptr + b * bias_sb, mask_ptr + b * mask_sb, drop_ptr + b * drop_sb
-    acc = tl.zeros((BQ, HP, DVP), tl.float32)
+    acc = tl.zeros((BQ, HP, BD), tl.float32)
     for k_start in range(0, Tk, BK):
         offs_k = k_start + tl.arange(0, BK)
         k_tile_t = _load3(k_base, offs_h, offs_dk, offs_k, DK, 1, H * DK, H, DK, Tk)  # [HP, DKP, BK]
@@ -154,12 +158,12 @@ def _hyla_forward_kernel(
             (bias_sh, bias_sq, bias_sk), (mask_sh, mask_sq, mask_sk), (drop_sh, drop_sq, drop_sk), Tq, Tk, scale,
             H, RMS, HAS_BIAS, HAS_MASK, HAS_DROP, PRECISION)
         if tl.max(valid.to(tl.int32)) > 0:  # skip tiles with no attended pair (e.g. above a causal diagonal)
-            v_tile = _load3(v_base, offs_k, offs_h, offs_dv, H * DV, DV, 1, Tk, H, DV)  # [BK, HP, DVP]
+            v_tile = _load3(v_base, offs_k, offs_h, offs_dv, H * DV, DV, 1, Tk, H, DV)  # [BK, HP, BD]
             w_by_key = tl.permute(w, (2, 1, 0)).to(v_tile.dtype)  # [BK, BQ, HP]
-            z = tl.dot(w_by_key, v_tile, input_precision=PRECISION)  # [BK, BQ, DVP]
-            u = tl.permute(_activation(z, ACT), (1, 0, 2)).to(v_tile.dtype)  # [BQ, BK, DVP]
+            z = tl.dot(w_by_key, v_tile, input_precision=PRECISION)  # [BK, BQ, BD]
+            u = tl.permute(_activation(z, ACT), (1, 0, 2)).to(v_tile.dtype)  # [BQ, BK, BD]
             w_by_query = tl.permute(w, (1, 0, 2)).to(v_tile.dtype)  # [BQ, HP, BK]
-            acc = tl.dot(w_by_query, u, acc, input_precision=PRECISION)  # [BQ, HP, DVP]
+            acc = tl.dot(w_by_query, u, acc, input_precision=PRECISION)  # [BQ, HP, BD]
     out_base = out_ptr + b * Tq * H * DV
     offs_out = offs_q[:, None, None] * (H * DV) + offs_h[None, :, None] * DV + offs_dv[None, None, :]
     inside = (offs_q < Tq)[:, None, None] & (offs_h < H)[None, :, None] & (offs_dv < DV)[None, None, :]
@@ -177,22 +181,22 @@ def _hyla_backward_kernel(
     bias_sb, bias_sh, bias_sq, bias_sk, mask_sb, mask_sh, mask_sq, mask_sk,
     drop_sb, drop_sh, drop_sq, drop_sk,
     H: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, HP: tl.constexpr, DKP: tl.constexpr,
-    DVP: tl.constexpr, BQ: tl.constexpr, BK: tl.constexpr, ACT: tl.constexpr, RMS: tl.constexpr,
+    BD: tl.constexpr, BQ: tl.constexpr, BK: tl.constexpr, ACT: tl.constexpr, RMS: tl.constexpr,
     HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr, HAS_DROP: tl.constexpr, PRECISION: tl.constexpr,
     GRAD_BIAS: tl.constexpr, GRAD_BIAS_SHARED: tl.constexpr,
 ):
-    """Program (key tile, batch): grad k and grad v of its keys in registers, grad q by atomics into a
-    float32 buffer, grad bias [B or 1, H, Tq, Tk] float32 (atomics when shared over the batch)."""
+    """Program (key tile, batch): grad k of its keys in registers; grad v of its keys added chunk by
+    chunk into a float32 buffer only this program writes; grad q by atomics into a float32 buffer;
+    grad bias [B or 1, H, Tq, Tk] float32 (atomics when shared over the batch)."""
     b = tl.program_id(1).to(tl.int64)
     offs_k = tl.program_id(0) * BK + tl.arange(0, BK)
-    offs_h, offs_dk, offs_dv = tl.arange(0, HP), tl.arange(0, DKP), tl.arange(0, DVP)
+    offs_h, offs_dk = tl.arange(0, HP), tl.arange(0, DKP)
     q_base, go_base = q_ptr + b * Tq * H * DK, grad_out_ptr + b * Tq * H * DV
     k_tile = _load3(k_ptr + b * Tk * H * DK, offs_h, offs_k, offs_dk, DK, H * DK, 1, H, Tk, DK)  # [HP, BK, DKP]
     k_tile_t = tl.permute(k_tile, (0, 2, 1))  # [HP, DKP, BK]
-    v_tile = _load3(v_ptr + b * Tk * H * DV, offs_k, offs_h, offs_dv, H * DV, DV, 1, Tk, H, DV)  # [BK, HP, DVP]
+    v_base, grad_v_base = v_ptr + b * Tk * H * DV, grad_v_ptr + b * Tk * H * DV
     bias_base, mask_base, drop_base = bias_ptr + b * bias_sb, mask_ptr + b * mask_sb, drop_ptr + b * drop_sb
     grad_k = tl.zeros((HP, BK, DKP), tl.float32)
-    grad_v = tl.zeros((BK, HP, DVP), tl.float32)
     for q_start in range(0, Tq, BQ):
         offs_q = q_start + tl.arange(0, BQ)
         q_tile = _load3(q_base, offs_h, offs_q, offs_dk, DK, H * DK, 1, H, Tq, DK)  # [HP, BQ, DKP]
@@ -201,8 +205,10 @@ def _hyla_backward_kernel(
             (bias_sh, bias_sq, bias_sk), (mask_sh, mask_sq, mask_sk), (drop_sh, drop_sq, drop_sk), Tq, Tk, scale,
             H, RMS, HAS_BIAS, HAS_MASK, HAS_DROP, PRECISION)
         if tl.max(valid.to(tl.int32)) > 0:
-            grad_w, grad_v = _value_network_backward(
-                w, v_tile, go_base, offs_q, offs_h, offs_dv, grad_v, Tq, H, DV, ACT, PRECISION)
+            grad_w = tl.zeros(w.shape, tl.float32)
+            for d_start in range(0, DV, BD):
+                grad_w += _value_network_backward(w, v_base, go_base, grad_v_base, offs_q, offs_k, offs_h,
+                                                  d_start + tl.arange(0, BD), Tq, Tk, H, DV, ACT, PRECISION)
             # attention dropout, then the RMS normalization across heads, then the mask
             grad_a = grad_w
             if HAS_DROP:
@@ -225,31 +231,32 @@ def _hyla_backward_kernel(
     offs = offs_h[:, None, None] * DK + offs_k[None, :, None] * (H * DK) + offs_dk[None, None, :]
     inside = (offs_h < H)[:, None, None] & (offs_k < Tk)[None, :, None] & (offs_dk < DK)[None, None, :]
     tl.store(grad_k_ptr + b * Tk * H * DK + offs, grad_k.to(grad_k_ptr.dtype.element_ty), mask=inside)
-    offs = offs_k[:, None, None] * (H * DV) + offs_h[None, :, None] * DV + offs_dv[None, None, :]
-    inside = (offs_k < Tk)[:, None, None] & (offs_h < H)[None, :, None] & (offs_dv < DV)[None, None, :]
-    tl.store(grad_v_ptr + b * Tk * H * DV + offs, grad_v.to(grad_v_ptr.dtype.element_ty), mask=inside)
 
 
 @triton.jit
-def _value_network_backward(w, v_tile, go_base, offs_q, offs_h, offs_dv, grad_v, Tq,
+def _value_network_backward(w, v_base, go_base, grad_v_base, offs_q, offs_k, offs_h, offs_dv, Tq, Tk,
                             H: tl.constexpr, DV: tl.constexpr, ACT: tl.constexpr, PRECISION: tl.constexpr):
-    """Through both generated layers for one tile: w [HP, BQ, BK], v_tile [BK, HP, DVP].
-    Returns dL/dw [HP, BQ, BK] and grad_v [BK, HP, DVP] with this tile's part added."""
+    """Through both generated layers for one tile and one chunk offs_dv [BD] of the value dimensions:
+    w [HP, BQ, BK] -> this chunk's part of dL/dw [HP, BQ, BK]; adds its part of grad v in place."""
+    v_tile = _load3(v_base, offs_k, offs_h, offs_dv, H * DV, DV, 1, Tk, H, DV)  # [BK, HP, BD]
     dtype = v_tile.dtype
     w_by_key = tl.permute(w, (2, 1, 0)).to(dtype)  # [BK, BQ, HP]
-    z = tl.dot(w_by_key, v_tile, input_precision=PRECISION)  # [BK, BQ, DVP]
-    u = tl.permute(_activation(z, ACT), (1, 0, 2)).to(dtype)  # [BQ, BK, DVP]
-    grad_out = _load3(go_base, offs_q, offs_h, offs_dv, H * DV, DV, 1, Tq, H, DV)  # [BQ, HP, DVP]
+    z = tl.dot(w_by_key, v_tile, input_precision=PRECISION)  # [BK, BQ, BD]
+    u = tl.permute(_activation(z, ACT), (1, 0, 2)).to(dtype)  # [BQ, BK, BD]
+    grad_out = _load3(go_base, offs_q, offs_h, offs_dv, H * DV, DV, 1, Tq, H, DV)  # [BQ, HP, BD]
     # layer 2, y = sum_k w u:  dL/dw += dy . u,  dL/du = sum_h w dy
     grad_w_layer2 = tl.dot(grad_out, tl.permute(u, (0, 2, 1)), input_precision=PRECISION)  # [BQ, HP, BK]
     w_by_query_t = tl.permute(w, (1, 2, 0)).to(dtype)  # [BQ, BK, HP]
-    grad_u = tl.dot(w_by_query_t, grad_out, input_precision=PRECISION)  # [BQ, BK, DVP]
-    grad_z = (tl.permute(grad_u, (1, 0, 2)) * _activation_grad(z, ACT)).to(dtype)  # [BK, BQ, DVP]
+    grad_u = tl.dot(w_by_query_t, grad_out, input_precision=PRECISION)  # [BQ, BK, BD]
+    grad_z = (tl.permute(grad_u, (1, 0, 2)) * _activation_grad(z, ACT)).to(dtype)  # [BK, BQ, BD]
     # layer 1, z = sum_h w v:  dL/dw += dz . v,  dL/dv = sum_q w dz
     grad_w_layer1 = tl.dot(grad_z, tl.permute(v_tile, (0, 2, 1)), input_precision=PRECISION)  # [BK, BQ, HP]
-    grad_v = tl.dot(tl.permute(w_by_key, (0, 2, 1)), grad_z, grad_v, input_precision=PRECISION)  # [BK, HP, DVP]
-    grad_w = tl.permute(grad_w_layer2, (1, 0, 2)) + tl.permute(grad_w_layer1, (2, 1, 0))  # [HP, BQ, BK]
-    return grad_w, grad_v
+    grad_v_ptrs = grad_v_base + offs_k[:, None, None] * (H * DV) + offs_h[None, :, None] * DV + offs_dv[None, None, :]
+    inside = (offs_k < Tk)[:, None, None] & (offs_h < H)[None, :, None] & (offs_dv < DV)[None, None, :]
+    grad_v = tl.load(grad_v_ptrs, mask=inside, other=0.0)  # [BK, HP, BD] float32
+    grad_v = tl.dot(tl.permute(w_by_key, (0, 2, 1)), grad_z, grad_v, input_precision=PRECISION)
+    tl.store(grad_v_ptrs, grad_v, mask=inside)
+    return tl.permute(grad_w_layer2, (1, 0, 2)) + tl.permute(grad_w_layer1, (2, 1, 0))  # [HP, BQ, BK]
 
 
 @triton.jit
@@ -274,7 +281,7 @@ def _pair_strides(t: torch.Tensor | None, shape: tuple[int, int, int, int]) -> t
     return t.reshape((1,) * (4 - t.ndim) + tuple(t.shape)).expand(shape).stride()
 
 
-def _launch_args(q, k, v, bias, mask, dropout_mask, normalization, activation, block_q, block_k):
+def _launch_args(q, k, v, bias, mask, dropout_mask, normalization, activation, blocks):
     """(tensor args, scalar args, constexprs) shared by the forward and backward kernels."""
     batch, q_len, heads, k_dim = q.shape
     k_len, v_dim = k.shape[1], v.shape[-1]
@@ -285,49 +292,95 @@ def _launch_args(q, k, v, bias, mask, dropout_mask, normalization, activation, b
     strides = [s for t in (bias, mask_bytes, dropout_mask) for s in _pair_strides(t, shape)]
     constexprs = dict(
         H=heads, DK=k_dim, DV=v_dim, HP=max(MIN_DOT, triton.next_power_of_2(heads)),
-        DKP=max(MIN_DOT, triton.next_power_of_2(k_dim)), DVP=max(MIN_DOT, triton.next_power_of_2(v_dim)),
-        BQ=block_q, BK=block_k, ACT=ACTIVATION_CODES[activation], RMS=normalization == "rms_head",
+        DKP=max(MIN_DOT, triton.next_power_of_2(k_dim)), BD=min(blocks[2], max(MIN_DOT, triton.next_power_of_2(v_dim))),
+        BQ=blocks[0], BK=blocks[1], ACT=ACTIVATION_CODES[activation], RMS=normalization == "rms_head",
         HAS_BIAS=bias is not None, HAS_MASK=mask is not None, HAS_DROP=dropout_mask is not None,
         PRECISION="tf32x3" if q.dtype == torch.float32 else "ieee",
     )
     return pointers, [q_len, k_len, 1.0 / math.sqrt(k_dim), *strides], constexprs
 
 
-class _TritonHyla(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, bias, mask, dropout_mask, normalization, activation, block_q, block_k, num_warps):
-        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-        pointers, scalars, constexprs = _launch_args(q, k, v, bias, mask, dropout_mask, normalization, activation,
-                                                     block_q, block_k)
-        out = torch.empty(*q.shape[:3], v.shape[-1], dtype=q.dtype, device=q.device)  # [B, Tq, H, Dv]
-        grid = (triton.cdiv(q.shape[1], block_q), q.shape[0])
-        _hyla_forward_kernel[grid](q, k, v, *pointers, out, *scalars, **constexprs, num_warps=num_warps)
-        ctx.save_for_backward(q, k, v, bias, mask, dropout_mask)
-        ctx.config = (normalization, activation, block_q, block_k, num_warps)
-        return out
+def _forward(q, k, v, bias, mask, dropout_mask, normalization, activation, blocks, num_warps, num_stages):
+    """out [B, Tq, H, Dv] from the forward kernel."""
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    pointers, scalars, constexprs = _launch_args(q, k, v, bias, mask, dropout_mask, normalization, activation, blocks)
+    out = torch.empty(*q.shape[:3], v.shape[-1], dtype=q.dtype, device=q.device)  # [B, Tq, H, Dv]
+    grid = (triton.cdiv(q.shape[1], blocks[0]), q.shape[0], triton.cdiv(v.shape[-1], constexprs["BD"]))
+    _hyla_forward_kernel[grid](q, k, v, *pointers, out, *scalars, **constexprs, num_warps=num_warps,
+                               num_stages=num_stages)
+    return out
 
-    @staticmethod
-    def backward(ctx, grad_out):
-        q, k, v, bias, mask, dropout_mask = ctx.saved_tensors
-        normalization, activation, block_q, block_k, num_warps = ctx.config
-        batch, q_len, heads, _ = q.shape
-        pointers, scalars, constexprs = _launch_args(q, k, v, bias, mask, dropout_mask, normalization, activation,
-                                                     block_q, block_k)
-        grad_q = torch.zeros(q.shape, dtype=torch.float32, device=q.device)  # atomics accumulate in float32
-        grad_k, grad_v = torch.empty_like(k), torch.empty_like(v)
-        want_bias = bias is not None and ctx.needs_input_grad[3]
-        bias4 = None if bias is None else bias.reshape((1,) * (4 - bias.ndim) + tuple(bias.shape))
-        shared = want_bias and bias4.shape[0] == 1
-        grad_bias = (torch.zeros(1 if shared else batch, heads, q_len, k.shape[1], dtype=torch.float32,
-                                 device=q.device) if want_bias else grad_q)
-        grid = (triton.cdiv(k.shape[1], block_k), batch)
-        _hyla_backward_kernel[grid](
-            q, k, v, *pointers, grad_out.contiguous(), grad_q, grad_k, grad_v, grad_bias, *scalars, **constexprs,
-            GRAD_BIAS=want_bias, GRAD_BIAS_SHARED=shared, num_warps=num_warps)
-        if want_bias:
-            grad_bias = grad_bias.sum_to_size(bias4.shape).reshape(bias.shape).to(bias.dtype)
-        return (grad_q.to(q.dtype), grad_k, grad_v, grad_bias if want_bias else None,
-                None, None, None, None, None, None, None)
+
+def _backward(grad_out, q, k, v, bias, mask, dropout_mask, normalization, activation, blocks, num_warps,
+              num_stages, want_bias):
+    """(grad q, grad k, grad v, grad bias) from the backward kernel; grad bias is empty unless want_bias."""
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    batch, q_len, heads, _ = q.shape
+    pointers, scalars, constexprs = _launch_args(q, k, v, bias, mask, dropout_mask, normalization, activation, blocks)
+    # float32 accumulators: grad q by atomics, grad v by chunks added over the query tiles
+    grad_q = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    grad_v = torch.zeros(v.shape, dtype=torch.float32, device=q.device)
+    grad_k = torch.empty_like(k)
+    bias4 = None if bias is None else bias.reshape((1,) * (4 - bias.ndim) + tuple(bias.shape))
+    shared = want_bias and bias4.shape[0] == 1
+    grad_bias = torch.zeros((1 if shared else batch, heads, q_len, k.shape[1]) if want_bias else (0,),
+                            dtype=torch.float32, device=q.device)
+    grid = (triton.cdiv(k.shape[1], blocks[1]), batch)
+    _hyla_backward_kernel[grid](
+        q, k, v, *pointers, grad_out.contiguous(), grad_q, grad_k, grad_v, grad_bias, *scalars, **constexprs,
+        GRAD_BIAS=want_bias, GRAD_BIAS_SHARED=shared, num_warps=num_warps, num_stages=num_stages)
+    if want_bias:
+        grad_bias = grad_bias.sum_to_size(bias4.shape).reshape(bias.shape).to(bias.dtype)
+    return grad_q.to(q.dtype), grad_k, grad_v.to(v.dtype), grad_bias
+
+
+# torch.library custom operators: torch.compile treats them as opaque (fullgraph works) and
+# autograd reaches the hand-written backward through `register_autograd`.
+
+
+@torch.library.custom_op("hyla::triton_hyla_forward", mutates_args=())
+def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
+                mask: torch.Tensor | None, dropout_mask: torch.Tensor | None, normalization: str, activation: str,
+                blocks: list[int], num_warps: int, num_stages: int) -> torch.Tensor:
+    return _forward(q, k, v, bias, mask, dropout_mask, normalization, activation, blocks, num_warps, num_stages)
+
+
+@_forward_op.register_fake
+def _(q, k, v, bias, mask, dropout_mask, normalization, activation, blocks, num_warps, num_stages):
+    return q.new_empty(*q.shape[:3], v.shape[-1])
+
+
+@torch.library.custom_op("hyla::triton_hyla_backward", mutates_args=())
+def _backward_op(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 bias: torch.Tensor | None, mask: torch.Tensor | None, dropout_mask: torch.Tensor | None,
+                 normalization: str, activation: str, blocks: list[int], num_warps: int, num_stages: int,
+                 want_bias: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _backward(grad_out, q, k, v, bias, mask, dropout_mask, normalization, activation, blocks, num_warps,
+                     num_stages, want_bias)
+
+
+@_backward_op.register_fake
+def _(grad_out, q, k, v, bias, mask, dropout_mask, normalization, activation, blocks, num_warps, num_stages,
+      want_bias):
+    grad_bias = torch.empty_like(bias) if want_bias else q.new_empty(0, dtype=torch.float32)
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), grad_bias
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, bias, mask, dropout_mask, *config = inputs
+    ctx.save_for_backward(q, k, v, bias, mask, dropout_mask)
+    ctx.config = config
+
+
+def _autograd_backward(ctx, grad_out):
+    q, k, v, bias, mask, dropout_mask = ctx.saved_tensors
+    want_bias = bias is not None and ctx.needs_input_grad[3]
+    grad_q, grad_k, grad_v, grad_bias = _backward_op(grad_out, q, k, v, bias, mask, dropout_mask, *ctx.config,
+                                                     want_bias)
+    return (grad_q, grad_k, grad_v, grad_bias if want_bias else None) + (None,) * 7
+
+
+_forward_op.register_autograd(_autograd_backward, setup_context=_setup_context)
 
 
 def check_supported(q, v, normalization) -> None:
@@ -354,17 +407,23 @@ def hyla_triton(
     dropout_mask: torch.Tensor | None = None,
     block_q: int = DEFAULT_BLOCK_Q,
     block_k: int = DEFAULT_BLOCK_K,
+    block_v: int = DEFAULT_BLOCK_V,
     num_warps: int = DEFAULT_NUM_WARPS,
+    num_stages: int = DEFAULT_NUM_STAGES,
 ) -> torch.Tensor:
     """HYLA output [B, Tq, H, Dv] (the `mlp` value network) from the fused kernels, equal to the naive
     form up to rounding. Normalization 'none' or 'rms_head'; CUDA tensors (or CPU tensors under
     TRITON_INTERPRET=1).
 
     q [B, Tq, H, Dk], k [B, Tk, H, Dk], v [B, Tk, H, Dv] (Dk, Dv <= 128); bias, mask (bool) and
-    dropout_mask broadcastable to [B, H, Tq, Tk]. block_q, block_k: tile sizes (powers of two >= 16).
+    dropout_mask broadcastable to [B, H, Tq, Tk]. block_q, block_k: query and key tile sizes;
+    block_v: value dimensions per chunk (all powers of two >= 16). num_warps: per program;
+    num_stages: Triton's software pipelining depth of the tile loads.
     """
     check_supported(q, v, normalization)
-    for name, block in (("block_q", block_q), ("block_k", block_k)):
+    blocks = (block_q, block_k, block_v)
+    for name, block in zip(("block_q", "block_k", "block_v"), blocks):
         if block < MIN_DOT or block & (block - 1):
             raise ValueError(f"{name} must be a power of two >= {MIN_DOT}, got {block}")
-    return _TritonHyla.apply(q, k, v, bias, mask, dropout_mask, normalization, activation, block_q, block_k, num_warps)
+    return _forward_op(q, k, v, bias, mask, dropout_mask, normalization, activation, list(blocks), num_warps,
+                       num_stages)
