@@ -16,9 +16,10 @@ query gradients of every query tile into a float32 buffer with atomics. Memory: 
 output, that buffer and, only when the bias needs a gradient, one float32 [B or 1, H, Tq, Tk].
 
 Heads are padded to 16 (the smallest side of a tensor-core product); the padded heads have zero
-queries, keys and values and do not enter the RMS mean. float32 products use `tf32x3` (three
-TF32 products: float32 accuracy on tensor cores); bfloat16/float16 inputs multiply in their
-dtype and accumulate in float32.
+queries, keys and values and do not enter the RMS mean. Products run on the tensor cores with
+float32 accumulation: bfloat16/float16 inputs in their dtype (the codes and the hidden layer are
+rounded to it first), float32 inputs in TF32 (~1e-3 relative; `tf32x3` and exact float32 need more
+shared memory than an H100 has for the backward at Dv=64, found by compiling for sm_90).
 
 CPU tensors work in Triton's interpreter (`TRITON_INTERPRET=1` set before this module is first
 imported): that is how the tests run without a GPU. Same values as `attention_naive` up to
@@ -56,6 +57,17 @@ def _load3(base, o0, o1, o2, s0, s1, s2, n0, n1, n2):
     ptrs = base + o0[:, None, None] * s0 + o1[None, :, None] * s1 + o2[None, None, :] * s2
     inside = (o0 < n0)[:, None, None] & (o1 < n1)[None, :, None] & (o2 < n2)[None, None, :]
     return tl.load(ptrs, mask=inside, other=0)
+
+
+@triton.jit
+def _dot(a, b, acc, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    """a @ b (+ acc), float32 result. UPCAST: multiply in float32 (Triton's interpreter stores
+    bfloat16 as raw 16-bit integers and cannot multiply them; the values are already rounded)."""
+    if UPCAST:
+        a, b = a.to(tl.float32), b.to(tl.float32)
+    if acc is None:
+        return tl.dot(a, b, input_precision=PRECISION)
+    return tl.dot(a, b, acc, input_precision=PRECISION)
 
 
 @triton.jit
@@ -107,10 +119,10 @@ def _pair_tile(base, offs_h, offs_q, offs_k, strides, H, Tq, Tk):
 def _latent_codes(q_tile, k_tile_t, bias_base, mask_base, drop_base, offs_h, offs_q, offs_k,
                   bias_strides, mask_strides, drop_strides, Tq, Tk, scale,
                   H: tl.constexpr, RMS: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr,
-                  HAS_DROP: tl.constexpr, PRECISION: tl.constexpr):
+                  HAS_DROP: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
     """Scores p (masked -> 0), the per-pair RMS factor r, the weights w = p * r * dropout, and
     `valid` for one tile: q_tile [HP, BQ, DKP], k_tile_t [HP, DKP, BK] -> [HP, BQ, BK] (r: [BQ, BK])."""
-    s = tl.dot(q_tile, k_tile_t, input_precision=PRECISION) * scale  # [HP, BQ, BK]
+    s = _dot(q_tile, k_tile_t, None, PRECISION, UPCAST) * scale  # [HP, BQ, BK]
     if HAS_BIAS:
         s += _pair_tile(bias_base, offs_h, offs_q, offs_k, bias_strides, H, Tq, Tk).to(tl.float32)
     valid = (offs_h < H)[:, None, None] & (offs_q < Tq)[None, :, None] & (offs_k < Tk)[None, None, :]
@@ -138,7 +150,7 @@ def _hyla_forward_kernel(
     drop_sb, drop_sh, drop_sq, drop_sk,
     H: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, HP: tl.constexpr, DKP: tl.constexpr,
     BD: tl.constexpr, BQ: tl.constexpr, BK: tl.constexpr, ACT: tl.constexpr, RMS: tl.constexpr,
-    HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr, HAS_DROP: tl.constexpr, PRECISION: tl.constexpr,
+    HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr, HAS_DROP: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
     """Program (query tile, batch, value chunk): out[b, q-tile, :, chunk] = sum over key tiles of w u.
     The value dimensions are independent through both layers, so chunks of BD of them split the
@@ -156,14 +168,14 @@ def _hyla_forward_kernel(
         _, _, w, valid = _latent_codes(
             q_tile, k_tile_t, bias_base, mask_base, drop_base, offs_h, offs_q, offs_k,
             (bias_sh, bias_sq, bias_sk), (mask_sh, mask_sq, mask_sk), (drop_sh, drop_sq, drop_sk), Tq, Tk, scale,
-            H, RMS, HAS_BIAS, HAS_MASK, HAS_DROP, PRECISION)
+            H, RMS, HAS_BIAS, HAS_MASK, HAS_DROP, PRECISION, UPCAST)
         if tl.max(valid.to(tl.int32)) > 0:  # skip tiles with no attended pair (e.g. above a causal diagonal)
             v_tile = _load3(v_base, offs_k, offs_h, offs_dv, H * DV, DV, 1, Tk, H, DV)  # [BK, HP, BD]
             w_by_key = tl.permute(w, (2, 1, 0)).to(v_tile.dtype)  # [BK, BQ, HP]
-            z = tl.dot(w_by_key, v_tile, input_precision=PRECISION)  # [BK, BQ, BD]
+            z = _dot(w_by_key, v_tile, None, PRECISION, UPCAST)  # [BK, BQ, BD]
             u = tl.permute(_activation(z, ACT), (1, 0, 2)).to(v_tile.dtype)  # [BQ, BK, BD]
             w_by_query = tl.permute(w, (1, 0, 2)).to(v_tile.dtype)  # [BQ, HP, BK]
-            acc = tl.dot(w_by_query, u, acc, input_precision=PRECISION)  # [BQ, HP, BD]
+            acc = _dot(w_by_query, u, acc, PRECISION, UPCAST)  # [BQ, HP, BD]
     out_base = out_ptr + b * Tq * H * DV
     offs_out = offs_q[:, None, None] * (H * DV) + offs_h[None, :, None] * DV + offs_dv[None, None, :]
     inside = (offs_q < Tq)[:, None, None] & (offs_h < H)[None, :, None] & (offs_dv < DV)[None, None, :]
@@ -182,7 +194,7 @@ def _hyla_backward_kernel(
     drop_sb, drop_sh, drop_sq, drop_sk,
     H: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, HP: tl.constexpr, DKP: tl.constexpr,
     BD: tl.constexpr, BQ: tl.constexpr, BK: tl.constexpr, ACT: tl.constexpr, RMS: tl.constexpr,
-    HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr, HAS_DROP: tl.constexpr, PRECISION: tl.constexpr,
+    HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr, HAS_DROP: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
     GRAD_BIAS: tl.constexpr, GRAD_BIAS_SHARED: tl.constexpr,
 ):
     """Program (key tile, batch): grad k of its keys in registers; grad v of its keys added chunk by
@@ -203,12 +215,12 @@ def _hyla_backward_kernel(
         p, r, w, valid = _latent_codes(
             q_tile, k_tile_t, bias_base, mask_base, drop_base, offs_h, offs_q, offs_k,
             (bias_sh, bias_sq, bias_sk), (mask_sh, mask_sq, mask_sk), (drop_sh, drop_sq, drop_sk), Tq, Tk, scale,
-            H, RMS, HAS_BIAS, HAS_MASK, HAS_DROP, PRECISION)
+            H, RMS, HAS_BIAS, HAS_MASK, HAS_DROP, PRECISION, UPCAST)
         if tl.max(valid.to(tl.int32)) > 0:
             grad_w = tl.zeros(w.shape, tl.float32)
             for d_start in range(0, DV, BD):
                 grad_w += _value_network_backward(w, v_base, go_base, grad_v_base, offs_q, offs_k, offs_h,
-                                                  d_start + tl.arange(0, BD), Tq, Tk, H, DV, ACT, PRECISION)
+                                                  d_start + tl.arange(0, BD), Tq, Tk, H, DV, ACT, PRECISION, UPCAST)
             # attention dropout, then the RMS normalization across heads, then the mask
             grad_a = grad_w
             if HAS_DROP:
@@ -222,9 +234,9 @@ def _hyla_backward_kernel(
             if GRAD_BIAS:
                 _store_grad_bias(grad_bias_ptr, b, grad_s, offs_h, offs_q, offs_k, Tq, Tk, H, GRAD_BIAS_SHARED)
             grad_s = grad_s * scale
-            grad_k = tl.dot(tl.permute(grad_s, (0, 2, 1)).to(q_tile.dtype), q_tile, grad_k,
-                            input_precision=PRECISION)  # [HP, BK, DKP]
-            grad_q_part = tl.dot(grad_s.to(k_tile.dtype), k_tile, input_precision=PRECISION)  # [HP, BQ, DKP]
+            grad_k = _dot(tl.permute(grad_s, (0, 2, 1)).to(q_tile.dtype), q_tile, grad_k, PRECISION,
+                          UPCAST)  # [HP, BK, DKP]
+            grad_q_part = _dot(grad_s.to(k_tile.dtype), k_tile, None, PRECISION, UPCAST)  # [HP, BQ, DKP]
             offs = offs_h[:, None, None] * DK + offs_q[None, :, None] * (H * DK) + offs_dk[None, None, :]
             inside = (offs_h < H)[:, None, None] & (offs_q < Tq)[None, :, None] & (offs_dk < DK)[None, None, :]
             tl.atomic_add(grad_q_ptr + b * Tq * H * DK + offs, grad_q_part, mask=inside)
@@ -235,26 +247,27 @@ def _hyla_backward_kernel(
 
 @triton.jit
 def _value_network_backward(w, v_base, go_base, grad_v_base, offs_q, offs_k, offs_h, offs_dv, Tq, Tk,
-                            H: tl.constexpr, DV: tl.constexpr, ACT: tl.constexpr, PRECISION: tl.constexpr):
+                            H: tl.constexpr, DV: tl.constexpr, ACT: tl.constexpr, PRECISION: tl.constexpr,
+                            UPCAST: tl.constexpr):
     """Through both generated layers for one tile and one chunk offs_dv [BD] of the value dimensions:
     w [HP, BQ, BK] -> this chunk's part of dL/dw [HP, BQ, BK]; adds its part of grad v in place."""
     v_tile = _load3(v_base, offs_k, offs_h, offs_dv, H * DV, DV, 1, Tk, H, DV)  # [BK, HP, BD]
     dtype = v_tile.dtype
     w_by_key = tl.permute(w, (2, 1, 0)).to(dtype)  # [BK, BQ, HP]
-    z = tl.dot(w_by_key, v_tile, input_precision=PRECISION)  # [BK, BQ, BD]
+    z = _dot(w_by_key, v_tile, None, PRECISION, UPCAST)  # [BK, BQ, BD]
     u = tl.permute(_activation(z, ACT), (1, 0, 2)).to(dtype)  # [BQ, BK, BD]
     grad_out = _load3(go_base, offs_q, offs_h, offs_dv, H * DV, DV, 1, Tq, H, DV)  # [BQ, HP, BD]
     # layer 2, y = sum_k w u:  dL/dw += dy . u,  dL/du = sum_h w dy
-    grad_w_layer2 = tl.dot(grad_out, tl.permute(u, (0, 2, 1)), input_precision=PRECISION)  # [BQ, HP, BK]
+    grad_w_layer2 = _dot(grad_out, tl.permute(u, (0, 2, 1)), None, PRECISION, UPCAST)  # [BQ, HP, BK]
     w_by_query_t = tl.permute(w, (1, 2, 0)).to(dtype)  # [BQ, BK, HP]
-    grad_u = tl.dot(w_by_query_t, grad_out, input_precision=PRECISION)  # [BQ, BK, BD]
+    grad_u = _dot(w_by_query_t, grad_out, None, PRECISION, UPCAST)  # [BQ, BK, BD]
     grad_z = (tl.permute(grad_u, (1, 0, 2)) * _activation_grad(z, ACT)).to(dtype)  # [BK, BQ, BD]
     # layer 1, z = sum_h w v:  dL/dw += dz . v,  dL/dv = sum_q w dz
-    grad_w_layer1 = tl.dot(grad_z, tl.permute(v_tile, (0, 2, 1)), input_precision=PRECISION)  # [BK, BQ, HP]
+    grad_w_layer1 = _dot(grad_z, tl.permute(v_tile, (0, 2, 1)), None, PRECISION, UPCAST)  # [BK, BQ, HP]
     grad_v_ptrs = grad_v_base + offs_k[:, None, None] * (H * DV) + offs_h[None, :, None] * DV + offs_dv[None, None, :]
     inside = (offs_k < Tk)[:, None, None] & (offs_h < H)[None, :, None] & (offs_dv < DV)[None, None, :]
     grad_v = tl.load(grad_v_ptrs, mask=inside, other=0.0)  # [BK, HP, BD] float32
-    grad_v = tl.dot(tl.permute(w_by_key, (0, 2, 1)), grad_z, grad_v, input_precision=PRECISION)
+    grad_v = _dot(tl.permute(w_by_key, (0, 2, 1)), grad_z, grad_v, PRECISION, UPCAST)
     tl.store(grad_v_ptrs, grad_v, mask=inside)
     return tl.permute(grad_w_layer2, (1, 0, 2)) + tl.permute(grad_w_layer1, (2, 1, 0))  # [HP, BQ, BK]
 
@@ -272,6 +285,10 @@ def _store_grad_bias(grad_bias_ptr, b, grad_s, offs_h, offs_q, offs_k, Tq, Tk, H
 
 
 # ----------------------------------------------------------------------------- launch and autograd
+
+
+def _interpreted() -> bool:
+    return type(_hyla_forward_kernel).__name__ == "InterpretedFunction"
 
 
 def _pair_strides(t: torch.Tensor | None, shape: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
@@ -295,7 +312,7 @@ def _launch_args(q, k, v, bias, mask, dropout_mask, normalization, activation, b
         DKP=max(MIN_DOT, triton.next_power_of_2(k_dim)), BD=min(blocks[2], max(MIN_DOT, triton.next_power_of_2(v_dim))),
         BQ=blocks[0], BK=blocks[1], ACT=ACTIVATION_CODES[activation], RMS=normalization == "rms_head",
         HAS_BIAS=bias is not None, HAS_MASK=mask is not None, HAS_DROP=dropout_mask is not None,
-        PRECISION="tf32x3" if q.dtype == torch.float32 else "ieee",
+        PRECISION="tf32", UPCAST=_interpreted(),
     )
     return pointers, [q_len, k_len, 1.0 / math.sqrt(k_dim), *strides], constexprs
 
