@@ -44,7 +44,7 @@ MIN_DOT = 16  # the smallest side of a tensor-core product
 DEFAULT_BLOCK_Q = 16
 DEFAULT_BLOCK_K = 16
 DEFAULT_BLOCK_V = 32
-DEFAULT_NUM_WARPS = 4
+DEFAULT_NUM_WARPS = 8
 DEFAULT_NUM_STAGES = 1
 
 
