@@ -4,6 +4,7 @@ scaled-dot-product softmax attention (flash), forward+backward time and peak mem
     python benchmarks/bench_triton_attention.py                       # T = 512 ... 16384, float32 + bfloat16
     python benchmarks/bench_triton_attention.py --lengths 512 2048 --dtypes bfloat16 --repeats 3
     python benchmarks/bench_triton_attention.py --device cpu --lengths 32 --tokens 64   # interpreter smoke run
+    python benchmarks/bench_triton_attention.py --compile-report   # no GPU needed: registers, spills, shared memory
 
 Shapes: H=8, Dk=Dv=64, a causal mask (language modeling), fixed tokens per batch (B = tokens / T),
 HYLA = rms_head normalization + relu value network (the paper's). softmax_sdpa is
@@ -11,8 +12,12 @@ HYLA = rms_head normalization + relu value network (the paper's). softmax_sdpa i
 falls back to its memory-efficient kernel (flash has no float32).
 
 Correctness gates the report: at every size, before timing, the Triton outputs and gradients are
-compared with streamed HYLA in float32 (itself tested against the naive form) on the same inputs;
-a case that disagrees by more than the dtype's tolerance is reported as `incorrect`, with no time.
+compared with streamed HYLA in float32 (itself tested against the naive form) on the same inputs
+(error: max |diff| / max(max |reference|, 1), the worst of the output and the three gradients).
+A case is `incorrect`, with no time reported, when that error exceeds both the dtype's tolerance
+and twice the error of streamed HYLA run in the same dtype (in bfloat16 the gradients of the value
+network lose a few bits in PyTorch's own computation too: 0.1-0.3 of the largest entry of grad v
+at Dv=64, measured in the interpreter at T=40).
 Peak memory: `torch.cuda.max_memory_allocated` during the first forward+backward, over the memory
 allocated before it (inputs). Time: CUDA events, the median of --repeats runs after one warm-up.
 Cases estimated to need more than --max-gib are skipped (listed as skipped).
@@ -34,7 +39,7 @@ LENGTHS = (512, 1024, 2048, 4096, 8192, 16384)
 IMPLEMENTATIONS = ("triton", "streamed", "naive", "softmax_sdpa")
 OUT = Path(__file__).parent / "results" / "triton_attention.json"
 # max |triton - streamed float32| / max(max |streamed|, 1), outputs and each gradient
-TOLERANCE = {"float32": 5e-3, "bfloat16": 5e-2}
+TOLERANCE = {"float32": 5e-3, "bfloat16": 3e-2}
 
 
 def parse_args(argv=None):
@@ -52,6 +57,9 @@ def parse_args(argv=None):
                    help="Triton tile sizes (default: the kernel's)")
     p.add_argument("--num-warps", type=int, default=None)
     p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--compile-report", action="store_true",
+                   help="compile the kernels for --arch without a GPU and report their resources (JSON to --out)")
+    p.add_argument("--arch", type=int, default=90, help="CUDA compute capability for --compile-report (90: H100)")
     return p.parse_args(argv)
 
 
@@ -139,9 +147,11 @@ def run_case(impl, length, dtype_name, args, reference):
     fn = hyla_fn(impl, args)
     try:
         if impl == "triton":
-            error = relative_error(forward_backward(fn, *inputs), reference(inputs))
-            row["relative_error_vs_streamed"] = error
-            if not error <= TOLERANCE[dtype_name]:
+            expected = reference(inputs)
+            error = relative_error(forward_backward(fn, *inputs), expected)
+            same_dtype_error = relative_error(forward_backward(hyla_fn("streamed", args), *inputs), expected)
+            row.update(relative_error_vs_streamed=error, streamed_same_dtype_error=same_dtype_error)
+            if not error <= max(TOLERANCE[dtype_name], 2 * same_dtype_error):
                 return dict(row, status="incorrect: no time reported")
         peak, median, times = measure(fn, inputs, args.device, args.repeats)
     except torch.OutOfMemoryError:
@@ -160,8 +170,73 @@ def print_table(rows):
         print(f"{r['dtype']:9} {r['implementation']:13} {r['length']:>6} {r['batch']:>4} {t:>10} {m:>10}  {r['status']}")
 
 
+def kernel_resources(kernel, dtype_name, constexprs, num_warps, arch):
+    """Compile one kernel for sm_<arch> (no GPU needed) -> registers, spill stack and shared memory."""
+    import subprocess
+    import tempfile
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    float_pointers = {"mask_ptr": "*u8", "drop_ptr": "*fp32", "bias_ptr": "*fp32", "grad_q_ptr": "*fp32",
+                      "grad_v_ptr": "*fp32", "grad_bias_ptr": "*fp32"}
+    signature = {}
+    for name in kernel.arg_names:
+        if name in constexprs:
+            signature[name] = "constexpr"
+        elif name.endswith("_ptr"):
+            signature[name] = float_pointers.get(name, "*fp32" if dtype_name == "float32" else "*bf16")
+        else:
+            signature[name] = "fp32" if name == "scale" else "i32"
+    source = triton.compiler.ASTSource(fn=kernel, signature=signature, constexprs=constexprs)
+    compiled = triton.compile(source, target=GPUTarget("cuda", arch, 32), options=dict(num_warps=num_warps, num_stages=1))
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(compiled.asm["cubin"])
+        f.flush()
+        cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+        usage = subprocess.run([str(cuobjdump), "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
+    fields = dict(item.split(":") for line in usage.splitlines() if "REG:" in line for item in line.split())
+    return dict(registers=int(fields["REG"]), spill_stack_bytes=int(fields["STACK"]),
+                shared_bytes=compiled.metadata.shared)
+
+
+def compile_report(args):
+    """Resources of the forward and backward kernels at the benchmark's head sizes for each dtype
+    and tile configuration, compiled for one GPU architecture on this machine."""
+    from hyla.ops.attention import triton_hyla as th
+
+    dkp = max(th.MIN_DOT, 1 << (args.head_dim - 1).bit_length())
+    configs = [tuple(args.blocks) + (args.num_warps or th.DEFAULT_NUM_WARPS,)] if args.blocks else [
+        (16, 16, 32, 4), (16, 16, 32, 8), (16, 16, 16, 8), (32, 16, 32, 8), (32, 32, 16, 8)]
+    rows = []
+    for dtype_name in args.dtypes:
+        for block_q, block_k, block_v, warps in configs:
+            constexprs = dict(H=args.heads, DK=args.head_dim, DV=args.head_dim, DKP=dkp, BD=min(block_v, dkp),
+                              HP=max(th.MIN_DOT, 1 << (args.heads - 1).bit_length()), BQ=block_q, BK=block_k,
+                              ACT=1, RMS=True, HAS_BIAS=True, HAS_MASK=True, HAS_DROP=True, PRECISION="tf32",
+                              UPCAST=False)
+            for name, kernel, extra in (("forward", th._hyla_forward_kernel, {}),
+                                        ("backward", th._hyla_backward_kernel,
+                                         dict(GRAD_BIAS=True, GRAD_BIAS_SHARED=True))):
+                row = dict(kernel=name, dtype=dtype_name, block_q=block_q, block_k=block_k, block_v=block_v,
+                           num_warps=warps, **kernel_resources(kernel, dtype_name, {**constexprs, **extra}, warps,
+                                                               args.arch))
+                rows.append(row)
+                print(row, flush=True)
+    return rows
+
+
 def main(argv=None):
     args = parse_args(argv)
+    if args.compile_report:
+        import triton
+
+        rows = compile_report(args)
+        out = args.out if args.out != OUT else OUT.with_name("triton_resources.json")
+        out.write_text(json.dumps(dict(benchmark="triton_resources", arch=f"sm_{args.arch}", heads=args.heads,
+                                       head_dim=args.head_dim, triton=triton.__version__, rows=rows), indent=1))
+        print(f"-> {out}")
+        return
     if args.device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"  # before hyla.ops.attention.triton_hyla imports triton
     elif not torch.cuda.is_available():
