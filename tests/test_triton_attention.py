@@ -94,13 +94,14 @@ def test_matches_naive_float32(normalization, activation):
 
 
 @pytest.mark.parametrize(
-    "q_len, k_len, shared_bias, causal",
-    [(1, 37, False, False), (37, 5, True, False), (40, 40, False, True)],
-    ids=["one-query", "few-keys", "per-batch-bias"],
+    "q_len, k_len, heads, shared_bias, causal",
+    [(1, 37, 16, False, False), (37, 5, 8, True, False), (40, 40, 8, False, True)],
+    ids=["one-query-16-heads", "few-keys", "per-batch-bias"],
 )
-def test_lengths_and_bias_layouts(q_len, k_len, shared_bias, causal):
-    """Cross-attention lengths, a bias per batch element (stored, not added by atomics), larger tiles."""
-    case, grad_out = make_case(q_len=q_len, k_len=k_len, heads=8, v_dim=16, causal=causal, shared_bias=shared_bias)
+def test_lengths_and_bias_layouts(q_len, k_len, heads, shared_bias, causal):
+    """Cross-attention lengths, 16 heads (no head padding), a bias per batch element (stored, not
+    added by atomics), 32-query tiles."""
+    case, grad_out = make_case(q_len=q_len, k_len=k_len, heads=heads, v_dim=16, causal=causal, shared_bias=shared_bias)
     kwargs = dict(normalization="rms_head", activation="relu")
     expected = outputs_and_grads(naive(**kwargs), case, grad_out, torch.float64, "cpu")
     actual = outputs_and_grads(fused(**kwargs, block_q=32, block_k=16), case, grad_out, torch.float32, DEVICE)

@@ -15,8 +15,10 @@ key block), accumulates the key and value gradients of its key tile in registers
 query gradients of every query tile into a float32 buffer with atomics. Memory: the inputs, the
 output, that buffer and, only when the bias needs a gradient, one float32 [B or 1, H, Tq, Tk].
 
-Heads are padded to 16 (the smallest side of a tensor-core product); the padded heads have zero
-queries, keys and values and do not enter the RMS mean. Products run on the tensor cores with
+Heads are padded to a power of two, at least 8, for the scores (heads are the batch axis of
+those products) and to at least 16 for the two layers (heads are a side of those products, and 16
+is the smallest side of a tensor-core product); the padded heads have zero queries, keys, values
+and codes and do not enter the RMS mean. Products run on the tensor cores with
 float32 accumulation: bfloat16/float16 inputs in their dtype (the codes and the hidden layer are
 rounded to it first), float32 inputs in TF32 (~1e-3 relative; `tf32x3` and exact float32 need more
 shared memory than an H100 has for the backward at Dv=64, found by compiling for sm_90).
@@ -108,8 +110,27 @@ def _activation_grad(z, ACT: tl.constexpr):
 
 
 @triton.jit
+def _pad_heads(x, HS: tl.constexpr, HP: tl.constexpr):
+    """[HS, BQ, BK] -> [HP, BQ, BK] with zero heads appended (HP is HS or 2 * HS)."""
+    if HS == HP:
+        return x
+    doubled = tl.permute(tl.join(x, tl.zeros_like(x)), (3, 0, 1, 2))  # [2, HS, BQ, BK]
+    return tl.reshape(doubled, (HP, x.shape[1], x.shape[2]))
+
+
+@triton.jit
+def _unpad_heads(x, HS: tl.constexpr, HP: tl.constexpr):
+    """[HP, BQ, BK] -> its first HS heads."""
+    if HS == HP:
+        return x
+    halves = tl.permute(tl.reshape(x, (2, HS, x.shape[1], x.shape[2])), (1, 2, 3, 0))  # [HS, BQ, BK, 2]
+    first, _ = tl.split(halves)
+    return first
+
+
+@triton.jit
 def _pair_tile(base, offs_h, offs_q, offs_k, strides, H, Tq, Tk):
-    """A [HP, BQ, BK] tile of a tensor broadcast to [B, H, Tq, Tk] (strides of h, q, k; 0 = broadcast).
+    """A [HS, BQ, BK] tile of a tensor broadcast to [B, H, Tq, Tk] (strides of h, q, k; 0 = broadcast).
     int64 offsets: H * Tq * Tk exceeds 2^31 at long sequences."""
     return _load3(base, offs_h.to(tl.int64), offs_q.to(tl.int64), offs_k.to(tl.int64),
                   strides[0], strides[1], strides[2], H, Tq, Tk)
@@ -121,8 +142,8 @@ def _latent_codes(q_tile, k_tile_t, bias_base, mask_base, drop_base, offs_h, off
                   H: tl.constexpr, RMS: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr,
                   HAS_DROP: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
     """Scores p (masked -> 0), the per-pair RMS factor r, the weights w = p * r * dropout, and
-    `valid` for one tile: q_tile [HP, BQ, DKP], k_tile_t [HP, DKP, BK] -> [HP, BQ, BK] (r: [BQ, BK])."""
-    s = _dot(q_tile, k_tile_t, None, PRECISION, UPCAST) * scale  # [HP, BQ, BK]
+    `valid` for one tile: q_tile [HS, BQ, DKP], k_tile_t [HS, DKP, BK] -> [HS, BQ, BK] (r: [BQ, BK])."""
+    s = _dot(q_tile, k_tile_t, None, PRECISION, UPCAST) * scale  # [HS, BQ, BK]
     if HAS_BIAS:
         s += _pair_tile(bias_base, offs_h, offs_q, offs_k, bias_strides, H, Tq, Tk).to(tl.float32)
     valid = (offs_h < H)[:, None, None] & (offs_q < Tq)[None, :, None] & (offs_k < Tk)[None, None, :]
@@ -148,7 +169,7 @@ def _hyla_forward_kernel(
     Tq, Tk, scale,
     bias_sb, bias_sh, bias_sq, bias_sk, mask_sb, mask_sh, mask_sq, mask_sk,
     drop_sb, drop_sh, drop_sq, drop_sk,
-    H: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, HP: tl.constexpr, DKP: tl.constexpr,
+    H: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, HS: tl.constexpr, HP: tl.constexpr, DKP: tl.constexpr,
     BD: tl.constexpr, BQ: tl.constexpr, BK: tl.constexpr, ACT: tl.constexpr, RMS: tl.constexpr,
     HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr, HAS_DROP: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
@@ -157,28 +178,30 @@ def _hyla_forward_kernel(
     hidden tile [BQ, BK, BD] (registers) at the price of recomputing the scores per chunk."""
     b = tl.program_id(1).to(tl.int64)
     offs_q = tl.program_id(0) * BQ + tl.arange(0, BQ)
-    offs_h, offs_dk, offs_dv = tl.arange(0, HP), tl.arange(0, DKP), tl.program_id(2) * BD + tl.arange(0, BD)
-    q_tile = _load3(q_ptr + b * Tq * H * DK, offs_h, offs_q, offs_dk, DK, H * DK, 1, H, Tq, DK)  # [HP, BQ, DKP]
+    offs_h, offs_hv = tl.arange(0, HS), tl.arange(0, HP)
+    offs_dk, offs_dv = tl.arange(0, DKP), tl.program_id(2) * BD + tl.arange(0, BD)
+    q_tile = _load3(q_ptr + b * Tq * H * DK, offs_h, offs_q, offs_dk, DK, H * DK, 1, H, Tq, DK)  # [HS, BQ, DKP]
     k_base, v_base = k_ptr + b * Tk * H * DK, v_ptr + b * Tk * H * DV
     bias_base, mask_base, drop_base = bias_ptr + b * bias_sb, mask_ptr + b * mask_sb, drop_ptr + b * drop_sb
     acc = tl.zeros((BQ, HP, BD), tl.float32)
     for k_start in range(0, Tk, BK):
         offs_k = k_start + tl.arange(0, BK)
-        k_tile_t = _load3(k_base, offs_h, offs_dk, offs_k, DK, 1, H * DK, H, DK, Tk)  # [HP, DKP, BK]
+        k_tile_t = _load3(k_base, offs_h, offs_dk, offs_k, DK, 1, H * DK, H, DK, Tk)  # [HS, DKP, BK]
         _, _, w, valid = _latent_codes(
             q_tile, k_tile_t, bias_base, mask_base, drop_base, offs_h, offs_q, offs_k,
             (bias_sh, bias_sq, bias_sk), (mask_sh, mask_sq, mask_sk), (drop_sh, drop_sq, drop_sk), Tq, Tk, scale,
             H, RMS, HAS_BIAS, HAS_MASK, HAS_DROP, PRECISION, UPCAST)
         if tl.max(valid.to(tl.int32)) > 0:  # skip tiles with no attended pair (e.g. above a causal diagonal)
-            v_tile = _load3(v_base, offs_k, offs_h, offs_dv, H * DV, DV, 1, Tk, H, DV)  # [BK, HP, BD]
+            v_tile = _load3(v_base, offs_k, offs_hv, offs_dv, H * DV, DV, 1, Tk, H, DV)  # [BK, HP, BD]
+            w = _pad_heads(w, HS, HP)  # [HP, BQ, BK]
             w_by_key = tl.permute(w, (2, 1, 0)).to(v_tile.dtype)  # [BK, BQ, HP]
             z = _dot(w_by_key, v_tile, None, PRECISION, UPCAST)  # [BK, BQ, BD]
             u = tl.permute(_activation(z, ACT), (1, 0, 2)).to(v_tile.dtype)  # [BQ, BK, BD]
             w_by_query = tl.permute(w, (1, 0, 2)).to(v_tile.dtype)  # [BQ, HP, BK]
             acc = _dot(w_by_query, u, acc, PRECISION, UPCAST)  # [BQ, HP, BD]
     out_base = out_ptr + b * Tq * H * DV
-    offs_out = offs_q[:, None, None] * (H * DV) + offs_h[None, :, None] * DV + offs_dv[None, None, :]
-    inside = (offs_q < Tq)[:, None, None] & (offs_h < H)[None, :, None] & (offs_dv < DV)[None, None, :]
+    offs_out = offs_q[:, None, None] * (H * DV) + offs_hv[None, :, None] * DV + offs_dv[None, None, :]
+    inside = (offs_q < Tq)[:, None, None] & (offs_hv < H)[None, :, None] & (offs_dv < DV)[None, None, :]
     tl.store(out_base + offs_out, acc.to(out_ptr.dtype.element_ty), mask=inside)
 
 
@@ -192,7 +215,7 @@ def _hyla_backward_kernel(
     Tq, Tk, scale,
     bias_sb, bias_sh, bias_sq, bias_sk, mask_sb, mask_sh, mask_sq, mask_sk,
     drop_sb, drop_sh, drop_sq, drop_sk,
-    H: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, HP: tl.constexpr, DKP: tl.constexpr,
+    H: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, HS: tl.constexpr, HP: tl.constexpr, DKP: tl.constexpr,
     BD: tl.constexpr, BQ: tl.constexpr, BK: tl.constexpr, ACT: tl.constexpr, RMS: tl.constexpr,
     HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr, HAS_DROP: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
     GRAD_BIAS: tl.constexpr, GRAD_BIAS_SHARED: tl.constexpr,
@@ -202,25 +225,27 @@ def _hyla_backward_kernel(
     grad bias [B or 1, H, Tq, Tk] float32 (atomics when shared over the batch)."""
     b = tl.program_id(1).to(tl.int64)
     offs_k = tl.program_id(0) * BK + tl.arange(0, BK)
-    offs_h, offs_dk = tl.arange(0, HP), tl.arange(0, DKP)
+    offs_h, offs_hv, offs_dk = tl.arange(0, HS), tl.arange(0, HP), tl.arange(0, DKP)
     q_base, go_base = q_ptr + b * Tq * H * DK, grad_out_ptr + b * Tq * H * DV
-    k_tile = _load3(k_ptr + b * Tk * H * DK, offs_h, offs_k, offs_dk, DK, H * DK, 1, H, Tk, DK)  # [HP, BK, DKP]
-    k_tile_t = tl.permute(k_tile, (0, 2, 1))  # [HP, DKP, BK]
+    k_tile = _load3(k_ptr + b * Tk * H * DK, offs_h, offs_k, offs_dk, DK, H * DK, 1, H, Tk, DK)  # [HS, BK, DKP]
+    k_tile_t = tl.permute(k_tile, (0, 2, 1))  # [HS, DKP, BK]
     v_base, grad_v_base = v_ptr + b * Tk * H * DV, grad_v_ptr + b * Tk * H * DV
     bias_base, mask_base, drop_base = bias_ptr + b * bias_sb, mask_ptr + b * mask_sb, drop_ptr + b * drop_sb
-    grad_k = tl.zeros((HP, BK, DKP), tl.float32)
+    grad_k = tl.zeros((HS, BK, DKP), tl.float32)
     for q_start in range(0, Tq, BQ):
         offs_q = q_start + tl.arange(0, BQ)
-        q_tile = _load3(q_base, offs_h, offs_q, offs_dk, DK, H * DK, 1, H, Tq, DK)  # [HP, BQ, DKP]
+        q_tile = _load3(q_base, offs_h, offs_q, offs_dk, DK, H * DK, 1, H, Tq, DK)  # [HS, BQ, DKP]
         p, r, w, valid = _latent_codes(
             q_tile, k_tile_t, bias_base, mask_base, drop_base, offs_h, offs_q, offs_k,
             (bias_sh, bias_sq, bias_sk), (mask_sh, mask_sq, mask_sk), (drop_sh, drop_sq, drop_sk), Tq, Tk, scale,
             H, RMS, HAS_BIAS, HAS_MASK, HAS_DROP, PRECISION, UPCAST)
         if tl.max(valid.to(tl.int32)) > 0:
-            grad_w = tl.zeros(w.shape, tl.float32)
+            w_padded = _pad_heads(w, HS, HP)  # [HP, BQ, BK]
+            grad_w = tl.zeros(w_padded.shape, tl.float32)
             for d_start in range(0, DV, BD):
-                grad_w += _value_network_backward(w, v_base, go_base, grad_v_base, offs_q, offs_k, offs_h,
+                grad_w += _value_network_backward(w_padded, v_base, go_base, grad_v_base, offs_q, offs_k, offs_hv,
                                                   d_start + tl.arange(0, BD), Tq, Tk, H, DV, ACT, PRECISION, UPCAST)
+            grad_w = _unpad_heads(grad_w, HS, HP)  # [HS, BQ, BK]
             # attention dropout, then the RMS normalization across heads, then the mask
             grad_a = grad_w
             if HAS_DROP:
@@ -230,13 +255,13 @@ def _hyla_backward_kernel(
                 # a = p r, r = (mean_h p^2 + eps)^(-1/2):  dL/dp = r dL/da - (r^3 / H) p sum_h(dL/da p)
                 along = tl.sum(grad_a * p, axis=0)  # [BQ, BK]
                 grad_a = r[None, :, :] * grad_a - ((r * r * r * along) / H)[None, :, :] * p
-            grad_s = tl.where(valid, grad_a, 0.0)  # [HP, BQ, BK]
+            grad_s = tl.where(valid, grad_a, 0.0)  # [HS, BQ, BK]
             if GRAD_BIAS:
                 _store_grad_bias(grad_bias_ptr, b, grad_s, offs_h, offs_q, offs_k, Tq, Tk, H, GRAD_BIAS_SHARED)
             grad_s = grad_s * scale
             grad_k = _dot(tl.permute(grad_s, (0, 2, 1)).to(q_tile.dtype), q_tile, grad_k, PRECISION,
-                          UPCAST)  # [HP, BK, DKP]
-            grad_q_part = _dot(grad_s.to(k_tile.dtype), k_tile, None, PRECISION, UPCAST)  # [HP, BQ, DKP]
+                          UPCAST)  # [HS, BK, DKP]
+            grad_q_part = _dot(grad_s.to(k_tile.dtype), k_tile, None, PRECISION, UPCAST)  # [HS, BQ, DKP]
             offs = offs_h[:, None, None] * DK + offs_q[None, :, None] * (H * DK) + offs_dk[None, None, :]
             inside = (offs_h < H)[:, None, None] & (offs_q < Tq)[None, :, None] & (offs_dk < DK)[None, None, :]
             tl.atomic_add(grad_q_ptr + b * Tq * H * DK + offs, grad_q_part, mask=inside)
@@ -275,7 +300,7 @@ def _value_network_backward(w, v_base, go_base, grad_v_base, offs_q, offs_k, off
 @triton.jit
 def _store_grad_bias(grad_bias_ptr, b, grad_s, offs_h, offs_q, offs_k, Tq, Tk, H: tl.constexpr,
                      SHARED: tl.constexpr):
-    """grad_s [HP, BQ, BK] into the float32 [B or 1, H, Tq, Tk] buffer; summed over the batch when SHARED."""
+    """grad_s [HS, BQ, BK] into the float32 [B or 1, H, Tq, Tk] buffer; summed over the batch when SHARED."""
     offs = (offs_h.to(tl.int64)[:, None, None] * Tq + offs_q[None, :, None]) * Tk + offs_k[None, None, :]
     inside = (offs_h < H)[:, None, None] & (offs_q < Tq)[None, :, None] & (offs_k < Tk)[None, None, :]
     if SHARED:
@@ -308,7 +333,8 @@ def _launch_args(q, k, v, bias, mask, dropout_mask, normalization, activation, b
     pointers = [t if t is not None else q for t in (bias, mask_bytes, dropout_mask)]
     strides = [s for t in (bias, mask_bytes, dropout_mask) for s in _pair_strides(t, shape)]
     constexprs = dict(
-        H=heads, DK=k_dim, DV=v_dim, HP=max(MIN_DOT, triton.next_power_of_2(heads)),
+        H=heads, DK=k_dim, DV=v_dim, HS=max(MIN_DOT // 2, triton.next_power_of_2(heads)),
+        HP=max(MIN_DOT, triton.next_power_of_2(heads)),
         DKP=max(MIN_DOT, triton.next_power_of_2(k_dim)), BD=min(blocks[2], max(MIN_DOT, triton.next_power_of_2(v_dim))),
         BQ=blocks[0], BK=blocks[1], ACT=ACTIVATION_CODES[activation], RMS=normalization == "rms_head",
         HAS_BIAS=bias is not None, HAS_MASK=mask is not None, HAS_DROP=dropout_mask is not None,
