@@ -202,19 +202,20 @@ def kernel_resources(kernel, dtype_name, constexprs, num_warps, arch):
 
 def compile_report(args):
     """Resources of the forward and backward kernels at the benchmark's head sizes for each dtype
-    and tile configuration, compiled for one GPU architecture on this machine."""
+    and tile configuration, compiled for one GPU architecture on this machine (the constexprs are
+    the ones a launch would use: built from meta tensors of the benchmark's shapes, with a bias,
+    a mask and a dropout mask)."""
     from hyla.ops.attention import triton_hyla as th
 
-    dkp = max(th.MIN_DOT, 1 << (args.head_dim - 1).bit_length())
     configs = [tuple(args.blocks) + (args.num_warps or th.DEFAULT_NUM_WARPS,)] if args.blocks else [
         (16, 16, 32, 4), (16, 16, 32, 8), (16, 16, 16, 8), (32, 16, 32, 8), (32, 32, 16, 8)]
     rows = []
     for dtype_name in args.dtypes:
+        q = torch.empty(1, 64, args.heads, args.head_dim, dtype=getattr(torch, dtype_name), device="meta")
+        pair = torch.empty(64, 64, device="meta")
         for block_q, block_k, block_v, warps in configs:
-            constexprs = dict(H=args.heads, DK=args.head_dim, DV=args.head_dim, DKP=dkp, BD=min(block_v, dkp),
-                              HP=max(th.MIN_DOT, 1 << (args.heads - 1).bit_length()), BQ=block_q, BK=block_k,
-                              ACT=1, RMS=True, HAS_BIAS=True, HAS_MASK=True, HAS_DROP=True, PRECISION="tf32",
-                              UPCAST=False)
+            _, _, constexprs = th._launch_args(q, q, q, pair, pair.bool(), pair, "rms_head", "relu",
+                                               (block_q, block_k, block_v))
             for name, kernel, extra in (("forward", th._hyla_forward_kernel, {}),
                                         ("backward", th._hyla_backward_kernel,
                                          dict(GRAD_BIAS=True, GRAD_BIAS_SHARED=True))):

@@ -22,6 +22,12 @@ from hyla.ops.attention.streamed import hyla_streamed
 
 IMPLEMENTATIONS = ("auto", "naive", "pointwise", "streamed", "fused", "triton")
 MLP_ONLY = ("streamed", "fused", "triton")
+# What the Triton kernels take (hyla/ops/attention/triton_hyla.py checks the same constants).
+TRITON_NORMALIZATIONS = ("none", "rms_head")
+TRITON_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+TRITON_MAX_HEAD_DIM = 128
+# Located, not imported (find_spec reads no module): a constant that torch.compile can trace.
+TRITON_INSTALLED = importlib.util.find_spec("triton") is not None
 # `auto` streams HYLA once its hidden tensor [B, Tq, Tk, Dv] would exceed this many elements.
 STREAM_THRESHOLD = 1 << 24
 # Under torch.compile `auto` takes the pointwise form for heads up to this value dimension.
@@ -88,22 +94,21 @@ def attention(
     return (out, normalize(scores(q, k, bias), normalization, mask)) if return_scores else out
 
 
-def triton_covers(q, v, normalization: str) -> bool:
+def triton_covers(q, v, normalization: str | None) -> bool:
     """Whether `hyla_triton` takes these inputs: triton installed, normalization none or rms_head,
-    a float32/bfloat16/float16 dtype and heads of at most 128 (imports triton on first use only)."""
-    if normalization not in ("none", "rms_head") or importlib.util.find_spec("triton") is None:
-        return False
-    from hyla.ops.attention.triton_hyla import DTYPES, MAX_HEAD_DIM
-
-    return q.dtype in DTYPES and max(q.shape[-1], v.shape[-1]) <= MAX_HEAD_DIM
+    a float32/bfloat16/float16 dtype and heads of at most 128 (without importing triton)."""
+    return (normalization in TRITON_NORMALIZATIONS and q.dtype in TRITON_DTYPES
+            and max(q.shape[-1], v.shape[-1]) <= TRITON_MAX_HEAD_DIM and TRITON_INSTALLED)
 
 
 def choose_implementation(q, v, k_len: int, value_network: str, return_scores: bool, dropout_mask,
                           normalization: str | None = None) -> str:
-    """`auto`: on CUDA, triton for HYLA where the kernels cover it; streamed for HYLA above
-    STREAM_THRESHOLD; under torch.compile, pointwise for small heads; eagerly on CPU, fused for
-    HYLA; else naive."""
-    if value_network == "mlp" and q.is_cuda and triton_covers(q, v, normalization):
+    """`auto`: on CUDA, triton for HYLA where the kernels cover it (under torch.compile only for
+    heads wider than POINTWISE_MAX_HEAD_DIM: inductor fuses the pointwise form of small heads, and
+    the kernels pad heads to 16 values); streamed for HYLA above STREAM_THRESHOLD; under
+    torch.compile, pointwise for small heads; eagerly on CPU, fused for HYLA; else naive."""
+    small_compiled = torch.compiler.is_compiling() and v.shape[-1] <= POINTWISE_MAX_HEAD_DIM
+    if value_network == "mlp" and q.is_cuda and not small_compiled and triton_covers(q, v, normalization):
         return "triton"
     hidden_elements = q.shape[0] * q.shape[1] * k_len * v.shape[-1]
     if value_network == "mlp" and hidden_elements > STREAM_THRESHOLD:

@@ -18,10 +18,10 @@ output, that buffer and, only when the bias needs a gradient, one float32 [B or 
 Heads are padded to a power of two, at least 8, for the scores (heads are the batch axis of
 those products) and to at least 16 for the two layers (heads are a side of those products, and 16
 is the smallest side of a tensor-core product); the padded heads have zero queries, keys, values
-and codes and do not enter the RMS mean. Products run on the tensor cores with
-float32 accumulation: bfloat16/float16 inputs in their dtype (the codes and the hidden layer are
-rounded to it first), float32 inputs in TF32 (~1e-3 relative; `tf32x3` and exact float32 need more
-shared memory than an H100 has for the backward at Dv=64, found by compiling for sm_90).
+and codes and do not enter the RMS mean. Products accumulate in float32: bfloat16/float16
+inputs multiply in their dtype on the tensor cores (the codes and the hidden layer are rounded to
+it first); float32 inputs as torch's matmuls do, exactly by default and in TF32 (~1e-3 relative,
+on the tensor cores) after `torch.set_float32_matmul_precision("high")`.
 
 CPU tensors work in Triton's interpreter (`TRITON_INTERPRET=1` set before this module is first
 imported): that is how the tests run without a GPU. Same values as `attention_naive` up to
@@ -36,16 +36,17 @@ import torch
 import triton
 import triton.language as tl
 
+from hyla.ops.attention import TRITON_DTYPES, TRITON_MAX_HEAD_DIM, TRITON_NORMALIZATIONS
 from hyla.ops.attention.common import RMS_EPS
 
 ACTIVATION_CODES = {"identity": 0, "relu": 1, "gelu": 2, "silu": 3, "sigmoid": 4, "tanh": 5}
-NORMALIZATIONS = ("none", "rms_head")
-DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-MAX_HEAD_DIM = 128  # one tile holds a whole head (Dk and Dv, padded to a power of two)
 MIN_DOT = 16  # the smallest side of a tensor-core product
+_EPS = tl.constexpr(RMS_EPS)
 DEFAULT_BLOCK_Q = 16
 DEFAULT_BLOCK_K = 16
-DEFAULT_BLOCK_V = 32
+# Value chunk: 16 for float32 keeps the backward's shared memory (176 KiB with Triton 3.6, exact
+# float32 products, H=8, Dk=64) inside an H100's 227 KiB; 32 (fewer score recomputations) otherwise.
+DEFAULT_BLOCK_V = {torch.float32: 16, torch.bfloat16: 32, torch.float16: 32}
 DEFAULT_NUM_WARPS = 8
 DEFAULT_NUM_STAGES = 1
 
@@ -151,7 +152,7 @@ def _latent_codes(q_tile, k_tile_t, bias_base, mask_base, drop_base, offs_h, off
         valid = valid & (_pair_tile(mask_base, offs_h, offs_q, offs_k, mask_strides, H, Tq, Tk) != 0)
     p = tl.where(valid, s, 0.0)
     if RMS:
-        r = tl.rsqrt(tl.sum(p * p, axis=0) / H + 1e-6)  # [BQ, BK]: padded heads hold 0
+        r = tl.rsqrt(tl.sum(p * p, axis=0) / H + _EPS)  # [BQ, BK]: padded heads hold 0
     else:
         r = tl.full((p.shape[1], p.shape[2]), 1.0, tl.float32)
     w = p * r[None, :, :]
@@ -193,11 +194,11 @@ def _hyla_forward_kernel(
             H, RMS, HAS_BIAS, HAS_MASK, HAS_DROP, PRECISION, UPCAST)
         if tl.max(valid.to(tl.int32)) > 0:  # skip tiles with no attended pair (e.g. above a causal diagonal)
             v_tile = _load3(v_base, offs_k, offs_hv, offs_dv, H * DV, DV, 1, Tk, H, DV)  # [BK, HP, BD]
-            w = _pad_heads(w, HS, HP)  # [HP, BQ, BK]
-            w_by_key = tl.permute(w, (2, 1, 0)).to(v_tile.dtype)  # [BK, BQ, HP]
+            w_padded = _pad_heads(w, HS, HP)  # [HP, BQ, BK]
+            w_by_key = tl.permute(w_padded, (2, 1, 0)).to(v_tile.dtype)  # [BK, BQ, HP]
             z = _dot(w_by_key, v_tile, None, PRECISION, UPCAST)  # [BK, BQ, BD]
             u = tl.permute(_activation(z, ACT), (1, 0, 2)).to(v_tile.dtype)  # [BQ, BK, BD]
-            w_by_query = tl.permute(w, (1, 0, 2)).to(v_tile.dtype)  # [BQ, HP, BK]
+            w_by_query = tl.permute(w_padded, (1, 0, 2)).to(v_tile.dtype)  # [BQ, HP, BK]
             acc = _dot(w_by_query, u, acc, PRECISION, UPCAST)  # [BQ, HP, BD]
     out_base = out_ptr + b * Tq * H * DV
     offs_out = offs_q[:, None, None] * (H * DV) + offs_hv[None, :, None] * DV + offs_dv[None, None, :]
@@ -312,6 +313,12 @@ def _store_grad_bias(grad_bias_ptr, b, grad_s, offs_h, offs_q, offs_k, Tq, Tk, H
 # ----------------------------------------------------------------------------- launch and autograd
 
 
+def _float32_precision() -> str:
+    """float32 products as torch's own matmuls: TF32 unless torch.set_float32_matmul_precision("highest")
+    (the default). Inputs of 16 bits ignore it."""
+    return "ieee" if torch.get_float32_matmul_precision() == "highest" else "tf32"
+
+
 def _interpreted() -> bool:
     return type(_hyla_forward_kernel).__name__ == "InterpretedFunction"
 
@@ -338,7 +345,7 @@ def _launch_args(q, k, v, bias, mask, dropout_mask, normalization, activation, b
         DKP=max(MIN_DOT, triton.next_power_of_2(k_dim)), BD=min(blocks[2], max(MIN_DOT, triton.next_power_of_2(v_dim))),
         BQ=blocks[0], BK=blocks[1], ACT=ACTIVATION_CODES[activation], RMS=normalization == "rms_head",
         HAS_BIAS=bias is not None, HAS_MASK=mask is not None, HAS_DROP=dropout_mask is not None,
-        PRECISION="tf32", UPCAST=_interpreted(),
+        PRECISION=_float32_precision(), UPCAST=_interpreted(),
     )
     return pointers, [q_len, k_len, 1.0 / math.sqrt(k_dim), *strides], constexprs
 
@@ -428,13 +435,13 @@ _forward_op.register_autograd(_autograd_backward, setup_context=_setup_context)
 
 def check_supported(q, v, normalization) -> None:
     """Raise a one-line error for what the kernels do not cover."""
-    if normalization not in NORMALIZATIONS:
+    if normalization not in TRITON_NORMALIZATIONS:
         raise ValueError(f"the triton kernel supports normalization 'none' and 'rms_head', not {normalization!r} "
                          "(use implementation='streamed' for softmax)")
-    if q.dtype not in DTYPES:
+    if q.dtype not in TRITON_DTYPES:
         raise TypeError(f"the triton kernel supports float32, bfloat16 and float16, not {q.dtype}")
-    if max(q.shape[-1], v.shape[-1]) > MAX_HEAD_DIM:
-        raise ValueError(f"the triton kernel supports head sizes up to {MAX_HEAD_DIM}, got Dk={q.shape[-1]}, "
+    if max(q.shape[-1], v.shape[-1]) > TRITON_MAX_HEAD_DIM:
+        raise ValueError(f"the triton kernel supports head sizes up to {TRITON_MAX_HEAD_DIM}, got Dk={q.shape[-1]}, "
                          f"Dv={v.shape[-1]}")
 
 
@@ -450,7 +457,7 @@ def hyla_triton(
     dropout_mask: torch.Tensor | None = None,
     block_q: int = DEFAULT_BLOCK_Q,
     block_k: int = DEFAULT_BLOCK_K,
-    block_v: int = DEFAULT_BLOCK_V,
+    block_v: int | None = None,
     num_warps: int = DEFAULT_NUM_WARPS,
     num_stages: int = DEFAULT_NUM_STAGES,
 ) -> torch.Tensor:
@@ -460,11 +467,12 @@ def hyla_triton(
 
     q [B, Tq, H, Dk], k [B, Tk, H, Dk], v [B, Tk, H, Dv] (Dk, Dv <= 128); bias, mask (bool) and
     dropout_mask broadcastable to [B, H, Tq, Tk]. block_q, block_k: query and key tile sizes;
-    block_v: value dimensions per chunk (all powers of two >= 16). num_warps: per program;
+    block_v: value dimensions per chunk (default DEFAULT_BLOCK_V[dtype]); all powers of two >= 16.
+    num_warps: per program;
     num_stages: Triton's software pipelining depth of the tile loads.
     """
     check_supported(q, v, normalization)
-    blocks = (block_q, block_k, block_v)
+    blocks = (block_q, block_k, block_v or DEFAULT_BLOCK_V[q.dtype])
     for name, block in zip(("block_q", "block_k", "block_v"), blocks):
         if block < MIN_DOT or block & (block - 1):
             raise ValueError(f"{name} must be a power of two >= {MIN_DOT}, got {block}")
