@@ -57,6 +57,7 @@ def parse_args(argv=None):
     p.add_argument("--vocab", type=int, default=None)
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"], help="autocast dtype")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--tf32", action="store_true", help="torch.set_float32_matmul_precision('high')")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--device", default="cuda")
@@ -178,6 +179,8 @@ def main(argv=None):
         sys.exit("no CUDA device: run on a GPU, or --device cpu for a smoke run")
     import hyla.nn.attention as attention_module
 
+    if args.tf32:
+        torch.set_float32_matmul_precision("high")
     global ORIGINAL_ATTENTION
     ORIGINAL_ATTENTION = attention_module.attention
     cfg = experiment_config(args)
@@ -192,6 +195,7 @@ def main(argv=None):
     result = dict(
         benchmark="lm_gpu", preset=args.preset, model={k: v for k, v in vars(cfg.model).items()},
         batch=cfg.train.batch_size, micro_batch=args.micro_batch, dtype=args.dtype, compile=args.compile,
+        float32_matmul_precision=torch.get_float32_matmul_precision(),
         device=torch.cuda.get_device_name() if args.device == "cuda" else "cpu", torch=torch.__version__,
         preset_tokens=cfg.train.steps * cfg.train.batch_size * cfg.model.seq_len, paper_tokens=PAPER_TOKENS, rows=rows,
     )

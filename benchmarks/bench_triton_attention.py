@@ -56,6 +56,8 @@ def parse_args(argv=None):
     p.add_argument("--blocks", type=int, nargs=3, default=None, metavar=("BQ", "BK", "BV"),
                    help="Triton tile sizes (default: the kernel's)")
     p.add_argument("--num-warps", type=int, default=None)
+    p.add_argument("--tf32", action="store_true",
+                   help="torch.set_float32_matmul_precision('high'): TF32 float32 products everywhere (default exact)")
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--compile-report", action="store_true",
                    help="compile the kernels for --arch without a GPU and report their resources (JSON to --out)")
@@ -244,6 +246,8 @@ def main(argv=None):
         sys.exit("no CUDA device: run on a GPU, or --device cpu for an interpreter smoke run")
     import triton
 
+    if args.tf32:
+        torch.set_float32_matmul_precision("high")
     streamed = hyla_fn("streamed", args)
     rows = []
     for dtype_name in args.dtypes:
@@ -257,6 +261,7 @@ def main(argv=None):
         mask="causal", hyla="rms_head + relu", device=args.device,
         gpu=torch.cuda.get_device_name() if args.device == "cuda" else platform.processor(),
         torch=torch.__version__, triton=triton.__version__, blocks=args.blocks, num_warps=args.num_warps,
+        float32_matmul_precision=torch.get_float32_matmul_precision(),
         tolerance=TOLERANCE, rows=rows,
     )
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -68,8 +68,6 @@ def _dot(a, b, acc, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
     bfloat16 as raw 16-bit integers and cannot multiply them; the values are already rounded)."""
     if UPCAST:
         a, b = a.to(tl.float32), b.to(tl.float32)
-    if acc is None:
-        return tl.dot(a, b, input_precision=PRECISION)
     return tl.dot(a, b, acc, input_precision=PRECISION)
 
 
@@ -114,18 +112,21 @@ def _activation_grad(z, ACT: tl.constexpr):
 def _pad_heads(x, HS: tl.constexpr, HP: tl.constexpr):
     """[HS, BQ, BK] -> [HP, BQ, BK] with zero heads appended (HP is HS or 2 * HS)."""
     if HS == HP:
-        return x
-    doubled = tl.permute(tl.join(x, tl.zeros_like(x)), (3, 0, 1, 2))  # [2, HS, BQ, BK]
-    return tl.reshape(doubled, (HP, x.shape[1], x.shape[2]))
+        padded = x
+    else:
+        doubled = tl.permute(tl.join(x, tl.zeros_like(x)), (3, 0, 1, 2))  # [2, HS, BQ, BK]
+        padded = tl.reshape(doubled, (HP, x.shape[1], x.shape[2]))
+    return padded
 
 
 @triton.jit
 def _unpad_heads(x, HS: tl.constexpr, HP: tl.constexpr):
     """[HP, BQ, BK] -> its first HS heads."""
     if HS == HP:
-        return x
-    halves = tl.permute(tl.reshape(x, (2, HS, x.shape[1], x.shape[2])), (1, 2, 3, 0))  # [HS, BQ, BK, 2]
-    first, _ = tl.split(halves)
+        first = x
+    else:
+        halves = tl.permute(tl.reshape(x, (2, HS, x.shape[1], x.shape[2])), (1, 2, 3, 0))  # [HS, BQ, BK, 2]
+        first, _ = tl.split(halves)
     return first
 
 
