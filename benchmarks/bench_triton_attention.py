@@ -169,29 +169,17 @@ def print_table(rows):
     for r in rows:
         t = f"{r['seconds']:.4g}" if "seconds" in r else "-"
         m = f"{r['peak_mib']:.0f}" if r.get("peak_mib") is not None else "-"
-        print(f"{r['dtype']:9} {r['implementation']:13} {r['length']:>6} {r['batch']:>4} {t:>10} {m:>10}  {r['status']}")
+        print(f"{r['dtype']:9} {r['implementation']:13} {r['length']:>6} {r['batch']:>4} {t:>10} {m:>10}  "
+              f"{r['status']}")
 
 
-def kernel_resources(kernel, dtype_name, constexprs, num_warps, arch):
-    """Compile one kernel for sm_<arch> (no GPU needed) -> registers, spill stack and shared memory."""
+def kernel_resources(compiled):
+    """Registers, spill stack and shared memory of a kernel compiled by `triton_hyla.compile_kernels`."""
     import subprocess
     import tempfile
 
     import triton
-    from triton.backends.compiler import GPUTarget
 
-    float_pointers = {"mask_ptr": "*u8", "drop_ptr": "*fp32", "bias_ptr": "*fp32", "grad_q_ptr": "*fp32",
-                      "grad_v_ptr": "*fp32", "grad_bias_ptr": "*fp32"}
-    signature = {}
-    for name in kernel.arg_names:
-        if name in constexprs:
-            signature[name] = "constexpr"
-        elif name.endswith("_ptr"):
-            signature[name] = float_pointers.get(name, "*fp32" if dtype_name == "float32" else "*bf16")
-        else:
-            signature[name] = "fp32" if name == "scale" else "i32"
-    source = triton.compiler.ASTSource(fn=kernel, signature=signature, constexprs=constexprs)
-    compiled = triton.compile(source, target=GPUTarget("cuda", arch, 32), options=dict(num_warps=num_warps, num_stages=1))
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(compiled.asm["cubin"])
         f.flush()
@@ -204,26 +192,24 @@ def kernel_resources(kernel, dtype_name, constexprs, num_warps, arch):
 
 def compile_report(args):
     """Resources of the forward and backward kernels at the benchmark's head sizes for each dtype
-    and tile configuration, compiled for one GPU architecture on this machine (the constexprs are
-    the ones a launch would use: built from meta tensors of the benchmark's shapes, with a bias,
-    a mask and a dropout mask)."""
+    and tile configuration, compiled for one GPU architecture on this machine, with a bias (with a
+    gradient), a mask and a dropout mask."""
     from hyla.ops.attention import triton_hyla as th
 
     configs = [tuple(args.blocks) + (args.num_warps or th.DEFAULT_NUM_WARPS,)] if args.blocks else [
-        (16, 16, 32, 4), (16, 16, 32, 8), (16, 16, 16, 8), (32, 16, 32, 8), (32, 32, 16, 8)]
+        (16, 16, 16, 8), (16, 16, 32, 4), (16, 16, 32, 8), (32, 16, 32, 8), (32, 32, 16, 8)]
     rows = []
     for dtype_name in args.dtypes:
         q = torch.empty(1, 64, args.heads, args.head_dim, dtype=getattr(torch, dtype_name), device="meta")
         pair = torch.empty(64, 64, device="meta")
         for block_q, block_k, block_v, warps in configs:
-            _, _, constexprs = th._launch_args(q, q, q, pair, pair.bool(), pair, "rms_head", "relu",
-                                               (block_q, block_k, block_v))
-            for name, kernel, extra in (("forward", th._hyla_forward_kernel, {}),
-                                        ("backward", th._hyla_backward_kernel,
-                                         dict(GRAD_BIAS=True, GRAD_BIAS_SHARED=True))):
+            compiled = th.compile_kernels(q, q, q, normalization="rms_head", bias=pair, mask=pair.bool(),
+                                          dropout_mask=pair, blocks=(block_q, block_k, block_v), num_warps=warps,
+                                          arch=args.arch)
+            for name, kernel in compiled.items():
                 row = dict(kernel=name, dtype=dtype_name, block_q=block_q, block_k=block_k, block_v=block_v,
-                           num_warps=warps, **kernel_resources(kernel, dtype_name, {**constexprs, **extra}, warps,
-                                                               args.arch))
+                           num_warps=warps, products=th._float32_precision() if dtype_name == "float32" else dtype_name,
+                           **kernel_resources(kernel))
                 rows.append(row)
                 print(row, flush=True)
     return rows
@@ -231,6 +217,8 @@ def compile_report(args):
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.tf32:
+        torch.set_float32_matmul_precision("high")
     if args.compile_report:
         import triton
 
@@ -246,8 +234,6 @@ def main(argv=None):
         sys.exit("no CUDA device: run on a GPU, or --device cpu for an interpreter smoke run")
     import triton
 
-    if args.tf32:
-        torch.set_float32_matmul_precision("high")
     streamed = hyla_fn("streamed", args)
     rows = []
     for dtype_name in args.dtypes:

@@ -16,6 +16,7 @@ Tolerances, on max |actual - reference| / max(max |reference|, 1) per tensor:
   hidden layer to bfloat16 before each product, as the naive form does in bfloat16.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -28,8 +29,13 @@ if DEVICE == "cpu":
     os.environ["TRITON_INTERPRET"] = "1"
 pytest.importorskip("triton")
 
-from hyla.ops.attention import attention, attention_naive, choose_implementation, triton_covers  # noqa: E402
-from hyla.ops.attention import triton_hyla  # noqa: E402
+from hyla.ops.attention import (  # noqa: E402
+    attention,
+    attention_naive,
+    choose_implementation,
+    triton_covers,
+    triton_hyla,
+)
 from hyla.ops.mixers import ACTIVATIONS  # noqa: E402
 
 if DEVICE == "cpu" and "Interpreted" not in type(triton_hyla._hyla_forward_kernel).__name__:
@@ -209,3 +215,32 @@ def test_importing_hyla_does_not_import_triton():
             "assert 'triton' not in sys.modules, 'triton imported'")
     env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=os.path.dirname(os.path.dirname(__file__)))
+
+
+H100_SHARED_BYTES = 232448  # the most shared memory one block may use on an H100 (227 KiB)
+COMPILE_FOR_H100 = """
+import json, sys, torch
+from hyla.ops.attention import triton_hyla
+heads, dim, dtype = int(sys.argv[1]), int(sys.argv[2]), getattr(torch, sys.argv[3])
+q = torch.empty(2, 64, heads, dim, dtype=dtype, device="meta")
+pair = torch.empty(64, 64, device="meta")
+compiled = triton_hyla.compile_kernels(q, q, q, normalization="rms_head", activation="gelu", bias=pair,
+                                       mask=pair.bool(), dropout_mask=pair)
+print(json.dumps({name: kernel.metadata.shared for name, kernel in compiled.items()}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("heads, dim", [(8, 64), (16, 4), (3, 20)])
+def test_kernels_compile_for_h100(heads, dim, dtype):
+    """The interpreter accepts code the compiler rejects: compile both kernels for sm_90 (no GPU
+    needed; in a subprocess, where the kernels are not interpreted) at the benchmark's shape and
+    small ones, and check that their shared memory fits an H100. ~1 min per case on 2 cores."""
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    result = subprocess.run([sys.executable, "-c", COMPILE_FOR_H100, str(heads), str(dim), dtype], check=True,
+                            env=env, capture_output=True, text=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+    shared = json.loads(result.stdout.strip().splitlines()[-1])
+    assert set(shared) == {"forward", "backward"}
+    for name, size in shared.items():
+        assert size <= H100_SHARED_BYTES, f"{name}: {size} bytes of shared memory"

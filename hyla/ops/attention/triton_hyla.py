@@ -173,7 +173,8 @@ def _hyla_forward_kernel(
     drop_sb, drop_sh, drop_sq, drop_sk,
     H: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, HS: tl.constexpr, HP: tl.constexpr, DKP: tl.constexpr,
     BD: tl.constexpr, BQ: tl.constexpr, BK: tl.constexpr, ACT: tl.constexpr, RMS: tl.constexpr,
-    HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr, HAS_DROP: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr, HAS_DROP: tl.constexpr, PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
 ):
     """Program (query tile, batch, value chunk): out[b, q-tile, :, chunk] = sum over key tiles of w u.
     The value dimensions are independent through both layers, so chunks of BD of them split the
@@ -219,7 +220,8 @@ def _hyla_backward_kernel(
     drop_sb, drop_sh, drop_sq, drop_sk,
     H: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, HS: tl.constexpr, HP: tl.constexpr, DKP: tl.constexpr,
     BD: tl.constexpr, BQ: tl.constexpr, BK: tl.constexpr, ACT: tl.constexpr, RMS: tl.constexpr,
-    HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr, HAS_DROP: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr, HAS_DROP: tl.constexpr, PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
     GRAD_BIAS: tl.constexpr, GRAD_BIAS_SHARED: tl.constexpr,
 ):
     """Program (key tile, batch): grad k of its keys in registers; grad v of its keys added chunk by
@@ -432,6 +434,36 @@ def _autograd_backward(ctx, grad_out):
 
 
 _forward_op.register_autograd(_autograd_backward, setup_context=_setup_context)
+
+
+POINTER_TYPES = {torch.float32: "*fp32", torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.uint8: "*u8"}
+
+
+def compile_kernels(q, k, v, *, normalization, activation="relu", bias=None, mask=None, dropout_mask=None,
+                    blocks=None, num_warps=DEFAULT_NUM_WARPS, num_stages=DEFAULT_NUM_STAGES, arch=90):
+    """Compile the forward and backward kernels for CUDA compute capability `arch` (90: H100)
+    without a GPU, with the constexprs a launch on these inputs would use (meta tensors will do).
+    Returns {"forward": CompiledKernel, "backward": CompiledKernel} (a bias gets a gradient)."""
+    from triton.backends.compiler import GPUTarget
+
+    blocks = blocks or (DEFAULT_BLOCK_Q, DEFAULT_BLOCK_K, DEFAULT_BLOCK_V[q.dtype])
+    _, _, constexprs = _launch_args(q, k, v, bias, mask, dropout_mask, normalization, activation, blocks)
+    constexprs["UPCAST"] = False
+    pointer_dtypes = dict(q_ptr=q.dtype, k_ptr=k.dtype, v_ptr=v.dtype, mask_ptr=torch.uint8, out_ptr=q.dtype,
+                          bias_ptr=q.dtype if bias is None else bias.dtype, grad_out_ptr=q.dtype,
+                          drop_ptr=q.dtype if dropout_mask is None else dropout_mask.dtype, grad_k_ptr=k.dtype,
+                          grad_q_ptr=torch.float32, grad_v_ptr=torch.float32, grad_bias_ptr=torch.float32)
+    kernels = dict(forward=(_hyla_forward_kernel, {}),
+                   backward=(_hyla_backward_kernel, dict(GRAD_BIAS=bias is not None, GRAD_BIAS_SHARED=True)))
+    compiled = {}
+    for name, (kernel, extra) in kernels.items():
+        values = {**constexprs, **extra}
+        signature = {arg: "constexpr" if arg in values else POINTER_TYPES[pointer_dtypes[arg]] if arg.endswith("_ptr")
+                     else "fp32" if arg == "scale" else "i32" for arg in kernel.arg_names}
+        source = triton.compiler.ASTSource(fn=kernel, signature=signature, constexprs=values)
+        compiled[name] = triton.compile(source, target=GPUTarget("cuda", arch, 32),
+                                        options=dict(num_warps=num_warps, num_stages=num_stages))
+    return compiled
 
 
 def check_supported(q, v, normalization) -> None:
