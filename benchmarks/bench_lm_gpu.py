@@ -54,12 +54,13 @@ def parse_args(argv=None):
     p.add_argument("--layers", type=int, default=None)
     p.add_argument("--dim", type=int, default=None, help="model width; qk_dim = v_dim = dim")
     p.add_argument("--heads", type=int, default=None)
+    p.add_argument("--mlp-dim", type=int, default=None)
     p.add_argument("--vocab", type=int, default=None)
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"], help="autocast dtype")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--tf32", action="store_true", help="torch.set_float32_matmul_precision('high')")
-    p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--steps", type=int, default=10, help="timed steps")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps first (compilation, allocator)")
     p.add_argument("--device", default="cuda")
     p.add_argument("--out", type=Path, default=OUT)
     return p.parse_args(argv)
@@ -74,7 +75,7 @@ def experiment_config(args):
     model = replace(
         cfg.model, num_layers=args.layers or cfg.model.num_layers, dim=dim, num_heads=args.heads or cfg.model.num_heads,
         qk_dim=dim if args.dim else cfg.model.qk_dim, v_dim=dim if args.dim else cfg.model.v_dim,
-        mlp_dim=6 * dim if args.dim else cfg.model.mlp_dim, seq_len=args.seq_len or text.seq_len,
+        mlp_dim=args.mlp_dim or cfg.model.mlp_dim, seq_len=args.seq_len or text.seq_len,
         vocab_size=args.vocab or text.vocab_size, input_dim=0, num_outputs=0, causal=True,
     )
     return replace(cfg, model=model, train=replace(cfg.train, batch_size=args.batch or cfg.train.batch_size))

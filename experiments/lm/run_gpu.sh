@@ -6,7 +6,7 @@
 #
 #   bash experiments/lm/run_gpu.sh                      # STEPS=3000 by default
 #   STEPS=2000 bash experiments/lm/run_gpu.sh           # calibrate STEPS first, see GPU.md
-#   python experiments/lm/plot.py runs/lm_gpu_docs      # curves and the table
+#   python experiments/lm/plot.py runs/lm_gpu_docs --out experiments/lm/lm_gpu_docs.png
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-runs/lm_gpu_docs}

@@ -10,10 +10,13 @@ pair. It loops over the other axis in tiles and keeps everything per pair in reg
     y [BQ, H, Dv] += sum_k w u                            (layer 2: a batched product over queries)
 
 so neither the hidden tensor [B, Tq, Tk, Dv] nor the scores [B, H, Tq, Tk] ever reach global
-memory. The backward recomputes a tile's codes and hidden layer (as `hyla_streamed` recomputes a
-key block), accumulates the key and value gradients of its key tile in registers, and adds the
-query gradients of every query tile into a float32 buffer with atomics. Memory: the inputs, the
-output, that buffer and, only when the bias needs a gradient, one float32 [B or 1, H, Tq, Tk].
+memory. The value dimensions are independent through both layers, so they are split into chunks
+of BD (the forward runs one program per chunk). The backward recomputes a tile's codes and hidden
+layer (as `hyla_streamed` recomputes a key block), keeps the key gradients of its key tile in
+registers, adds its value gradients chunk by chunk into a float32 buffer that no other program
+writes, and adds the query gradients of every query tile into a float32 buffer with atomics.
+Memory: the inputs, the output, those two buffers and, only when the bias needs a gradient, one
+float32 [B or 1, H, Tq, Tk].
 
 Heads are padded to a power of two, at least 8, for the scores (heads are the batch axis of
 those products) and to at least 16 for the two layers (heads are a side of those products, and 16
