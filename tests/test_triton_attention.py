@@ -190,12 +190,12 @@ def test_auto_takes_triton_only_on_cuda():
     assert triton_covers(q, q, "rms_head") and triton_covers(q, q, "none")
     assert not triton_covers(q, q, "softmax") and not triton_covers(q.double(), q, "rms_head")
     assert not triton_covers(q, torch.randn(2, 5, 4, 256), "rms_head")
-    assert choose_implementation(q, q, 5, "mlp", False, None, "rms_head") != "triton"
+    assert choose_implementation(q, q, 5, "mlp", dropout_mask=None, normalization="rms_head") != "triton"
     if DEVICE == "cuda":
         q = q.cuda()
-        assert choose_implementation(q, q, 5, "mlp", False, None, "rms_head") == "triton"
-        assert choose_implementation(q, q, 5, "mlp", False, None, "softmax") != "triton"
-        assert choose_implementation(q, q, 5, "linear", False, None, "rms_head") != "triton"
+        assert choose_implementation(q, q, 5, "mlp", dropout_mask=None, normalization="rms_head") == "triton"
+        assert choose_implementation(q, q, 5, "mlp", dropout_mask=None, normalization="softmax") != "triton"
+        assert choose_implementation(q, q, 5, "linear", dropout_mask=None, normalization="rms_head") != "triton"
 
 
 def test_custom_operator_registration():

@@ -101,7 +101,7 @@ def triton_covers(q, v, normalization: str | None) -> bool:
             and max(q.shape[-1], v.shape[-1]) <= TRITON_MAX_HEAD_DIM and TRITON_INSTALLED)
 
 
-def choose_implementation(q, v, k_len: int, value_network: str, return_scores: bool, dropout_mask,
+def choose_implementation(q, v, k_len: int, value_network: str, return_scores: bool = False, dropout_mask=None,
                           normalization: str | None = None) -> str:
     """`auto`: on CUDA, triton for HYLA where the kernels cover it (under torch.compile only for
     heads wider than POINTWISE_MAX_HEAD_DIM: inductor fuses the pointwise form of small heads, and
