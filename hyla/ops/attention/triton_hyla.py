@@ -481,22 +481,11 @@ def check_supported(q, v, normalization) -> None:
                          f"Dv={v.shape[-1]}")
 
 
-def hyla_triton(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    normalization: str,
-    activation: str = "relu",
-    bias: torch.Tensor | None = None,
-    mask: torch.Tensor | None = None,
-    dropout_mask: torch.Tensor | None = None,
-    block_q: int = DEFAULT_BLOCK_Q,
-    block_k: int = DEFAULT_BLOCK_K,
-    block_v: int | None = None,
-    num_warps: int = DEFAULT_NUM_WARPS,
-    num_stages: int = DEFAULT_NUM_STAGES,
-) -> torch.Tensor:
+def hyla_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, normalization: str,
+                activation: str = "relu", bias: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+                dropout_mask: torch.Tensor | None = None, block_q: int = DEFAULT_BLOCK_Q,
+                block_k: int = DEFAULT_BLOCK_K, block_v: int | None = None, num_warps: int = DEFAULT_NUM_WARPS,
+                num_stages: int = DEFAULT_NUM_STAGES) -> torch.Tensor:
     """HYLA output [B, Tq, H, Dv] (the `mlp` value network) from the fused kernels, equal to the naive
     form up to rounding. Normalization 'none' or 'rms_head'; CUDA tensors (or CPU tensors under
     TRITON_INTERPRET=1).
