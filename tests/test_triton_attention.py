@@ -209,6 +209,20 @@ def test_custom_operator_registration():
                           test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
 
 
+def test_compiles_in_a_full_graph():
+    """torch.compile traces the dispatch and keeps the kernels as opaque custom operators (no graph
+    break; aot_eager: AOTAutograd runs the registered backward, without inductor's compile time)."""
+    case, grad_out = make_case(q_len=9, k_len=9, causal=False)
+    del case["dropout_mask"]
+    kwargs = dict(normalization="rms_head", value_network="mlp", activation="relu")
+    implementation = "auto" if DEVICE == "cuda" else "triton"
+    compiled = torch.compile(lambda **t: attention(**t, **kwargs, implementation=implementation),
+                             fullgraph=True, backend="aot_eager")
+    expected = outputs_and_grads(lambda **t: attention_naive(**t, **kwargs)[0], case, grad_out, torch.float64, "cpu")
+    actual = outputs_and_grads(compiled, case, grad_out, torch.float32, DEVICE)
+    assert_matches(actual, expected, FLOAT32_TOLERANCE)
+
+
 def test_importing_hyla_does_not_import_triton():
     code = ("import sys, torch, hyla; from hyla.ops import attention; q = torch.randn(1, 3, 2, 4); "
             "attention(q, q, q, normalization='rms_head', value_network='mlp'); "
