@@ -180,6 +180,8 @@ def test_attention_dispatch():
         attention(**case, normalization="softmax", value_network="mlp", implementation="triton")
     with pytest.raises(ValueError, match="power of two"):
         triton_hyla.hyla_triton(case["q"], case["k"], case["v"], normalization="none", block_q=24)
+    with pytest.raises(TypeError, match="one dtype"):
+        triton_hyla.hyla_triton(case["q"], case["k"].bfloat16(), case["v"], normalization="none")
     with pytest.raises(TypeError, match="float32, bfloat16"):
         attention(**{n: t.double() if t.is_floating_point() else t for n, t in case.items()}, **axes,
                   implementation="triton")

@@ -469,13 +469,15 @@ def compile_kernels(q, k, v, *, normalization, activation="relu", bias=None, mas
     return compiled
 
 
-def check_supported(q, v, normalization) -> None:
+def check_supported(q, k, v, normalization) -> None:
     """Raise a one-line error for what the kernels do not cover."""
     if normalization not in TRITON_NORMALIZATIONS:
         raise ValueError(f"the triton kernel supports normalization 'none' and 'rms_head', not {normalization!r} "
                          "(use implementation='streamed' for softmax)")
     if q.dtype not in TRITON_DTYPES:
         raise TypeError(f"the triton kernel supports float32, bfloat16 and float16, not {q.dtype}")
+    if not q.dtype == k.dtype == v.dtype:
+        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if max(q.shape[-1], v.shape[-1]) > TRITON_MAX_HEAD_DIM:
         raise ValueError(f"the triton kernel supports head sizes up to {TRITON_MAX_HEAD_DIM}, got Dk={q.shape[-1]}, "
                          f"Dv={v.shape[-1]}")
@@ -496,7 +498,7 @@ def hyla_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, normalizat
     num_warps: per program;
     num_stages: Triton's software pipelining depth of the tile loads.
     """
-    check_supported(q, v, normalization)
+    check_supported(q, k, v, normalization)
     blocks = (block_q, block_k, block_v or DEFAULT_BLOCK_V[q.dtype])
     for name, block in zip(("block_q", "block_k", "block_v"), blocks):
         if block < MIN_DOT or block & (block - 1):
