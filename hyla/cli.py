@@ -2,7 +2,9 @@
 
 Each subcommand is one entry of COMMANDS: its name -> ("module:function", one-line help). The
 function takes the remaining arguments (a list of str) and returns an exit code (None = 0);
-modules are imported only when their subcommand runs.
+modules are imported only when their subcommand runs. Invalid input (a bad option value, a folder
+that is not a run, a run of the wrong task, a damaged checkpoint) ends with one line
+`hyla COMMAND: error: ...` and exit code 2; an interrupt with 130.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("hyla.train.commands:train_main", "train a model: hyla train --preset NAME [--section.field VALUE ...]"),
     "resume": ("hyla.train.commands:resume_main", "continue a stopped or killed run: hyla resume RUN"),
     "eval": ("hyla.train.commands:eval_main", "re-evaluate a run's checkpoint: hyla eval RUN [--split S] [--samples N]"),
+    "export": ("hyla.train.commands:export_main", "write a run's model as safetensors + config.json: hyla export RUN [--out DIR]"),
     "list": ("hyla.train.commands:list_main", "list presets, tasks and attention mixers"),
     "demo": ("hyla.demo:main", "train softmax, linear and HYLA attention on a CPU preset and compare them"),
     "sample": ("hyla.generate:sample_main", "continue a prompt with a language-model run: hyla sample RUN --prompt TEXT [--tokens N --temperature T --top-k K]"),
-    "sweep": ("hyla.sweep:main", "train a grid of runs from a YAML file, skipping finished ones: hyla sweep SPEC [--parallel N]"),
+    "sweep": ("hyla.sweep:main", "train a grid of runs from a YAML file, skipping finished ones: hyla sweep FILE [--parallel N]"),
     "results": ("hyla.results:main", "aggregate run folders into mean ± s.e. tables, CSV and plots: hyla results DIR"),
     "analyze": ("hyla.analysis.pipeline:main", "latent-code analysis of a run (probes, embeddings, report): hyla analyze RUN [--split S] [--samples N] [--no-tsne]"),
 }
@@ -53,8 +56,27 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hyla: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
         return 2
     module, function = COMMANDS[name][0].split(":")
-    code = getattr(importlib.import_module(module), function)(rest)
+    command = getattr(importlib.import_module(module), function)
+    try:
+        code = command(rest)
+    except KeyboardInterrupt:
+        return 130
+    except SystemExit as e:  # argparse and tyro: --help, or a usage message ending in one error line
+        return e.code if isinstance(e.code, int) else 2
+    except user_errors() as e:
+        message = " ".join(str(e).split())  # one line
+        print(f"hyla {name}: error: {message}", file=sys.stderr)
+        return 2
     return 0 if code is None else int(code)
+
+
+def user_errors() -> tuple[type[Exception], ...]:
+    """The exceptions that mean bad input, not a bug: reported in one line, without a traceback."""
+    from hyla.configs import ConfigError
+    from hyla.train.checkpoint import CheckpointError
+    from hyla.train.run_dir import RunError
+
+    return ConfigError, RunError, CheckpointError, FileExistsError
 
 
 if __name__ == "__main__":

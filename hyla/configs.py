@@ -44,7 +44,7 @@ class TaskConfig:
 
 @dataclass
 class FuzzyLogicConfig(TaskConfig):
-    """In-context fuzzy logic regression (SPEC §4)."""
+    """In-context fuzzy logic regression (docs/tasks.md)."""
 
     num_variables: int = 4
     """L: variables per term"""
@@ -74,7 +74,7 @@ class FuzzyLogicConfig(TaskConfig):
 
 @dataclass
 class SRavenConfig(TaskConfig):
-    """Symbolic Raven progressive matrices (SPEC §5)."""
+    """Symbolic Raven progressive matrices (docs/tasks.md)."""
 
     num_features: int = 4
     """K: features per panel"""
@@ -106,7 +106,7 @@ class SRavenConfig(TaskConfig):
 
 @dataclass
 class TextConfig(TaskConfig):
-    """Language modeling on a text corpus (SPEC §6): byte-level BPE, packed windows, next-token NLL."""
+    """Language modeling on a text corpus (docs/tasks.md): byte-level BPE, packed windows, next-token NLL."""
 
     corpus: str = "builtin:python_docs"
     """a text file or folder, builtin:python_docs | builtin:pydoc_topics, or hf:NAME[:CONFIG]
@@ -144,7 +144,7 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 
 @dataclass
 class TrainConfig:
-    """Optimization, evaluation and logging (SPEC §7)."""
+    """Optimization, evaluation and logging (the paper presets: docs/paper_fidelity.md)."""
 
     steps: int = 50_000
     batch_size: int = 128
@@ -182,9 +182,9 @@ class TrainConfig:
     """torch.use_deterministic_algorithms(True)"""
     device: str = "auto"
     """auto | cpu | cuda | cuda:N (auto: cuda if available)"""
-    threads: int = -1
-    """torch.set_num_threads; -1: time a few steps with 1, 2, .. torch's default and keep the fastest (small
-    models on a busy machine often run faster on one thread); 0: torch's default"""
+    threads: int = 0
+    """torch.set_num_threads; 0: the cores this process may use, divided among the ranks on this machine
+    (a function of the machine, never of timing: the same command gives the same weights)"""
     tensorboard: bool = False
     """also log to TensorBoard (needs the tensorboard package)"""
     wandb: str = ""
@@ -220,6 +220,14 @@ class ExperimentConfig:
         return getattr(self, self.task)
 
 
+# Settings that may change when a run is resumed: they do not change what the run computes (threads,
+# device and compile settings may change its floating-point rounding: resume warns).
+RESUMABLE_CHANGES = ("resume", "train.stop_at", "train.progress", "train.tensorboard", "train.wandb", "train.threads",
+                     "train.analysis_every", "train.analysis_samples",
+                     "train.log_every", "train.eval_every", "train.eval_samples", "train.final_eval_samples",
+                     "train.eval_batch_size", "train.checkpoint_every", "train.compile", "train.compile_mode",
+                     "train.device")
+
 # Model fields that are properties of the task, filled in by `resolve_model`.
 TASK_DERIVED_MODEL_FIELDS = ("input_dim", "seq_len", "output_dim", "num_outputs", "vocab_size", "causal")
 
@@ -254,6 +262,32 @@ def resolve_model(model: ModelConfig, task) -> ModelConfig:
 def _check(ok: bool, name: str, value, requirement: str) -> None:
     if not ok:
         raise ConfigError(f"{name}={value!r} {requirement}")
+
+
+def parse_options(kind, argv: list[str], prog: str, description: str | None = None, default=None):
+    """Options of a `hyla` subcommand: tyro builds typed options and --help from a dataclass (its
+    field docstrings are the help); an invalid option is a ConfigError of one line."""
+    import contextlib
+    import io
+
+    messages = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(messages):
+            kwargs = {} if default is None else {"default": default}
+            return tyro.cli(kind, args=argv, prog=prog, description=description, **kwargs)
+    except SystemExit as e:
+        if not e.code:
+            raise  # --help
+        lines = [line.strip(" │╭╮╰╯") for line in messages.getvalue().splitlines()]
+        lines = [line for line in lines if line.strip("─-") and not line.startswith("For full helptext")]
+        raise ConfigError(f"{' '.join(lines[1:])} (see {prog} --help)") from None  # lines[0]: the box's title
+
+
+def check_positive(**values: int | None) -> None:
+    """ConfigError unless every given value is None or >= 1 (for subcommand options)."""
+    for name, value in values.items():
+        if value is not None and value < 1:
+            raise ConfigError(f"--{name.replace('_', '-')}={value} must be >= 1")
 
 
 def _check_choice(name: str, value, choices) -> None:
@@ -296,7 +330,7 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     for name in ("warmup_steps", "eval_every", "eval_samples", "final_eval_samples", "stop_at",
                  "analysis_every", "analysis_samples"):
         _check(getattr(t, name) >= 0, f"train.{name}", getattr(t, name), "must be >= 0")
-    _check(t.threads >= -1, "train.threads", t.threads, "must be >= -1 (-1: auto, 0: torch default)")
+    _check(t.threads >= 0, "train.threads", t.threads, "must be >= 0 (0: one per core this process may use)")
     _check(t.lr > 0, "train.lr", t.lr, "must be > 0")
     _check(t.weight_decay >= 0, "train.weight_decay", t.weight_decay, "must be >= 0")
     _check(0.0 <= t.final_lr_fraction <= 1.0, "train.final_lr_fraction", t.final_lr_fraction, "must lie in [0, 1]")

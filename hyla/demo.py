@@ -7,54 +7,69 @@ Trains one model per mixer with the same data, seed and budget, then writes a co
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from hyla.configs import PRESETS, get_preset
+from hyla.configs import PRESETS, ConfigError, check_positive, get_preset, parse_options
+from hyla.jsonio import read_jsonl, write_json
 from hyla.ops.mixers import canonical_mixer_name
+from hyla.plots import plot_curves
+from hyla.tables import markdown_table
 
 DEFAULT_PRESET = "logic_cpu"
 DEFAULT_MIXERS = ("softmax", "linear", "hyla")
 PERCENT_METRICS = ("r2", "acc", "feature_acc")  # shown ×100, as in the paper's tables
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="hyla demo", description=__doc__.split("\n\n")[0] + " About 10 minutes "
-                                     "on a 2-core CPU with the defaults.")
-    parser.add_argument("--preset", default=DEFAULT_PRESET, choices=sorted(PRESETS))
-    parser.add_argument("--mixers", nargs="+", default=list(DEFAULT_MIXERS), help="mixer names (hyla or authors')")
-    parser.add_argument("--steps", type=int, default=None, help="training steps per model (default: the preset's)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default=None, help="output folder (default: runs/demo-<timestamp>)")
-    parser.add_argument("--parallel", type=int, default=0, help="runs trained at the same time, as separate "
-                        "processes (default: all of them; on 2 cores this beats one run at a time with 2 threads)")
-    parser.add_argument("--threads", type=int, default=None, help="threads per run (default: 1 when runs go in "
-                        "parallel, else -1 = the fastest of 1..N, measured)")
-    parser.add_argument("--compile", action="store_true", help="torch.compile the models")
-    parser.add_argument("--eval-samples", type=int, default=None, help="samples per split at periodic evaluations "
-                        "(default: the preset's)")
-    parser.add_argument("--final-eval-samples", type=int, default=None, help="default: the preset's")
-    parser.add_argument("--no-progress", action="store_true")
-    args = parser.parse_args(argv)
-    if args.parallel < 0:
-        parser.error("--parallel must be >= 0")
-    try:
-        args.mixers = [canonical_mixer_name(m) for m in args.mixers]
-    except ValueError as e:
-        parser.error(str(e))
-    if args.steps is not None and args.steps < 1:
-        parser.error("--steps must be >= 1")
-    return args
+@dataclass
+class DemoOptions:
+    """Softmax vs linear attention vs HYLA on a CPU-sized fuzzy logic preset: one model per mixer with
+    the same data, seed and budget, then a comparison table and training curves. About 5 minutes on
+    a 2-core CPU with the defaults. Re-running with the same --out skips finished runs and resumes
+    interrupted ones."""
+
+    preset: str = DEFAULT_PRESET
+    mixers: list[str] = field(default_factory=lambda: list(DEFAULT_MIXERS))
+    """mixer names (hyla or authors')"""
+    steps: int | None = None
+    """training steps per model (default: the preset's)"""
+    seed: int = 0
+    out: Path | None = None
+    """output folder (default: runs/demo-<timestamp>)"""
+    parallel: int = 0
+    """runs trained at the same time, as separate processes (0: all of them; on 2 cores this beats one run at a
+    time with 2 threads)"""
+    threads: int | None = None
+    """threads per run (default: 1 when runs go in parallel, else one per core)"""
+    compile: bool = False
+    """torch.compile the models"""
+    eval_samples: int | None = None
+    """samples per split at periodic evaluations (default: the preset's)"""
+    final_eval_samples: int | None = None
+    """default: the preset's"""
+    progress: bool = True
+    """progress bars (--no-progress: none; when the output is not a terminal, one line per finished run)"""
+
+    def __post_init__(self):
+        if self.preset not in PRESETS:
+            raise ConfigError(f"--preset {self.preset!r} is not valid; valid presets: {', '.join(PRESETS)}")
+        check_positive(steps=self.steps, threads=self.threads, eval_samples=self.eval_samples,
+                       final_eval_samples=self.final_eval_samples)
+        if self.parallel < 0:
+            raise ConfigError(f"--parallel={self.parallel} must be >= 0")
+        try:
+            self.mixers = [canonical_mixer_name(m) for m in self.mixers]
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
 
 
 def main(argv: list[str]) -> int:
-    args = parse_args(argv)
+    args = parse_options(DemoOptions, argv, "hyla demo")
     out = Path(args.out or f"runs/demo-{time.strftime('%Y%m%d-%H%M%S')}")
     base = get_preset(args.preset)
     train_cfg = base.train
@@ -69,7 +84,7 @@ def main(argv: list[str]) -> int:
     if args.final_eval_samples is not None:
         train_cfg = replace(train_cfg, final_eval_samples=args.final_eval_samples)
     parallel = args.parallel or len(args.mixers)
-    threads = args.threads if args.threads is not None else (1 if parallel > 1 else -1)
+    threads = args.threads if args.threads is not None else (1 if parallel > 1 else 0)
     train_cfg = replace(train_cfg, threads=threads, compile=args.compile, progress=False)
     configs = {mixer: replace(base, seed=args.seed, out_dir=str(out), name=mixer, train=train_cfg,
                               model=replace(base.model, mixer=mixer)) for mixer in args.mixers}
@@ -78,7 +93,7 @@ def main(argv: list[str]) -> int:
 
     start = time.perf_counter()
     try:
-        codes = run_all(configs, out, parallel, progress=not args.no_progress)
+        codes = run_all(configs, out, parallel, progress=args.progress)
     except KeyboardInterrupt:
         print(f"\ninterrupted; the runs keep their checkpoints: run `hyla demo --out {out}` with the same "
               "settings to continue", file=sys.stderr)
@@ -90,18 +105,17 @@ def main(argv: list[str]) -> int:
 
     rows = collect_rows(out, args.mixers)
     metric = rows[0]["metric_name"] if rows else "r2"
-    table = markdown_table(rows, metric)
+    table = comparison_table(rows, metric)
     reading = describe_ordering(rows, metric)
     note = (f"{parallel} runs trained at a time, {threads if threads > 0 else 'auto'} thread(s) each; steps/s is "
             "each run's own rate under that sharing." if parallel > 1 else "")
     report = {"preset": args.preset, "steps": train_cfg.steps, "seed": args.seed, "wall_time_s": wall,
               "parallel": parallel, "metric": metric, "rows": rows, "reading": reading,
               "load_average": os.getloadavg()}
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "demo.json").write_text(json.dumps(report, indent=2) + "\n")
+    write_json(out / "demo.json", report)
     (out / "demo.md").write_text(f"# hyla demo: {args.preset}, {train_cfg.steps} steps, seed {args.seed}\n\n"
                                  f"{table}\n\n{reading}\n\n{note}\nTotal wall time {wall:.0f} s.\n")
-    plot_curves(out, args.mixers, metric, out / "curves.png")
+    plot_curves(out / "curves.png", {m: [read_jsonl(out / m / "metrics.jsonl")] for m in args.mixers}, metric)
     print("\n" + table + "\n\n" + reading + ("\n" + note if note else ""))
     print(f"\nwrote {out / 'demo.md'}, {out / 'demo.json'}, {out / 'curves.png'} ({wall:.0f} s)")
     return 1 if failed else 0
@@ -109,17 +123,13 @@ def main(argv: list[str]) -> int:
 
 def run_all(configs: dict, out: Path, parallel: int, progress: bool = True) -> dict[str, int]:
     """Train every config (skipping finished runs, resuming interrupted ones), `parallel` at a time
-    as `hyla train` subprocesses; one progress bar per run, read from its metrics.jsonl."""
-    from tqdm.auto import tqdm
-
+    as `hyla train` subprocesses; progress is read from each run's metrics.jsonl."""
     from hyla.configs import config_to_dict
     from hyla.train.run_dir import RunDir
 
     out.mkdir(parents=True, exist_ok=True)
-    pending, running, codes, bars = list(configs), {}, {}, {}
-    for position, (mixer, cfg) in enumerate(configs.items()):
-        bars[mixer] = tqdm(total=cfg.train.steps, desc=f"{mixer:>8}", position=position, unit="step",
-                           disable=not progress, dynamic_ncols=True, leave=True)
+    pending, running, codes = list(configs), {}, {}
+    bars = RunProgress({mixer: cfg.train.steps for mixer, cfg in configs.items()}, progress)
     try:
         while pending or running:
             while pending and len(running) < parallel:
@@ -127,10 +137,10 @@ def run_all(configs: dict, out: Path, parallel: int, progress: bool = True) -> d
                 run = RunDir(out / mixer)
                 if run.read_summary().get("status") == "completed":
                     codes[mixer] = 0
-                    bars[mixer].update(configs[mixer].train.steps - bars[mixer].n)
+                    bars.finished(mixer, configs[mixer].train.steps, 0)
                     continue
                 config_file = out / f"{mixer}.config.json"
-                config_file.write_text(json.dumps(config_to_dict(configs[mixer]), indent=2))
+                write_json(config_file, config_to_dict(configs[mixer]))
                 command = [sys.executable, "-m", "hyla.cli"] + (
                     ["resume", str(run.path)] if run.checkpoint_file.exists() else ["train", "--config", str(config_file)])
                 log = open(out / f"{mixer}.log", "a")
@@ -138,14 +148,12 @@ def run_all(configs: dict, out: Path, parallel: int, progress: bool = True) -> d
             time.sleep(0.5)
             for mixer in list(running):
                 process, log = running[mixer]
-                step = last_train_step(out / mixer)
-                if step > bars[mixer].n:
-                    bars[mixer].update(step - bars[mixer].n)
+                bars.update(mixer, last_train_step(out / mixer))
                 if process.poll() is not None:
                     codes[mixer] = process.returncode
                     log.close()
                     del running[mixer]
-                    bars[mixer].update(last_train_step(out / mixer) - bars[mixer].n)
+                    bars.finished(mixer, last_train_step(out / mixer), process.returncode)
     except KeyboardInterrupt:
         # the children got the same Ctrl-C (same process group): let them checkpoint and exit
         for process, log in running.values():
@@ -156,9 +164,38 @@ def run_all(configs: dict, out: Path, parallel: int, progress: bool = True) -> d
             log.close()
         raise
     finally:
-        for bar in bars.values():
-            bar.close()
+        bars.close()
     return codes
+
+
+class RunProgress:
+    """One progress bar per run on a terminal. Elsewhere (a log file, CI) bars redrawn in place
+    would garble the output, so each run gets one line when it finishes instead."""
+
+    def __init__(self, total_steps: dict[str, int], enabled: bool = True):
+        self.as_lines = enabled and not sys.stderr.isatty()
+        self.bars = {}
+        if enabled and not self.as_lines:
+            from tqdm.auto import tqdm
+
+            self.bars = {mixer: tqdm(total=total, desc=f"{mixer:>8}", position=position, unit="step",
+                                     dynamic_ncols=True, leave=True)
+                         for position, (mixer, total) in enumerate(total_steps.items())}
+
+    def update(self, mixer: str, step: int) -> None:
+        bar = self.bars.get(mixer)
+        if bar is not None and step > bar.n:
+            bar.update(step - bar.n)
+
+    def finished(self, mixer: str, step: int, code: int) -> None:
+        self.update(mixer, step)
+        if self.as_lines:
+            outcome = "finished" if code == 0 else f"exited with code {code}"
+            print(f"{mixer}: {outcome} at step {step}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        for bar in self.bars.values():
+            bar.close()
 
 
 def last_train_step(run: Path) -> int:
@@ -169,7 +206,10 @@ def last_train_step(run: Path) -> int:
         return 0
     for line in reversed(lines):
         if '"split": "train"' in line:
-            return json.loads(line)["step"]
+            try:
+                return json.loads(line)["step"]
+            except json.JSONDecodeError:  # the line being written right now
+                continue
     return 0
 
 
@@ -191,21 +231,22 @@ def _value(row: dict, split: str, metric: str) -> float | None:
     return row["final"].get(split, {}).get(metric)
 
 
-def markdown_table(rows: list[dict], metric: str) -> str:
+def comparison_table(rows: list[dict], metric: str) -> str:
+    """One row per mixer: the final metric per split, training loss, speed, wall time and status."""
     splits = [s for s in ("valid", "ood", "novel_terms") if any(_value(r, s, metric) is not None for r in rows)]
     scale = 100 if metric in PERCENT_METRICS else 1
     unit = " ×100" if scale == 100 else ""
     header = ["mixer"] + [f"{s} {metric}{unit}" for s in splits] + ["final train loss", "steps/s", "wall s", "status"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    cells = []
     for r in rows:
-        cells = [r["mixer"]]
-        cells += [f"{scale * v:.2f}" if (v := _value(r, s, metric)) is not None else "–" for s in splits]
-        cells.append(f"{r['train_loss']:.4g}" if r["train_loss"] is not None else "–")
-        cells.append(f"{r['steps_per_second']:.1f}" if r["steps_per_second"] else "–")
-        cells.append(f"{r['wall_time_s']:.0f}" if r["wall_time_s"] else "–")
-        cells.append(r["status"])
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        row = [r["mixer"]]
+        row += [f"{scale * v:.2f}" if (v := _value(r, s, metric)) is not None else "–" for s in splits]
+        row.append(f"{r['train_loss']:.4g}" if r["train_loss"] is not None else "–")
+        row.append(f"{r['steps_per_second']:.1f}" if r["steps_per_second"] else "–")
+        row.append(f"{r['wall_time_s']:.0f}" if r["wall_time_s"] else "–")
+        row.append(r["status"])
+        cells.append(row)
+    return markdown_table(header, cells)
 
 
 def describe_ordering(rows: list[dict], metric: str) -> str:
@@ -223,35 +264,3 @@ def describe_ordering(rows: list[dict], metric: str) -> str:
     if len(losses) >= 2:
         lines.append("final training loss: " + " < ".join(f"{m} ({v:.4g})" for v, m in losses))
     return "\n".join(lines)
-
-
-def plot_curves(out: Path, mixers: list[str], metric: str, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax_loss, ax_metric) = plt.subplots(1, 2, figsize=(11, 4))
-    for i, mixer in enumerate(mixers):
-        metrics_file = out / mixer / "metrics.jsonl"
-        if not metrics_file.exists():
-            continue
-        records = [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]
-        color = f"C{i}"
-        train = [r for r in records if r["split"] == "train"]
-        ax_loss.plot([r["step"] for r in train], [r["loss"] for r in train], color=color, label=mixer)
-        for split, style in (("valid", "--"), ("ood", "-")):
-            points = [(r["step"], r[metric]) for r in records if r["split"] == split and metric in r]
-            if points:
-                ax_metric.plot(*zip(*points), style, color=color, marker="o", markersize=3, label=f"{mixer} {split}")
-    ax_loss.set(xlabel="step", ylabel="training loss", yscale="log", title="training loss")
-    ax_metric.set(xlabel="step", ylabel=metric, title=f"{metric}: ood (solid), valid (dashed)")
-    if metric == "r2":
-        low, high = ax_metric.get_ylim()
-        ax_metric.set_ylim(max(low, -0.5), min(high, 1.05))
-    for ax in (ax_loss, ax_metric):
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)

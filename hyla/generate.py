@@ -14,8 +14,10 @@ without a cache and continuing from there.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
+from tyro.conf import Positional
 
 from hyla.model import Transformer
 
@@ -109,33 +111,44 @@ def sample_text(model: Transformer, task, prompt: str, num_tokens: int = 100, *,
     return task.decode(tokens[0, len(ids):].tolist()), stats
 
 
+@dataclass
+class SampleOptions:
+    """Continue a prompt with a trained language model (a run of the `text` task), decoding with a key/value cache."""
+
+    run: Positional[Path]
+    """the run folder"""
+    prompt: str = ""
+    """text to continue (empty: start a new document)"""
+    tokens: int = 100
+    """tokens to generate"""
+    temperature: float = 0.8
+    """0 = greedy"""
+    top_k: int | None = None
+    """sample among the k most likely tokens"""
+    seed: int = 0
+    device: str = "cpu"
+    """cpu | cuda | cuda:N"""
+
+    def __post_init__(self):
+        from hyla.configs import check_positive
+
+        check_positive(tokens=self.tokens, top_k=self.top_k)
+
+
 def sample_main(argv: list[str]) -> int:
     """`hyla sample RUN --prompt TEXT [--tokens N --temperature T --top-k K --seed S --device D]`."""
-    import argparse
     import sys
 
+    from hyla.configs import parse_options
     from hyla.train import load_run
 
-    parser = argparse.ArgumentParser(prog="hyla sample", description="Continue a prompt with a trained language "
-                                     "model (a run of the `text` task), decoding with a key/value cache.")
-    parser.add_argument("run", help="the run folder")
-    parser.add_argument("--prompt", default="", help="text to continue (empty: start a new document)")
-    parser.add_argument("--tokens", type=int, default=100, help="tokens to generate (default 100)")
-    parser.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")
-    parser.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default cpu)")
-    args = parser.parse_args(argv)
-    cfg, model, task = load_run(args.run)
-    if cfg.task != "text":
-        print(f"hyla sample: {args.run} is a {cfg.task!r} run; sampling needs a language model (task text)",
-              file=sys.stderr)
-        return 2
+    args = parse_options(SampleOptions, argv, "hyla sample")
+    cfg, model, task = load_run(args.run, task="text")
     try:
         text, stats = sample_text(model.to(args.device), task, args.prompt, args.tokens, temperature=args.temperature,
                                   top_k=args.top_k, seed=args.seed)
     except ValueError as error:
-        print(f"hyla sample: {error}", file=sys.stderr)
+        print(f"hyla sample: error: {error}", file=sys.stderr)
         return 2
     m = model.cfg
     print(args.prompt + text)

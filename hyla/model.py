@@ -1,9 +1,11 @@
-"""The transformer used in every experiment (SPEC §3): pre-norm blocks of any attention mixer."""
+"""The transformer used in every experiment (docs/math.md, "The transformer around it"): pre-norm blocks of any attention mixer."""
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
 from typing import Optional
 
 import torch
@@ -13,6 +15,7 @@ from hyla.nn import MixtureOfExperts, MultiHeadAttention, RelativePositionBias, 
 from hyla.nn.linear import Linear
 
 LAYERNORM_EPS = 1e-6
+PRETRAINED_CONFIG, PRETRAINED_WEIGHTS = "config.json", "model.safetensors"
 
 
 @dataclass
@@ -152,6 +155,33 @@ class Transformer(nn.Module):
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+    def save_pretrained(self, folder: str | Path) -> None:
+        """Write `model.safetensors` (the weights) and `config.json` (the ModelConfig): files that
+        load without running any code, to share a trained model."""
+        from safetensors.torch import save_model
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / PRETRAINED_CONFIG).write_text(json.dumps(asdict(self.cfg), indent=2) + "\n")
+        save_model(self, str(folder / PRETRAINED_WEIGHTS))
+
+    @classmethod
+    def from_pretrained(cls, folder: str | Path) -> "Transformer":
+        """The model written by `save_pretrained` (or `hyla export`), on the CPU, in eval mode."""
+        from safetensors.torch import load_model
+
+        folder = Path(folder)
+        for name in (PRETRAINED_CONFIG, PRETRAINED_WEIGHTS):
+            if not (folder / name).exists():
+                raise FileNotFoundError(f"{folder} has no {name}: not a folder written by hyla export")
+        data = json.loads((folder / PRETRAINED_CONFIG).read_text())
+        known = {f.name for f in fields(ModelConfig)}
+        if not isinstance(data, dict) or set(data) - known:
+            raise ValueError(f"{folder / PRETRAINED_CONFIG} is not a hyla ModelConfig")
+        model = cls(ModelConfig(**data))
+        load_model(model, str(folder / PRETRAINED_WEIGHTS))
+        return model.eval()
 
 
 def _lecun_normal_init(module: nn.Module) -> None:

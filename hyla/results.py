@@ -1,22 +1,36 @@
 """`hyla results DIR`: aggregate run folders into tables (mean ± standard error over seeds),
 CSV/JSON exports and plots.
 
-Runs are grouped by every config field that varies among them except the seed (and bookkeeping
-fields: name, out_dir, resume). Writes `results.md`, `results.csv`, `results.json`,
+Runs are grouped by every config field that varies among them and changes what a run computes
+(model, task, optimization, steps, ...): seeds are aggregated, and bookkeeping fields (name,
+folders, progress bars, threads, logging, evaluation schedule, stop_at, ...) never split a group.
+A group of one seed shows no error bar. Writes `results.md`, `results.csv`, `results.json`,
 `results_<metric>.png` (final metric per split) and `curves_<metric>.png` (evaluation curves).
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import math
-import sys
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
-IGNORED_FIELDS = ("seed", "name", "out_dir", "resume")
+from matplotlib.figure import Figure
+from tyro.conf import Positional
+
+from hyla import tables
+from hyla.jsonio import write_json
+from hyla.plots import plot_curves, save_figure
+
+
+def bookkeeping_fields() -> frozenset[str]:
+    """Config fields that do not change what a run computes (final_eval_samples does: it is kept)."""
+    from hyla.configs import RESUMABLE_CHANGES
+
+    return frozenset({"seed", "name", "out_dir", "resume", "preset", "train.deterministic"}
+                     | set(RESUMABLE_CHANGES)) - {"train.final_eval_samples"}
 
 
 def _leaves(d: dict, prefix: str = "") -> dict:
@@ -31,32 +45,32 @@ def _leaves(d: dict, prefix: str = "") -> dict:
 
 def find_runs(root: str | Path) -> list[dict]:
     """Every run folder below root with a config and a summary: {path, config (flat), summary, metrics}."""
+    from hyla.train.run_dir import RunDir
+
     runs = []
     for summary_file in sorted(Path(root).rglob("summary.json")):
-        run = summary_file.parent
-        if not (run / "config.json").exists():
+        run = RunDir(summary_file.parent)
+        if not run.config_file.exists():
             continue
-        metrics_file = run / "metrics.jsonl"
-        metrics = [json.loads(l) for l in metrics_file.read_text().splitlines() if l.strip()] if metrics_file.exists() else []
-        runs.append({"path": run, "config": _leaves(json.loads((run / "config.json").read_text())),
-                     "summary": json.loads(summary_file.read_text()), "metrics": metrics})
+        runs.append({"path": run.path, "config": _leaves(json.loads(run.config_file.read_text())),
+                     "summary": run.read_summary(), "metrics": run.read_metrics()})
     return runs
 
 
-def mean_se(values: list[float]) -> tuple[float, float]:
-    """Mean and standard error (sample std / sqrt(n); 0 for a single value)."""
+def mean_se(values: list[float]) -> tuple[float, float | None]:
+    """Mean and standard error (sample std / sqrt(n); None for a single value)."""
     n = len(values)
     mean = sum(values) / n
     if n < 2:
-        return mean, 0.0
+        return mean, None
     var = sum((v - mean) ** 2 for v in values) / (n - 1)
     return mean, math.sqrt(var / n)
 
 
 def varying_fields(runs: list[dict]) -> list[str]:
     keys = sorted(set().union(*(r["config"] for r in runs)))
-    return [k for k in keys if k.split(".")[-1] not in IGNORED_FIELDS
-            and len({json.dumps(r["config"].get(k)) for r in runs}) > 1]
+    bookkeeping = bookkeeping_fields()
+    return [k for k in keys if k not in bookkeeping and len({json.dumps(r["config"].get(k)) for r in runs}) > 1]
 
 
 def aggregate(runs: list[dict]) -> tuple[list[str], list[dict]]:
@@ -74,8 +88,8 @@ def aggregate(runs: list[dict]) -> tuple[list[str], list[dict]]:
         for m in completed:
             s = m["summary"]
             for split, metrics in (s.get("final") or {}).items():
-                for name, value in metrics.items():
-                    values[f"{split}/{name}"].append(value)
+                for name, value in metrics.items():  # null: the metric was not finite
+                    values[f"{split}/{name}"].append(math.nan if value is None else value)
             for name in ("train_loss", "steps_per_second", "wall_time_s"):
                 if s.get(name) is not None:
                     values[name].append(s[name])
@@ -88,21 +102,29 @@ def _label(group: dict) -> str:
     return ", ".join(f"{k.split('.')[-1]}={v}" for k, v in group.items()) or "all"
 
 
-def markdown_table(fields: list[str], rows: list[dict], metric: str) -> str:
+def results_table(fields: list[str], rows: list[dict], metric: str) -> str:
     """Main metric per split (×100, as in the paper's tables), training loss and speed."""
     splits = sorted({name.split("/")[0] for row in rows for name in row["values"] if name.endswith(f"/{metric}")})
     header = [f.split(".")[-1] for f in fields] + ["n"] + [f"{s} {metric} ×100" for s in splits] + ["train loss", "steps/s"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines = []
     for row in rows:
         cells = [str(row["group"].get(f)) for f in fields] + [str(row["n"])]
         for split in splits:
             m = row["values"].get(f"{split}/{metric}")
-            cells.append(f"{100 * m[0]:.2f} ± {100 * m[1]:.2f}" if m else "–")
+            cells.append(_mean_se_text(m, scale=100, digits=".2f"))
         loss, speed = row["values"].get("train_loss"), row["values"].get("steps_per_second")
-        cells.append(f"{loss[0]:.4g} ± {loss[1]:.2g}" if loss else "–")
+        cells.append(_mean_se_text(loss, digits=".4g", se_digits=".2g"))
         cells.append(f"{speed[0]:.1f}" if speed else "–")
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        lines.append(cells)
+    return tables.markdown_table(header, lines)
+
+
+def _mean_se_text(value: tuple | None, scale: float = 1.0, digits: str = ".2f", se_digits: str | None = None) -> str:
+    if value is None:
+        return "–"
+    mean, se = value
+    text = f"{scale * mean:{digits}}"
+    return text if se is None else f"{text} ± {scale * se:{se_digits or digits}}"
 
 
 def write_csv(path: Path, fields: list[str], rows: list[dict]) -> None:
@@ -118,88 +140,62 @@ def write_csv(path: Path, fields: list[str], rows: list[dict]) -> None:
 
 
 def plot_final(path: Path, rows: list[dict], metric: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     splits = sorted({n.split("/")[0] for row in rows for n in row["values"] if n.endswith(f"/{metric}")})
-    fig, ax = plt.subplots(figsize=(max(4, 1.2 * len(rows) * max(1, len(splits)) / 2), 3.5))
+    fig = Figure(figsize=(max(4, 1.2 * len(rows) * max(1, len(splits)) / 2), 3.5))
+    ax = fig.subplots()
     width = 0.8 / max(1, len(splits))
     for i, split in enumerate(splits):
         means = [row["values"].get(f"{split}/{metric}", (math.nan, 0))[0] for row in rows]
-        errors = [row["values"].get(f"{split}/{metric}", (0, 0))[1] for row in rows]
+        errors = [row["values"].get(f"{split}/{metric}", (0, 0))[1] or 0 for row in rows]
         ax.bar([j + i * width for j in range(len(rows))], means, width, yerr=errors, label=split, capsize=3)
     ax.set_xticks([j + width * (len(splits) - 1) / 2 for j in range(len(rows))])
     ax.set_xticklabels([_label(row["group"]) for row in rows], rotation=30, ha="right", fontsize=8)
     ax.set_ylabel(f"{metric} (mean ± s.e.)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def plot_curves(path: Path, runs: list[dict], fields: list[str], metric: str) -> None:
-    """Evaluation metric against step, mean over the seeds of each group, one panel per split."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    curves = defaultdict(lambda: defaultdict(list))  # (group label, split) -> step -> values
-    for run in runs:
-        label = _label({f: run["config"].get(f) for f in fields})
-        for record in run["metrics"]:
-            if record.get("split") not in (None, "train") and metric in record:
-                curves[(label, record["split"])][record["step"]].append(record[metric])
-    splits = sorted({split for _, split in curves})
-    if not splits:
-        return
-    fig, axes = plt.subplots(1, len(splits), figsize=(4 * len(splits), 3.2), squeeze=False)
-    for ax, split in zip(axes[0], splits):
-        for (label, s), points in sorted(curves.items()):
-            if s == split:
-                steps = sorted(points)
-                ax.plot(steps, [sum(points[t]) / len(points[t]) for t in steps], label=label)
-        ax.set_title(split)
-        ax.set_xlabel("step")
-        ax.set_ylabel(metric)
-    axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def summarize(root: str | Path, out: str | Path | None = None) -> str:
     """Aggregate the runs below root; write the tables and plots into `out` (default root)."""
+    from hyla.train.run_dir import RunError
+
     runs = find_runs(root)
     if not runs:
-        raise FileNotFoundError(f"no run folders (with config.json and summary.json) below {root}")
+        raise RunError(f"no run folders (with config.json and summary.json) below {root}")
     out = Path(out or root)
     out.mkdir(parents=True, exist_ok=True)
     fields, rows = aggregate(runs)
     metrics = sorted({r["summary"].get("metric_name") for r in runs if r["summary"].get("metric_name")})
     tables = []
     for metric in metrics:
-        tables.append(f"### {metric}\n\n{markdown_table(fields, rows, metric)}")
+        tables.append(f"### {metric}\n\n{results_table(fields, rows, metric)}")
         plot_final(out / f"results_{metric}.png", rows, metric)
-        plot_curves(out / f"curves_{metric}.png", runs, fields, metric)
+        runs_by_label = defaultdict(list)
+        for run in runs:
+            runs_by_label[_label({f: run["config"].get(f) for f in fields})].append(run["metrics"])
+        plot_curves(out / f"curves_{metric}.png", dict(sorted(runs_by_label.items())), metric)
     text = "\n\n".join(tables)
     (out / "results.md").write_text(f"# Results for {root}\n\n{text}\n")
     write_csv(out / "results.csv", fields, rows)
-    (out / "results.json").write_text(json.dumps(
-        [{"group": r["group"], "n": r["n"], "seeds": r["seeds"], "values": r["values"]} for r in rows], indent=2))
+    write_json(out / "results.json",
+               [{"group": r["group"], "n": r["n"], "seeds": r["seeds"], "values": r["values"]} for r in rows])
     return text
 
 
+@dataclass
+class ResultsOptions:
+    """Aggregate the run folders below DIR into mean ± s.e. tables (Markdown, CSV, JSON) and plots."""
+
+    dir: Positional[Path]
+    """folder containing run folders (searched recursively)"""
+    out: Path | None = None
+    """where to write the tables and plots (default: DIR)"""
+
+
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="hyla results", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("dir", help="folder containing run folders (searched recursively)")
-    parser.add_argument("--out", default=None, help="where to write tables and plots (default: DIR)")
-    args = parser.parse_args(argv)
-    try:
-        print(summarize(args.dir, args.out))
-    except FileNotFoundError as e:
-        print(f"hyla results: error: {e}", file=sys.stderr)
-        return 2
+    from hyla.configs import parse_options
+
+    args = parse_options(ResultsOptions, argv, "hyla results", __doc__)
+    print(summarize(args.dir, args.out))
     return 0

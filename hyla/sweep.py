@@ -1,4 +1,4 @@
-"""`hyla sweep SPEC`: a grid of runs (preset × grid × seeds), on this machine or on a Slurm cluster, restartable.
+"""`hyla sweep FILE`: a grid of runs (preset × grid × seeds), on this machine or on a Slurm cluster, restartable.
 
 A sweep file (YAML) looks like
 

@@ -41,14 +41,39 @@ def test_greedy_generation_same_with_and_without_cache(mixer):
     assert cached.shape == (3, 14)
     torch.testing.assert_close(cached, uncached)
     assert torch.equal(cached[:, :4], prompt)
-    # the cache holds the first 13 tokens (the last one is sampled, never fed back)
-    heads, head_dim = 4, 16 // 4
-    assert stats.cache_bytes == 2 * 2 * 3 * 13 * heads * head_dim * 4
+    # at its largest the cache held the first 13 tokens (the last one is sampled, never fed back)
+    assert stats.cache_bytes == sum(k.nbytes + v.nbytes for k, v in keys_and_values(model, cached[:, :13]))
 
 
-def test_cache_bytes_formula():
-    caches = [{"k": torch.zeros(2, 7, 4, 3), "v": torch.zeros(2, 7, 4, 5, dtype=torch.float16)}]
-    assert cache_bytes(caches) == 2 * 7 * 4 * 3 * 4 + 2 * 7 * 4 * 5 * 2
+def keys_and_values(model: Transformer, tokens: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per layer, the keys and values [B, T, H, D] a full (uncached) forward computes for `tokens`:
+    by definition what a cache that has seen these tokens must hold."""
+    captured = []
+    hooks = [module.register_forward_hook(lambda m, inputs, output: captured.append(output))
+             for block in model.blocks for module in (block.attention.key, block.attention.value)]
+    try:
+        model(tokens)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    heads = model.cfg.num_heads
+    return [(k.unflatten(-1, (heads, -1)), v.unflatten(-1, (heads, -1))) for k, v in zip(captured[::2], captured[1::2])]
+
+
+def test_cache_holds_exactly_the_keys_and_values_of_the_fed_tokens():
+    model = make_model("hyla", v_dim=24)  # values wider than keys: the two must not be confused
+    tokens = torch.randint(VOCAB, (2, 9))
+    caches = [{} for _ in range(model.cfg.num_layers)]
+    model(tokens[:, :5], kv_caches=caches)
+    for t in range(5, 9):
+        model(tokens[:, t:t + 1], kv_caches=caches)
+    expected = keys_and_values(model, tokens)
+    for cache, (keys, values) in zip(caches, expected):
+        assert cache.keys() == {"k", "v"}
+        torch.testing.assert_close(cache["k"], keys, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(cache["v"], values, rtol=1e-5, atol=1e-6)
+    assert cache_bytes(caches) == sum(k.nbytes + v.nbytes for k, v in expected)
+    assert cache_bytes([{k: t.half() for k, t in cache.items()} for cache in caches]) == cache_bytes(caches) // 2
 
 
 def test_generation_slides_past_the_context():
@@ -56,7 +81,8 @@ def test_generation_slides_past_the_context():
     tokens, stats = generate(model, torch.randint(VOCAB, (1, 10)), 20, temperature=1.0,
                              generator=torch.Generator().manual_seed(0))
     assert tokens.shape == (1, 30) and stats.window_slides >= 1
-    assert stats.cache_bytes <= 2 * 2 * 1 * SEQ_LEN * 16 * 4
+    # never more than the keys and values of a full context
+    assert stats.cache_bytes <= sum(k.nbytes + v.nbytes for k, v in keys_and_values(model, tokens[:, :SEQ_LEN]))
 
 
 def test_sampling_is_seeded_and_top_k_restricts():

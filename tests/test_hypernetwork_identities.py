@@ -37,7 +37,7 @@ def module(name: str, biases: bool, causal: bool = False) -> MultiHeadAttention:
 
 
 def latent_codes_by_hand(mha: MultiHeadAttention, x, context, mask) -> torch.Tensor:
-    """a [B, H, Tq, Tk] written out from the module's weights and SPEC §2."""
+    """a [B, H, Tq, Tk] written out from the module's weights and docs/math.md."""
     q = (x @ mha.query.weight.T + mha.query.bias).unflatten(-1, (H, DK))
     k = (context @ mha.key.weight.T + mha.key.bias).unflatten(-1, (H, DK))
     s = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(DK)

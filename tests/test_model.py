@@ -81,9 +81,20 @@ def test_mixture_of_experts_model_trains(feedforward):
     model = Transformer(
         ModelConfig(**SMALL, mixer="hyla", input_dim=3, num_experts=5, experts_top_k=2, feedforward=feedforward)
     )
+    moe_inputs = []  # what each block's mixture of experts routes
+    hooks = [block.feedforward.register_forward_hook(lambda m, inputs, output: moe_inputs.append(inputs[0]))
+             for block in model.blocks]
     loss = model(torch.randn(2, 10, 3)).square().mean()
     loss.backward()
+    for hook in hooks:
+        hook.remove()
     assert all(p.grad is not None for p in model.parameters())
+    for block, x in zip(model.blocks, moe_inputs):
+        moe = block.feedforward
+        routed = set(moe.router(x).topk(moe.top_k, dim=-1).indices.flatten().tolist())
+        for index, expert in enumerate(moe.experts):
+            learns = any(p.grad.abs().sum() > 0 for p in expert.parameters())
+            assert learns == (index in routed), f"expert {index}: routed {index in routed}, gradient {learns}"
 
 
 def test_paper_init_gives_zero_biases_and_fan_in_variance():
@@ -133,9 +144,17 @@ def test_sraven_parameter_count(width, pinned):
     assert Transformer(SRAVEN.scaled(width)).num_parameters() == expected
 
 
-@pytest.mark.parametrize("name", ["softmax", "linear", "linear_rms_head", "hyla_identity"])
+@pytest.mark.parametrize("name", list(NAMED_MIXERS))
 def test_hyla_adds_no_parameters(name):
-    assert Transformer(ModelConfig(**{**FUZZY_LOGIC.__dict__, "mixer": name})).num_parameters() == 151_009
+    """Every mixer, HYLA included, has the parameters of softmax attention: same names, same shapes,
+    the count layer by layer."""
+    shapes = {
+        mixer: {key: tuple(t.shape) for key, t in Transformer(ModelConfig(**{**FUZZY_LOGIC.__dict__, "mixer": mixer})).named_parameters()}
+        for mixer in ("softmax", name)
+    }
+    assert shapes[name] == shapes["softmax"]
+    assert sum(math.prod(shape) for shape in shapes[name].values()) == count_by_hand(
+        2, 128, 8, 16, 16, 256, input_dim=5, seq_len=16, output_dim=1)
 
 
 # --- 6. configuration errors ------------------------------------------------------------------------

@@ -1,6 +1,8 @@
-"""`hyla.ops.attention`: the authors' reference outputs, streamed == naive on outputs and
-gradients, masks, extreme scores, dtypes and input errors."""
+"""`hyla.ops.attention`: the authors' reference outputs; every implementation (pointwise, fused,
+streamed) equal to the naive reference on outputs, gradients and latent codes; what `auto` picks;
+masks, extreme scores, dtypes and input errors."""
 
+import itertools
 import sys
 from pathlib import Path
 
@@ -9,7 +11,8 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from hyla.ops import NAMED_MIXERS, attention, attention_naive, hyla_streamed
+from hyla.ops import NAMED_MIXERS, attention, attention_naive, attention_pointwise, hyla_fused, hyla_streamed
+from hyla.ops.attention import choose_implementation
 from hyla.ops.mixers import ACTIVATIONS, NORMALIZATIONS
 
 FIXTURE = Path(__file__).parent / "fixtures" / "attention_reference.npz"
@@ -22,7 +25,7 @@ def axes(name: str) -> dict:
 
 
 def implementations(name: str) -> tuple[str, ...]:
-    return ("naive", "streamed") if name in MLP_MIXERS else ("naive",)
+    return ("naive", "pointwise", "streamed", "fused") if name in MLP_MIXERS else ("naive", "pointwise")
 
 
 def causal_mask(q_len: int, k_len: int) -> torch.Tensor:
@@ -136,15 +139,6 @@ def test_streamed_gradcheck(normalization):
     assert torch.autograd.gradcheck(streamed, inputs)
 
 
-@pytest.mark.parametrize("name", MLP_MIXERS)
-def test_streamed_returns_the_same_latent_codes(name):
-    q, k, v, bias, mask = random_case(2, 9, 11)
-    expected_out, expected_a = attention(q, k, v, **axes(name), bias=bias, mask=mask, return_scores=True, implementation="naive")
-    out, a = attention(q, k, v, **axes(name), bias=bias, mask=mask, return_scores=True, implementation="streamed")
-    assert_close(out, expected_out, rtol=1e-4, atol=scaled_atol(expected_out, 1e-5))
-    assert_close(a, expected_a)
-
-
 def test_auto_streams_hyla_above_the_threshold(monkeypatch):
     module = sys.modules["hyla.ops.attention"]  # the package; `hyla.ops.attention` is the function
     calls = []
@@ -155,7 +149,7 @@ def test_auto_streams_hyla_above_the_threshold(monkeypatch):
 
     q, k, v, bias, mask = random_case(2, 9, 11)
     expected = attention(q, k, v, **axes("hyla"), bias=bias, mask=mask)
-    monkeypatch.setattr(module, "hyla_streamed", spy)
+    monkeypatch.setitem(module.MLP_ONLY, "streamed", spy)
     attention(q, k, v, **axes("softmax"), bias=bias, mask=mask)
     attention(q, k, v, **axes("hyla"), bias=bias, mask=mask)
     assert not calls  # below the threshold, and never for the linear value network
@@ -163,6 +157,135 @@ def test_auto_streams_hyla_above_the_threshold(monkeypatch):
     out = attention(q, k, v, **axes("hyla"), bias=bias, mask=mask)
     assert len(calls) == 1
     assert_close(out, expected)
+
+
+# --- 4. pointwise and fused == naive; return_scores never changes the implementation -------------
+
+SHAPES = [(2, 15, 15, 4, 3, 5), (3, 7, 37, 2, 4, 2), (1, 16, 16, 8, 2, 2)]  # B, Tq, Tk, H, Dk, Dv
+
+
+def seeded_case(shape, dtype, bias, mask, dropout):
+    """q, k, v (leaves), optional bias [1, H, Tq, Tk] (leaf), mask [B, 1, Tq, Tk] with a fully
+    masked row, dropout mask [Tq, Tk] (keep 0.8, scaled) and an output gradient."""
+    B, Tq, Tk, H, Dk, Dv = shape
+    g = torch.Generator().manual_seed(sum(shape))
+    q, k, v = (torch.randn(B, T, H, D, generator=g, dtype=dtype, requires_grad=True)
+               for T, D in ((Tq, Dk), (Tk, Dk), (Tk, Dv)))
+    b = torch.randn(1, H, Tq, Tk, generator=g, dtype=dtype, requires_grad=True) if bias else None
+    m = None
+    if mask:
+        m = torch.rand(B, 1, Tq, Tk, generator=g) > 0.3
+        m[0, 0, 0] = False
+    d = torch.bernoulli(torch.full((Tq, Tk), 0.8, dtype=dtype), generator=g) / 0.8 if dropout else None
+    return q, k, v, b, m, d, torch.randn(B, Tq, H, Dv, generator=g, dtype=dtype)
+
+
+def assert_same_outputs_and_grads(fast, reference, leaves, grad, rtol=1e-10, atol=1e-12):
+    assert_close(fast, reference, rtol=rtol, atol=atol)
+    for got, want in zip(torch.autograd.grad(fast, leaves, grad), torch.autograd.grad(reference, leaves, grad)):
+        assert_close(got, want, rtol=10 * rtol, atol=10 * atol)
+
+
+@pytest.mark.parametrize("normalization, activation", list(itertools.product(NORMALIZATIONS, ACTIVATIONS)))
+@pytest.mark.parametrize("shape", SHAPES)
+def test_fused_equals_naive_float64(normalization, activation, shape):
+    for bias, mask, dropout in itertools.product([False, True], repeat=3):
+        q, k, v, b, m, d, grad = seeded_case(shape, torch.float64, bias, mask, dropout)
+        kwargs = dict(normalization=normalization, activation=activation, bias=b, mask=m, dropout_mask=d)
+        reference, _ = attention_naive(q, k, v, value_network="mlp", **kwargs)
+        assert_same_outputs_and_grads(hyla_fused(q, k, v, **kwargs), reference, [q, k, v] + [b] * bias, grad)
+
+
+@pytest.mark.parametrize("value_network, normalization, activation", [("linear", n, "relu") for n in NORMALIZATIONS]
+                         + list(itertools.product(["mlp"], NORMALIZATIONS, ["relu", "gelu", "tanh"])))
+@pytest.mark.parametrize("shape", SHAPES)
+def test_pointwise_equals_naive_float64(value_network, normalization, activation, shape):
+    for bias, mask, dropout in itertools.product([False, True], repeat=3):
+        q, k, v, b, m, d, grad = seeded_case(shape, torch.float64, bias, mask, dropout)
+        kwargs = dict(normalization=normalization, value_network=value_network, activation=activation, bias=b,
+                      mask=m, dropout_mask=d)
+        reference, reference_codes = attention_naive(q, k, v, **kwargs)
+        out, codes = attention_pointwise(q, k, v, **kwargs)
+        assert_close(codes, reference_codes, rtol=0, atol=0)
+        assert_same_outputs_and_grads(out, reference, [q, k, v] + [b] * bias, grad)
+
+
+@pytest.mark.parametrize("name", list(NAMED_MIXERS))
+def test_every_implementation_returns_the_reference_outputs_codes_and_gradients(name):
+    """Through `attention(..., return_scores=True)`, float64: the output, the latent codes (bit
+    for bit) and the gradients of a loss on both."""
+    q, k, v, bias, mask = random_case(2, 15, 37, dtype=torch.float64, causal=True)
+    dropout_mask = (torch.rand(15, 37) > 0.2).double() / 0.8
+    grad_out, grad_codes = torch.randn(2, 15, 3, 5, dtype=torch.float64), torch.randn(2, 3, 15, 37, dtype=torch.float64)
+    results = {}
+    for implementation in implementations(name):
+        leaves = [t.detach().requires_grad_() for t in (q, k, v, bias)]
+        out, codes = attention(*leaves[:3], **axes(name), bias=leaves[3], mask=mask, dropout_mask=dropout_mask,
+                               return_scores=True, implementation=implementation)
+        loss = (out * grad_out).sum() + (codes * grad_codes).sum()
+        results[implementation] = (out, codes, *torch.autograd.grad(loss, leaves))
+    (out, codes, *grads) = results.pop("naive")
+    for implementation, (got_out, got_codes, *got_grads) in results.items():
+        assert torch.equal(got_codes, codes), implementation
+        assert_close(got_out, out, rtol=1e-10, atol=1e-12, msg=lambda m: f"{implementation} output: {m}")
+        for what, got, want in zip(("q", "k", "v", "bias"), got_grads, grads):
+            assert_close(got, want, rtol=1e-9, atol=1e-11, msg=lambda m: f"{implementation} grad {what}: {m}")
+
+
+@pytest.mark.parametrize("case, expected", [
+    (dict(name="hyla"), "fused"),  # eager CPU HYLA
+    (dict(name="hyla", threshold=0), "streamed"),
+    (dict(name="hyla", per_head_dropout=True), "naive"),  # the fused form folds a mask shared by the heads
+    (dict(name="linear_rms_head"), "naive"),
+])
+def test_return_scores_never_changes_the_implementation(case, expected, monkeypatch):
+    """Analysis (return_scores=True) runs what training runs, so it sees the same numbers."""
+    module = sys.modules["hyla.ops.attention"]
+    if "threshold" in case:
+        monkeypatch.setattr(module, "STREAM_THRESHOLD", case["threshold"])
+    called = []
+    for table in (module.GENERAL, module.MLP_ONLY):
+        for key, fn in list(table.items()):
+            monkeypatch.setitem(table, key, lambda *a, _fn=fn, _key=key, **kw: called.append(_key) or _fn(*a, **kw))
+    q, k, v, bias, mask = random_case(2, 9, 11)
+    dropout_mask = (torch.rand(3, 9, 11) if case.get("per_head_dropout") else torch.rand(9, 11)) > 0.1
+    kwargs = dict(**axes(case["name"]), bias=bias, mask=mask, dropout_mask=dropout_mask.float() / 0.9)
+    out = attention(q, k, v, **kwargs)
+    out_with_codes, codes = attention(q, k, v, **kwargs, return_scores=True)
+    assert called == [expected, expected]
+    assert torch.equal(out_with_codes, out)
+    assert torch.equal(codes, attention_naive(q, k, v, **kwargs)[1])
+
+
+def test_fused_is_close_to_naive_in_float32_at_the_sraven_size():
+    q, k, v, b, _, d, grad = seeded_case((4, 36, 36, 16, 4, 4), torch.float32, True, False, True)
+    kwargs = dict(normalization="rms_head", activation="relu", bias=b, dropout_mask=d)
+    reference, _ = attention_naive(q, k, v, value_network="mlp", **kwargs)
+    assert_same_outputs_and_grads(hyla_fused(q, k, v, **kwargs), reference, [q, k, v, b], grad, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="shared by all heads"):
+        hyla_fused(q, k, v, normalization="none", dropout_mask=torch.ones(1, 16, 36, 36))
+
+
+@pytest.mark.parametrize("value_network", ["linear", "mlp"])
+def test_compiled_auto_takes_the_pointwise_form(value_network):
+    """Under torch.compile `auto` picks the pointwise form for small heads and still matches the reference."""
+    from torch._inductor import config as inductor_config
+
+    q, k, v, b, _, d, grad = seeded_case((3, 16, 16, 8, 2, 2), torch.float32, True, False, True)
+    kwargs = dict(normalization="rms_head", value_network=value_network, bias=b, dropout_mask=d)
+    chosen = []
+
+    def run(q, k, v):
+        chosen.append(choose_implementation(q, v, k.shape[1], value_network, d))
+        return attention(q, k, v, **kwargs)
+
+    torch._dynamo.reset()
+    # the setting the trainer compiles with (see pointwise.py), scoped to this test
+    with inductor_config.patch({"cpp.enable_loop_tail_vec": False}):
+        out = torch.compile(run, fullgraph=True)(q, k, v)
+        reference, _ = attention_naive(q, k, v, **kwargs)
+        assert_same_outputs_and_grads(out, reference, [q, k, v, b], grad, rtol=1e-5, atol=1e-5)
+    assert chosen == ["pointwise"]
 
 
 # --- 5. every mixer: latent shapes, masks and extreme scores, dtypes ------------------------------

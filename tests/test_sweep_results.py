@@ -58,10 +58,12 @@ def test_override_flags_and_resume_command(tmp_path):
     assert run_command(spec, run, 1)[3:5] == ["resume", str(tmp_path / run.name)]
 
 
-def fake_run(root: Path, name: str, mixer: str, seed: int, r2: float, status: str = "completed") -> None:
+def fake_run(root: Path, name: str, mixer: str, seed: int, r2: float, status: str = "completed",
+             threads: int = 1, stop_at: int = 0) -> None:
     run = root / name
     run.mkdir(parents=True)
-    (run / "config.json").write_text(json.dumps({"seed": seed, "name": name, "model": {"mixer": mixer, "dim": 8}}))
+    (run / "config.json").write_text(json.dumps({"seed": seed, "name": name, "model": {"mixer": mixer, "dim": 8},
+                                                 "train": {"threads": threads, "stop_at": stop_at, "progress": True}}))
     (run / "summary.json").write_text(json.dumps({
         "status": status, "metric_name": "r2", "final": {"ood": {"r2": r2}}, "train_loss": 0.1, "steps_per_second": 10.0,
     }))
@@ -69,7 +71,7 @@ def fake_run(root: Path, name: str, mixer: str, seed: int, r2: float, status: st
 
 
 def test_mean_se():
-    assert mean_se([1.0]) == (1.0, 0.0)
+    assert mean_se([1.0]) == (1.0, None)
     mean, se = mean_se([1.0, 2.0, 3.0])
     assert mean == 2.0 and math.isclose(se, 1.0 / math.sqrt(3))
 
@@ -91,8 +93,20 @@ def test_aggregate_groups_by_varying_fields_and_skips_unfinished(tmp_path):
         assert (tmp_path / name).exists(), name
 
 
+def test_bookkeeping_never_splits_a_group_and_one_seed_has_no_error_bar(tmp_path):
+    fake_run(tmp_path, "a0", "hyla", 0, 0.8, threads=1, stop_at=0)
+    fake_run(tmp_path, "a1", "hyla", 1, 0.6, threads=2, stop_at=5)
+    fake_run(tmp_path, "b0", "softmax", 0, 0.5, threads=2)
+    fields, rows = aggregate(find_runs(tmp_path))
+    assert fields == ["model.mixer"] and [row["n"] for row in rows] == [2, 1]
+    text = summarize(tmp_path)
+    assert "| hyla | 2 | 70.00 ± 10.00 |" in text and "| softmax | 1 | 50.00 |" in text
+
+
 def test_summarize_without_runs_raises(tmp_path):
-    with pytest.raises(FileNotFoundError):
+    from hyla.train import RunError
+
+    with pytest.raises(RunError, match="no run folders"):
         summarize(tmp_path)
 
 

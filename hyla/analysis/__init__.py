@@ -1,4 +1,4 @@
-"""Latent-code analysis (SPEC §2, §4, §5): collection, probes, topographic similarity, figures,
+"""Latent-code analysis (docs/math.md, docs/tasks.md): collection, probes, topographic similarity, figures,
 reports. `hyla analyze RUN` runs `analyze_run`; training loops can call `analysis_hook`."""
 
 from hyla.analysis.collect import collect_latents, load_latents, save_latents

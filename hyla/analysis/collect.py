@@ -1,4 +1,4 @@
-"""Collect latent codes (SPEC §2) of a trained model at the probe positions of SPEC §4 and §5.
+"""Collect latent codes (docs/math.md) of a trained model at the probe positions of docs/tasks.md.
 
 The latent code of the pair (q, k) is `z_qk = a[b, :, q, k]` in R^H, the normalized attention
 scores read across heads (`Transformer.forward(x, return_latents=True)`, eval mode, so no
@@ -12,7 +12,7 @@ underlying feature in the first two panels of the last row, in every layer:
 `codes [N, K, num_layers, 2, H]`, indexed by the underlying (unpermuted) feature f and the
 column c in {0, 1} of the key panel. Token layout: panel p = 3r + c (row-major, 8 context
 panels) holds its K shown features at positions p·K + j; the answer panel's query tokens are
-8K + j. With the feature permutation (SPEC §5) the shown position j of column c holds feature
+8K + j. With the feature permutation (docs/tasks.md) the shown position j of column c holds feature
 `perm[b, c, j]`, so feature f sits at position `inverse_perm[b, c, f]` of column c: query token
 `8K + inverse_perm[b, 2, f]` attends to keys `6K + inverse_perm[b, 0, f]` and
 `7K + inverse_perm[b, 1, f]`. On `*_unpermuted` splits (the paper's choice for this analysis)

@@ -1,17 +1,20 @@
-"""Figures of latent codes (matplotlib, Agg backend, PNG): 2-D embeddings, mean codes per
-label, similarity matrices and probe scores per layer."""
+"""Figures of latent codes (PNG, drawn on `matplotlib.figure.Figure`, no pyplot: see hyla.plots):
+2-D embeddings, mean codes per label, similarity matrices and probe scores per layer."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.cm import ScalarMappable
+from matplotlib.colors import Normalize
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from sklearn.decomposition import PCA
+from sklearn.manifold import TSNE
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from sklearn.decomposition import PCA  # noqa: E402
-from sklearn.manifold import TSNE  # noqa: E402
+from hyla.plots import save_figure
 
 RULE_NAMES = ("A const", "B +1", "C +2", "D -1", "E -2", "F add", "G sub", "H dist3")
 
@@ -42,10 +45,10 @@ def plot_embeddings(embeddings: dict[tuple[str, str], np.ndarray], color: np.nda
     """
     methods = list(dict.fromkeys(m for m, _ in embeddings))
     code_sets = list(dict.fromkeys(c for _, c in embeddings))
-    fig, axes = plt.subplots(len(methods), len(code_sets), squeeze=False,
-                             figsize=(3.2 * len(code_sets) + 1.5, 3.0 * len(methods)))
+    fig = Figure(figsize=(3.2 * len(code_sets) + 1.5, 3.0 * len(methods)))
+    axes = fig.subplots(len(methods), len(code_sets), squeeze=False)
     classes = [c for c in np.unique(color) if c >= 0] if categorical else []
-    cmap = plt.get_cmap("tab10" if len(classes) <= 10 else "tab20")
+    cmap = colormaps["tab10" if len(classes) <= 10 else "tab20"]
     for i, method in enumerate(methods):
         for j, code_set in enumerate(code_sets):
             ax = axes[i, j]
@@ -65,16 +68,16 @@ def plot_embeddings(embeddings: dict[tuple[str, str], np.ndarray], color: np.nda
                 ax.scatter(xy[:, 0], xy[:, 1], s=4, c=color, cmap="viridis", lw=0,
                            vmin=float(np.min(color)), vmax=float(np.max(color)))
     if categorical and classes:
-        handles = [plt.Line2D([], [], ls="", marker="o", ms=5, color=cmap(k % cmap.N),
+        handles = [Line2D([], [], ls="", marker="o", ms=5, color=cmap(k % cmap.N),
                               label=(category_names or {}).get(int(value), str(value)))
                    for k, value in enumerate(classes)]
         axes[0, -1].legend(handles=handles, loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=7,
                            frameon=False)
     elif not categorical:
-        mappable = plt.cm.ScalarMappable(plt.Normalize(float(np.min(color)), float(np.max(color))), "viridis")
+        mappable = ScalarMappable(Normalize(float(np.min(color)), float(np.max(color))), "viridis")
         fig.colorbar(mappable, ax=axes[:, -1].tolist(), shrink=0.8)
     fig.suptitle(title, fontsize=10, y=1.0 + 0.06 / len(methods))
-    return _save(fig, path)
+    return save_figure(fig, path, dpi=110, tight=True)
 
 
 def plot_matrices(matrices: dict[str, np.ndarray], row_names: list[str], col_names: list[str] | None, title: str,
@@ -83,8 +86,8 @@ def plot_matrices(matrices: dict[str, np.ndarray], row_names: list[str], col_nam
     at 0 (e.g. cosine similarity matrices per layer); small matrices get their values written in."""
     rows, cols = next(iter(matrices.values())).shape
     panel_width, panel_height = max(3.0, 0.4 * cols + 1.5), max(2.8, 0.35 * rows + 1.2)
-    fig, axes = plt.subplots(1, len(matrices), squeeze=False,
-                             figsize=(panel_width * len(matrices) + 1.0, panel_height))
+    fig = Figure(figsize=(panel_width * len(matrices) + 1.0, panel_height))
+    axes = fig.subplots(1, len(matrices), squeeze=False)
     limit = max(float(np.nanmax(np.abs(m))) for m in matrices.values()) or 1.0
     for ax, (name, matrix) in zip(axes[0], matrices.items()):
         image = ax.imshow(matrix, cmap="RdBu_r", vmin=-limit, vmax=limit, aspect="auto")
@@ -99,16 +102,17 @@ def plot_matrices(matrices: dict[str, np.ndarray], row_names: list[str], col_nam
         ax.set_title(name, fontsize=9)
     fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8)
     fig.suptitle(title, fontsize=10)
-    return _save(fig, path)
+    return save_figure(fig, path, dpi=110, tight=True)
 
 
 def plot_probe_layers(layer_names: list[str], curves: dict[str, list[float]], chance: dict[str, list[float]],
                       ylabel: str, title: str, path: str | Path) -> Path:
     """Probe score per layer (solid) with its chance level (dashed, same color)."""
-    fig, ax = plt.subplots(figsize=(4.5, 3.2))
+    fig = Figure(figsize=(4.5, 3.2))
+    ax = fig.subplots()
     x = np.arange(len(layer_names))
     for k, (name, values) in enumerate(curves.items()):
-        color = plt.get_cmap("tab10")(k)
+        color = colormaps["tab10"](k)
         ax.plot(x, values, "o-", color=color, label=name)
         if name in chance:
             ax.plot(x, chance[name], "x--", color=color, alpha=0.6, label=f"{name} (chance)")
@@ -116,12 +120,4 @@ def plot_probe_layers(layer_names: list[str], curves: dict[str, list[float]], ch
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, frameon=False)
-    return _save(fig, path)
-
-
-def _save(fig, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=110, tight=True)

@@ -11,19 +11,21 @@ were collected (held-out tasks: compositional generalization of the decoder, pap
 
 from __future__ import annotations
 
-import argparse
 import json
-import math
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from threadpoolctl import threadpool_limits
+from tyro.conf import Positional, UseAppendAction
 
 from hyla.analysis import figures
 from hyla.analysis.collect import FUZZY_LOGIC, SRAVEN, collect_latents, save_latents, task_kind
 from hyla.analysis.probes import logistic_classification_probe, logistic_f1_per_label, random_stream, ridge_probe
 from hyla.analysis.report import write_report
 from hyla.analysis.topographic import topographic_similarity
+from hyla.configs import check_positive, parse_options
+from hyla.jsonio import append_jsonl, write_json
 
 DEFAULT_SPLITS = {
     FUZZY_LOGIC: ("valid_fixed_query", "ood_fixed_query", "valid", "ood"),
@@ -279,7 +281,7 @@ def analyze(model, task, out_dir: str | Path, splits=None, num_samples: int = 40
     with threadpool_limits(limits=1):  # small sklearn problems: threads only oversubscribe the CPU
         results = _analyze_codes(data, kind, out_dir, tsne, plot_samples, num_permutations, seed, probe_feature)
     results["num_samples"], results["run"] = num_samples, metadata or {}
-    (out_dir / "analysis.json").write_text(json.dumps(_finite(results), indent=1))
+    write_json(out_dir / "analysis.json", results, indent=1)
     write_report(results, out_dir / "report.md")
     return results
 
@@ -330,8 +332,7 @@ def analysis_hook(model, task, step: int, out_dir: str | Path, num_samples: int 
                 metrics[f"{prefix}/term_f1_held_out_chance"] = probe["term_f1_held_out"]["mean_chance"]
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    with open(out_dir / "analysis_hook.jsonl", "a") as log:
-        log.write(json.dumps(_finite({"step": int(step), **metrics})) + "\n")
+    append_jsonl(out_dir / "analysis_hook.jsonl", {"step": int(step), **metrics})
     return metrics
 
 
@@ -344,7 +345,7 @@ def analyze_run(run_dir: str | Path, splits=None, num_samples: int = 4096, devic
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    cfg, model, task = load_run(run_dir)
+    cfg, model, task = load_run(run_dir, task=("fuzzy_logic", "sraven"))
     metadata = {"path": str(Path(run_dir).resolve()), "task": cfg.task, "mixer": cfg.model.mixer, "seed": cfg.seed}
     summary = Path(run_dir) / "summary.json"
     if summary.exists():
@@ -353,37 +354,40 @@ def analyze_run(run_dir: str | Path, splits=None, num_samples: int = 4096, devic
                    metadata=metadata, **kwargs)
 
 
-def main(argv: list[str] | None = None) -> int:
+@dataclass
+class AnalyzeOptions:
+    """Latent-code analysis of a trained run (probes, embeddings, topographic similarity, report) into RUN/analysis/."""
+
+    run: Positional[Path]
+    """run folder (written by `hyla train`)"""
+    split: UseAppendAction[list[str]] = field(default_factory=list)
+    """split to analyze (repeatable; default: the task's analysis splits)"""
+    samples: int = 4096
+    """sequences per split"""
+    batch_size: int = 512
+    permutations: int = 1000
+    """permutation-test size"""
+    plot_samples: int = 1500
+    """points per embedding plot"""
+    tsne: bool = True
+    """t-SNE embeddings besides PCA (--no-tsne: PCA only; t-SNE is the slow part)"""
+    seed: int = 0
+    device: str = "cpu"
+    """cpu | cuda | cuda:N | auto (where the codes are collected)"""
+    feature: int | None = None
+    """SRAVEN: probe only this underlying feature (the paper: the last); default all"""
+
+    def __post_init__(self):
+        check_positive(samples=self.samples, batch_size=self.batch_size, permutations=self.permutations,
+                       plot_samples=self.plot_samples)
+
+
+def main(argv: list[str]) -> int:
     """`hyla analyze RUN [--split S ...] [--samples N] ...`"""
-    parser = argparse.ArgumentParser(prog="hyla analyze", description="Latent-code analysis of a trained run.")
-    parser.add_argument("run", help="run directory (written by `hyla train`)")
-    parser.add_argument("--split", action="append", dest="splits", metavar="SPLIT",
-                        help="split to analyze (repeatable; default: the task's analysis splits)")
-    parser.add_argument("--samples", type=int, default=4096, help="sequences per split (default 4096)")
-    parser.add_argument("--batch-size", type=int, default=512)
-    parser.add_argument("--permutations", type=int, default=1000, help="permutation-test size (default 1000)")
-    parser.add_argument("--plot-samples", type=int, default=1500, help="points per embedding plot")
-    parser.add_argument("--no-tsne", action="store_true", help="PCA only (t-SNE is the slow part)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | auto (where codes are collected)")
-    parser.add_argument("--feature", type=int, default=None,
-                        help="SRAVEN: probe only this underlying feature (the paper: the last); default all")
-    args = parser.parse_args(argv)
-    results = analyze_run(args.run, args.splits, args.samples, device=args.device, batch_size=args.batch_size,
-                          tsne=not args.no_tsne, plot_samples=args.plot_samples,
-                          num_permutations=args.permutations, seed=args.seed, probe_feature=args.feature)
-    print(f"wrote {Path(args.run) / 'analysis' / 'report.md'} ({len(results['figures'])} figures)")
+    args = parse_options(AnalyzeOptions, argv, "hyla analyze")
+    results = analyze_run(args.run, args.split or None, args.samples, device=args.device, batch_size=args.batch_size,
+                          tsne=args.tsne, plot_samples=args.plot_samples, num_permutations=args.permutations,
+                          seed=args.seed, probe_feature=args.feature)
+    print(f"wrote {args.run / 'analysis' / 'report.md'} ({len(results['figures'])} figures)")
     return 0
 
-
-def _finite(value):
-    """JSON-safe copy: NaN / inf -> None, numpy scalars -> Python numbers."""
-    if isinstance(value, dict):
-        return {str(k): _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        return float(value) if math.isfinite(value) else None
-    return value

@@ -5,6 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from hyla.analysis.figures import RULE_NAMES
+from hyla.tables import markdown_table
+
+# (probe, value) per column of the fuzzy logic probe table, after the code set's name
+FUZZY_LOGIC_PROBE_COLUMNS = (
+    ("ridge_term_bits_in_distribution", "r2"), ("ridge_term_bits_in_distribution", "chance"),
+    ("ridge_term_bits_held_out", "r2"), ("ridge_term_bits_held_out", "chance"),
+    ("term_f1_held_out", "mean_f1"), ("term_f1_held_out", "mean_chance"),
+    ("term_f1_held_out", "mean_always_positive"),
+)
 
 
 def _f(value, digits: int = 3) -> str:
@@ -24,28 +33,24 @@ def write_report(results: dict, path: str | Path) -> Path:
                 "Position: each answer token attending to the tokens of the same underlying feature in "
                 "panels (2,0) and (2,1), per layer (one row per sample and feature)."),
              "Every probe is shown with its chance level: the same probe fitted on shuffled labels.", "",
-             "## Splits", "", "| split | samples | metrics |", "|---|---|---|"]
-    for split, summary in results["splits"].items():
-        metrics = ", ".join(f"{k} {_f(v)}" for k, v in summary.items() if k != "num_samples")
-        lines.append(f"| {split} | {summary['num_samples']} | {metrics} |")
+             "## Splits", ""]
+    lines.append(markdown_table(["split", "samples", "metrics"], [
+        [split, summary["num_samples"], ", ".join(f"{k} {_f(v)}" for k, v in summary.items() if k != "num_samples")]
+        for split, summary in results["splits"].items()]))
 
     lines += ["", "## Probes (trained on training tasks, tested on held-out tasks)", ""]
     for pair, per_set in results["probes"].items():
         lines += [f"### {pair}", "", f"![probes](probes_{pair.replace('->', '_to_')}.png)", ""]
         if kind == "sraven":
-            lines += ["| codes | rule accuracy | chance | majority | macro F1 | chance |", "|---|---|---|---|---|---|"]
-            for name, p in per_set.items():
-                lines.append(f"| {name} | {_f(p['accuracy'])} | {_f(p['chance_accuracy'])} | {_f(p['majority'])} "
-                             f"| {_f(p['macro_f1'])} | {_f(p['chance_macro_f1'])} |")
+            lines.append(markdown_table(
+                ["codes", "rule accuracy", "chance", "majority", "macro F1", "chance"],
+                [[name] + [_f(p[key]) for key in ("accuracy", "chance_accuracy", "majority", "macro_f1",
+                                                  "chance_macro_f1")] for name, p in per_set.items()]))
         else:
-            lines += ["| codes | ridge R² term bits (in dist.) | chance | ridge R² (held-out tasks) | chance "
-                      "| mean term F1 (held-out) | chance | always-positive F1 |", "|---|---|---|---|---|---|---|---|"]
-            for name, p in per_set.items():
-                r_in, r_out, f1 = (p["ridge_term_bits_in_distribution"], p["ridge_term_bits_held_out"],
-                                   p["term_f1_held_out"])
-                lines.append(f"| {name} | {_f(r_in['r2'])} | {_f(r_in['chance'])} | {_f(r_out['r2'])} "
-                             f"| {_f(r_out['chance'])} | {_f(f1['mean_f1'])} | {_f(f1['mean_chance'])} "
-                             f"| {_f(f1['mean_always_positive'])} |")
+            lines.append(markdown_table(
+                ["codes", "ridge R² term bits (in dist.)", "chance", "ridge R² (held-out tasks)", "chance",
+                 "mean term F1 (held-out)", "chance", "always-positive F1"],
+                [[name] + [_f(p[probe][key]) for probe, key in FUZZY_LOGIC_PROBE_COLUMNS] for name, p in per_set.items()]))
         lines.append("")
 
     lines += ["## Topographic similarity", "",
@@ -55,24 +60,19 @@ def write_report(results: dict, path: str | Path) -> Path:
                  "matchings." if kind == "fuzzy_logic" else
                  "a task is a rule multiset; distance = number of rules to replace (K − |A ∩ B|); a sample's "
                  "code is the mean of its K feature codes."), "",
-              "| split | codes | Spearman | p-value | tasks | samples per task |", "|---|---|---|---|---|---|"]
-    for split, per_set in results["topographic_similarity"].items():
-        for name, t in per_set.items():
-            lines.append(f"| {split} | {name} | {_f(t['spearman'])} | {_f(t['p_value'], 4)} | {t['num_tasks']} "
-                         f"| {_f(t['samples_per_task'], 1)} |")
+              markdown_table(["split", "codes", "Spearman", "p-value", "tasks", "samples per task"], [
+                  [split, name, _f(t["spearman"]), _f(t["p_value"], 4), t["num_tasks"], _f(t["samples_per_task"], 1)]
+                  for split, per_set in results["topographic_similarity"].items() for name, t in per_set.items()])]
 
     lines += ["", "## Mean codes per " + ("rule" if kind == "sraven" else "term"), ""]
     for split, per_set in results["label_similarity"].items():
         if kind == "sraven":
-            lines += [f"### {split}", "", "| codes | cos(add, sub) | centered | rank among pairs | nearest to add |",
-                      "|---|---|---|---|---|"]
-            for name, entry in per_set.items():
-                a = entry.get("addition_subtraction")
-                if a:
-                    lines.append(f"| {name} | {_f(a['cosine'])} | {_f(a['centered_cosine'])} "
-                                 f"| {a['rank_among_pairs']} / {a['num_pairs']} "
-                                 f"| {RULE_NAMES[a['nearest_rule_to_addition']]} |")
-            lines.append("")
+            pairs = [(name, entry["addition_subtraction"]) for name, entry in per_set.items()
+                     if entry.get("addition_subtraction")]
+            lines += [f"### {split}", "", markdown_table(
+                ["codes", "cos(add, sub)", "centered", "rank among pairs", "nearest to add"],
+                [[name, _f(a["cosine"]), _f(a["centered_cosine"]), f"{a['rank_among_pairs']} / {a['num_pairs']}",
+                  RULE_NAMES[a["nearest_rule_to_addition"]]] for name, a in pairs]), ""]
         lines += [f"![{split} similarity](similarity_{split}.png)", "",
                   f"![{split} mean codes](mean_codes_{split}.png)", ""]
 

@@ -7,7 +7,7 @@ a permutation test that shuffles which task each mean code belongs to (the Mante
 one-sided (H1: positive correlation), vectorized over permutations.
 
 Task distances:
-- SRAVEN (`rule_multiset`, the default): a task is a MULTISET of K rules (SPEC §5; which feature
+- SRAVEN (`rule_multiset`, the default): a task is a MULTISET of K rules (docs/tasks.md; which feature
   gets which rule is drawn per sample), and the distance is the number of rules that must be
   replaced to turn one multiset into the other, `K - |A ∩ B|`. The matching code of a sample is
   the mean of its K feature codes: pooling makes it order-free without looking at any label (a

@@ -1,4 +1,4 @@
-"""The attention family as three axes: normalization × value network × activation (SPEC §2)."""
+"""The attention family as three axes: normalization × value network × activation (docs/math.md)."""
 
 from __future__ import annotations
 

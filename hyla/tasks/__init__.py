@@ -1,4 +1,4 @@
-"""Seeded task generators: in-context fuzzy logic regression, SRAVEN (SPEC §4, §5) and text (§6)."""
+"""Seeded task generators: in-context fuzzy logic regression, SRAVEN and text (docs/tasks.md)."""
 
 from .ambiguity import ambiguity_rate, is_ambiguous
 from .base import Batch, Task

@@ -1,4 +1,4 @@
-"""In-context fuzzy logic regression (SPEC §4).
+"""In-context fuzzy logic regression (docs/tasks.md).
 
 A task is a set of K distinct terms over L variables; its function is the Zadeh DNF
 `f(x) = max_k min_i literal_{k,i}(x)`. A sequence shows `seq_len` pairs (x, f(x)) with

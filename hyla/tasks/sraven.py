@@ -1,4 +1,4 @@
-"""SRAVEN: symbolic Raven progressive matrices (SPEC §5).
+"""SRAVEN: symbolic Raven progressive matrices (docs/tasks.md).
 
 A 3×3 grid of panels, each panel a vector of K feature values in {0..F-1}. Every feature
 follows one rule along each row (all arithmetic mod F); the rules, in the paper's order A-H:

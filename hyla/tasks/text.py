@@ -1,4 +1,4 @@
-"""Language modeling on a text corpus (SPEC §6): corpus → BPE tokenizer → cached token stream → windows.
+"""Language modeling on a text corpus (docs/tasks.md): corpus → BPE tokenizer → cached token stream → windows.
 
 Corpus sources (the `corpus` string):
 - a local file or folder (every `*.txt`, `*.md`, `*.rst`, `*.text` file below it, sorted by

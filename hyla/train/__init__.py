@@ -1,33 +1,43 @@
 """Training: the loop, optimizer and schedule, checkpoints, run folders, data parallelism.
 
     train(cfg) -> run folder                 train or resume a run
-    load_run(run) -> (cfg, model, task)      a finished (or checkpointed) run, model on CPU in eval mode
+    load_run(run) -> (cfg, model, task)      a checkpointed run, model on CPU in eval mode
     evaluate(model, task, split, num_samples, batch_size) -> {metric: mean}
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from hyla.train.evaluate import evaluate
 from hyla.train.loop import NonFiniteLossError, Trainer, build_model, train
-from hyla.train.run_dir import RunDir
+from hyla.train.checkpoint import CheckpointError
+from hyla.train.run_dir import RunDir, RunError
 
 
-def load_run(run_dir: str | Path):
-    """(config, model, task) of a run folder: the model on the CPU, in eval mode, with the weights
-    of `checkpoints/latest.pt`."""
+def load_run(run_dir: str | Path, task: str | tuple[str, ...] | None = None):
+    """(config, model, task) of a run folder: see `load_run_at_step`."""
+    return load_run_at_step(run_dir, task)[:3]
+
+
+def load_run_at_step(run_dir: str | Path, task: str | tuple[str, ...] | None = None):
+    """(config, model, task, step) of a run folder: the model on the CPU, in eval mode, with the
+    weights of its latest readable checkpoint (a note on stderr when it falls back to the previous
+    one). `task`: the task(s) the caller can use; RunError for a run of another task."""
     from hyla.configs import build_task
-    from hyla.train import checkpoint
 
     run = RunDir(run_dir)
     cfg = run.read_config()
-    if not run.checkpoint_file.exists():
-        raise FileNotFoundError(f"{run.path} has no checkpoint yet ({run.checkpoint_file})")
-    task = build_task(cfg)
+    tasks = (task,) if isinstance(task, str) else task
+    if tasks is not None and cfg.task not in tasks:
+        raise RunError(f"{run.path} is a {cfg.task} run; this command needs a {' or '.join(tasks)} run")
+    state, _, note = run.load_checkpoint()
+    if note:
+        print(f"warning: {note}", file=sys.stderr)
     model = build_model(cfg)
-    model.load_state_dict(checkpoint.load(run.checkpoint_file)["model"])
-    return cfg, model.eval(), task
+    model.load_state_dict(state["model"])
+    return cfg, model.eval(), build_task(cfg), state["progress"]["step"]
 
 
-__all__ = ["train", "load_run", "evaluate", "NonFiniteLossError", "Trainer", "RunDir"]
+__all__ = ["train", "load_run", "evaluate", "NonFiniteLossError", "Trainer", "RunDir", "RunError", "CheckpointError"]

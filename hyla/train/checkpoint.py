@@ -1,35 +1,132 @@
-"""Atomic checkpoints: written to a temporary file, flushed to disk, then renamed over the old one.
+"""Checkpoints that are safe to open and survive a crash at any moment.
 
-A crash at any moment leaves either the previous checkpoint or the new one, never a torn file.
+Safe: a checkpoint holds tensors and plain containers of numbers and strings only (the config as a
+plain dict, the RNG state as a byte tensor), so it loads with `torch.load(weights_only=True)`,
+which never runs code from the file. A file that needs more (an arbitrary pickled object, or the
+previous format, which pickled numpy's RNG state) is refused with `CheckpointError`.
+
+Durable: `save` writes a temporary file, flushes it to disk, renames the current `latest.pt` to
+`previous.pt` and the new file to `latest.pt`. A crash at any moment leaves at least one complete
+checkpoint; `load_latest` falls back to `previous.pt` when `latest.pt` is missing or unreadable.
 """
 
 from __future__ import annotations
 
 import os
-import random
+import pickle
+import zipfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
+FORMAT = 2  # 1: hyla 0.1 (full pickle, numpy and python RNG states)
 
-def save_atomic(obj: Any, path: str | Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be loaded safely or at all; the message says why."""
+
+
+def save(state: dict[str, Any], latest: Path, previous: Path) -> None:
+    """Write `state` as the new `latest`, keeping the old one as `previous`."""
+    _check_plain(state)
+    latest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = latest.with_name(f".{latest.name}.tmp-{os.getpid()}")
     try:
         with open(tmp, "wb") as f:
-            torch.save(obj, f)
+            torch.save({**state, "format": FORMAT}, f)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        if latest.exists():
+            os.replace(latest, previous)
+        os.replace(tmp, latest)
     finally:
-        if tmp.exists():
-            tmp.unlink()
-    # make the rename itself durable
+        tmp.unlink(missing_ok=True)
+    _fsync_dir(latest.parent)  # make the renames themselves durable
+
+
+def load(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """The checkpoint at `path`, loaded without unpickling anything but tensors and plain data."""
     try:
-        fd = os.open(path.parent, os.O_RDONLY)
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path} does not exist") from None
+    except pickle.UnpicklingError as e:
+        raise CheckpointError(
+            f"{path} needs unsafe unpickling ({_unsafe_global(e)}); hyla never runs code from a checkpoint "
+            "(checkpoints of hyla 0.1 are refused for this reason: re-train, or resume that run with hyla 0.1)") from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError) as e:
+        raise CheckpointError(f"{path} is damaged or not a checkpoint ({_first_line(e)})") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise CheckpointError(f"{path} is not a hyla checkpoint of format {FORMAT}")
+    return state
+
+
+def load_latest(latest: Path, previous: Path, map_location: str | torch.device = "cpu") -> tuple[dict, Path, str]:
+    """(state, the file it came from, a note: "" or why `latest` was skipped).
+
+    Falls back to `previous` when `latest` is missing or unreadable; raises CheckpointError when
+    neither loads.
+    """
+    try:
+        return load(latest, map_location), latest, ""
+    except CheckpointError as error:
+        if not previous.exists():
+            raise
+        note = f"{error}; using the previous checkpoint {previous}"
+        try:
+            return load(previous, map_location), previous, note
+        except CheckpointError as second:
+            raise CheckpointError(f"{error}; the previous checkpoint is unusable too: {second}") from None
+
+
+def rng_state() -> dict[str, Any]:
+    """The RNG state training depends on (torch's generators), as tensors."""
+    state = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["cpu"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+PLAIN_TYPES = (str, int, float, bool, type(None), torch.Tensor)
+
+
+def _check_plain(value, where: str = "state") -> None:
+    """Refuse to write what `weights_only=True` could not read back: anything but tensors, numbers,
+    strings and dicts / lists / tuples of them (exact types: a str subclass is pickled as its class)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_plain(key, f"{where} key")
+            _check_plain(item, f"{where}[{key!r}]")
+    elif isinstance(value, (list, tuple)) and type(value) in (list, tuple):
+        for index, item in enumerate(value):
+            _check_plain(item, f"{where}[{index}]")
+    elif type(value) not in PLAIN_TYPES and not isinstance(value, torch.Tensor):
+        raise TypeError(f"{where} is a {type(value).__name__}: checkpoints hold tensors and plain data only")
+
+
+def _unsafe_global(error: pickle.UnpicklingError) -> str:
+    """The object torch refused to unpickle, from its long message."""
+    for line in str(error).splitlines():
+        if "Unsupported global" in line or "Unsupported operand" in line:
+            return line.split("error:")[-1].strip().split(" was not an allowed")[0]
+    return "an object that is not a tensor or plain data"
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
     except OSError:
         return
     try:
@@ -38,23 +135,3 @@ def save_atomic(obj: Any, path: str | Path) -> None:
         pass
     finally:
         os.close(fd)
-
-
-def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
-    # weights_only=False: checkpoints hold RNG states and the config dict (our own files).
-    return torch.load(path, map_location=map_location, weights_only=False)
-
-
-def rng_states() -> dict:
-    states = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        states["cuda"] = torch.cuda.get_rng_state_all()
-    return states
-
-
-def set_rng_states(states: dict) -> None:
-    torch.set_rng_state(states["torch"])
-    np.random.set_state(states["numpy"])
-    random.setstate(states["python"])
-    if "cuda" in states and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(states["cuda"])

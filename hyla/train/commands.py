@@ -1,18 +1,19 @@
-"""The `hyla train | resume | eval | list` subcommands."""
+"""The `hyla train | resume | eval | export | list` subcommands (options parsed by tyro)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+import tyro
+from tyro.conf import Positional
 
 from hyla.configs import (
     PRESETS, TASK_DERIVED_MODEL_FIELDS, ConfigError, ExperimentConfig, config_from_dict, config_to_dict,
-    describe_mixers,
-    get_preset, task_names, validate,
+    check_positive, describe_mixers, get_preset, parse_options, task_names, validate,
 )
 
 TRAIN_HELP = """Train a model. Start from a preset (--preset NAME) or a config file (--config
@@ -22,34 +23,20 @@ resolved config and exits. Under `torchrun --nproc_per_node=N` the same command 
 Presets: {presets}."""
 
 
-def _pop_option(argv: list[str], name: str) -> tuple[str | None, list[str]]:
-    """Remove `--name VALUE` / `--name=VALUE` from argv; return (VALUE or None, the rest)."""
-    rest, value, i = [], None, 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg == name:
-            if i + 1 >= len(argv):
-                raise ConfigError(f"{name} needs a value")
-            value, i = argv[i + 1], i + 2
-            continue
-        if arg.startswith(name + "="):
-            value = arg.split("=", 1)[1]
-        else:
-            rest.append(arg)
-        i += 1
-    return value, rest
-
-
-def _pop_flag(argv: list[str], name: str) -> tuple[bool, list[str]]:
-    return name in argv, [a for a in argv if a != name]
+@dataclass
+class TrainSource:
+    preset: str | None = None
+    """start from this preset"""
+    config: Path | None = None
+    """start from this config file (e.g. a run folder's config.json)"""
+    print_config: bool = False
+    """print the resolved config and exit"""
 
 
 def parse_overrides(base: ExperimentConfig, argv: list[str], prog: str, description: str) -> ExperimentConfig:
-    """Apply `--section.field VALUE` overrides to `base` (tyro); unknown keys and bad types exit
-    with a message; values are validated (ConfigError)."""
-    import tyro
-
-    cfg = tyro.cli(ExperimentConfig, default=base, args=argv, prog=prog, description=description)
+    """Apply `--section.field VALUE` overrides to `base`; invalid keys, types and values are
+    ConfigErrors."""
+    cfg = parse_options(ExperimentConfig, argv, prog, description, default=base)
     for name in TASK_DERIVED_MODEL_FIELDS:
         if getattr(cfg.model, name) != getattr(base.model, name):
             raise ConfigError(f"model.{name} is set from the task; change the task's settings instead "
@@ -58,43 +45,39 @@ def parse_overrides(base: ExperimentConfig, argv: list[str], prog: str, descript
 
 
 def parse_train_args(argv: list[str]) -> tuple[ExperimentConfig, bool]:
-    """(config, print_config) from `hyla train` arguments."""
-    preset_name, argv = _pop_option(argv, "--preset")
-    config_file, argv = _pop_option(argv, "--config")
-    print_config, argv = _pop_flag(argv, "--print-config")
-    if preset_name and config_file:
+    """(config, print_config) from `hyla train` arguments: where to start (--preset or --config),
+    then the overrides on top of it."""
+    source, overrides = tyro.cli(TrainSource, args=argv, return_unknown_args=True, add_help=False)
+    if source.preset and source.config:
         raise ConfigError("give --preset or --config, not both")
-    if config_file:
-        base = config_from_dict(json.loads(Path(config_file).read_text()))
+    if source.config:
+        try:
+            base = config_from_dict(json.loads(source.config.read_text()))
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"--config {source.config}: {e}") from None
     else:
-        base = get_preset(preset_name) if preset_name else ExperimentConfig()
+        base = get_preset(source.preset) if source.preset else ExperimentConfig()
     description = TRAIN_HELP.format(presets=", ".join(PRESETS))
-    return parse_overrides(base, argv, "hyla train", description), print_config
+    return parse_overrides(base, overrides, "hyla train", description), source.print_config
 
 
 def _run_training(cfg: ExperimentConfig) -> int:
     from hyla.train import NonFiniteLossError, train
 
+    hook = None
+    if cfg.train.analysis_every:
+        from hyla.analysis import analysis_hook as hook
     try:
-        path = train(cfg)
+        path = train(cfg, hook)
     except NonFiniteLossError as e:
         print(f"hyla: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        return 130
-    except (ConfigError, FileExistsError) as e:
-        print(f"hyla: error: {e}", file=sys.stderr)
-        return 2
     print(path)
     return 0
 
 
 def train_main(argv: list[str]) -> int:
-    try:
-        cfg, print_config = parse_train_args(argv)
-    except ConfigError as e:
-        print(f"hyla train: error: {e}", file=sys.stderr)
-        return 2
+    cfg, print_config = parse_train_args(argv)
     if print_config:
         from hyla.configs import build_task, resolve_model
 
@@ -104,92 +87,121 @@ def train_main(argv: list[str]) -> int:
     return _run_training(cfg)
 
 
+RESUME_HELP = """Continue RUN from its latest checkpoint (the previous one if the latest is damaged),
+exactly: the run ends as if it had never stopped. Overrides go on top of the run's config; those
+that would change the trained weights (model, data, optimization, train.steps) are refused.
+Evaluation, logging and checkpoint settings may change; threads, device and compile settings too,
+with a warning (the result is then no longer bit-identical). A completed run is left as it is."""
+
+
 def resume_main(argv: list[str]) -> int:
     """hyla resume RUN [--section.field VALUE ...]: continue RUN from its latest checkpoint."""
     from hyla.train.run_dir import RunDir
 
     if not argv or argv[0].startswith("-"):
-        print("usage: hyla resume RUN [--train.stop_at N] [--train.threads N] [--train.no-progress] [...]\n"
-              "Continue a run from its latest checkpoint. Overrides that would change the trained weights\n"
-              "(model, data, optimization, train.steps) are refused; evaluation, logging, threads and\n"
-              "compilation settings may change.",
-              file=sys.stderr)
+        print(f"usage: hyla resume RUN [--train.stop_at N] [--train.no-progress] [...]\n\n{RESUME_HELP}")
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     run = RunDir(argv[0])
-    try:
-        saved = run.read_config()
-        base = replace(saved, out_dir=str(run.path.parent), name=run.path.name, resume=True)
-        cfg = parse_overrides(base, argv[1:], f"hyla resume {run.path}", "Continue a run; overrides apply on top of its config.")
-    except (ConfigError, FileNotFoundError) as e:
-        print(f"hyla resume: error: {e}", file=sys.stderr)
-        return 2
+    saved = run.read_config()
+    # the stop_at of the session that stopped is spent: continue to the end unless given again
+    base = replace(saved, out_dir=str(run.path.parent), name=run.path.name, resume=True,
+                   train=replace(saved.train, stop_at=0))
+    cfg = parse_overrides(base, argv[1:], f"hyla resume {run.path}", RESUME_HELP)
     return _run_training(replace(cfg, resume=True))
 
 
-def eval_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="hyla eval", description="Re-evaluate a run's latest checkpoint; prints a "
-                                     "table and writes eval-step<STEP>.json into the run folder.")
-    parser.add_argument("run", help="run folder")
-    parser.add_argument("--split", nargs="+", default=None, help="splits to evaluate (default: the task's eval splits)")
-    parser.add_argument("--samples", type=int, default=None, help="samples per split (default: train.final_eval_samples)")
-    parser.add_argument("--batch-size", type=int, default=None, help="default: train.eval_batch_size")
-    parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
-    args = parser.parse_args(argv)
+@dataclass
+class EvalOptions:
+    """Re-evaluate a run's latest checkpoint: prints a table and writes eval-step<STEP>.json into the run folder."""
 
+    run: Positional[Path]
+    """run folder"""
+    split: list[str] | None = None
+    """splits to evaluate (default: the task's evaluation splits)"""
+    samples: int | None = None
+    """samples per split (default: the run's train.final_eval_samples)"""
+    batch_size: int | None = None
+    """default: the run's train.eval_batch_size"""
+    device: str = "cpu"
+    """cpu | cuda | cuda:N"""
+
+    def __post_init__(self):
+        check_positive(samples=self.samples, batch_size=self.batch_size)
+
+
+def eval_main(argv: list[str]) -> int:
+    args = parse_options(EvalOptions, argv, "hyla eval")
     import torch
 
-    from hyla.train import evaluate, load_run
-    from hyla.train.checkpoint import load
-    from hyla.train.run_dir import RunDir, write_json
+    from hyla.train import evaluate, load_run_at_step
+    from hyla.train.run_dir import write_json
 
-    run = RunDir(args.run)
-    try:
-        cfg, model, task = load_run(run.path)
-    except FileNotFoundError as e:
-        print(f"hyla eval: error: {e}", file=sys.stderr)
-        return 2
+    cfg, model, task, step = load_run_at_step(args.run)
     splits = args.split or list(task.eval_splits)
     for split in splits:
         try:
-            task.check_split(split) if hasattr(task, "check_split") else None
+            task.check_split(split)
         except ValueError as e:
-            print(f"hyla eval: error: {e}", file=sys.stderr)
-            return 2
+            raise ConfigError(str(e)) from None
     samples = args.samples or cfg.train.final_eval_samples
     batch_size = args.batch_size or cfg.train.eval_batch_size
     model = model.to(torch.device(args.device))
-    step = load(run.checkpoint_file)["step"]
     results = {}
     for split in splits:
         start = time.perf_counter()
         results[split] = evaluate(model, task, split, samples, batch_size, progress=True)
         print(f"  {split}: {time.perf_counter() - start:.1f}s", file=sys.stderr)
     print(format_table(results, task.metric_name))
-    out = run.path / f"eval-step{step}.json"
+    out = args.run / f"eval-step{step}.json"
     previous = json.loads(out.read_text()) if out.exists() else {}
     merged = {**previous.get("splits", {}), **results}
-    write_json(out, {"run": str(run.path), "step": step, "samples": samples, "splits": merged})
+    write_json(out, {"run": str(args.run), "step": step, "samples": samples, "splits": merged})
     print(f"wrote {out}")
+    return 0
+
+
+@dataclass
+class ExportOptions:
+    """Write a run's trained weights as safetensors plus the model config (JSON): files that load
+    without running code. Load them with hyla.Transformer.from_pretrained(OUT)."""
+
+    run: Positional[Path]
+    """run folder"""
+    out: Path | None = None
+    """output folder (default: RUN/export)"""
+
+
+def export_main(argv: list[str]) -> int:
+    args = parse_options(ExportOptions, argv, "hyla export")
+    from hyla.train import load_run_at_step
+
+    _, model, _, step = load_run_at_step(args.run)
+    out = args.out or args.run / "export"
+    model.save_pretrained(out)
+    print(f"wrote {out} (weights of step {step})")
     return 0
 
 
 def format_table(results: dict[str, dict[str, float]], metric_name: str) -> str:
     """Markdown table, one row per split, the headline metric first."""
+    from hyla.tables import markdown_table
+
     names = [metric_name] + sorted({k for m in results.values() for k in m} - {metric_name})
-    lines = ["| split | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
-    for split, metrics in results.items():
-        lines.append(f"| {split} | " + " | ".join(_fmt(metrics.get(n)) for n in names) + " |")
-    return "\n".join(lines)
+    return markdown_table(["split", *names], [[split, *(_fmt(metrics.get(n)) for n in names)]
+                                              for split, metrics in results.items()])
 
 
 def _fmt(value) -> str:
     return "-" if value is None else f"{value:.4f}" if isinstance(value, float) else str(value)
 
 
+@dataclass
+class ListOptions:
+    """Show the presets, tasks and attention mixers."""
+
+
 def list_main(argv: list[str]) -> int:
-    if argv and argv[0] in ("-h", "--help"):
-        print("usage: hyla list\nShow the presets, tasks and attention mixers.")
-        return 0
+    parse_options(ListOptions, argv, "hyla list")
     print("presets (hyla train --preset NAME):")
     width = max(map(len, PRESETS))
     for name, fn in PRESETS.items():

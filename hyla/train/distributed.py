@@ -71,3 +71,10 @@ def all_reduce_max(tensor: torch.Tensor, ctx: DistContext) -> torch.Tensor:
 def barrier(ctx: DistContext) -> None:
     if ctx.distributed:
         dist.barrier()
+
+
+def any_rank(flag: bool, ctx: DistContext) -> bool:
+    """True on every rank when `flag` is true on any (e.g. a stop signal that reached one rank)."""
+    if not ctx.distributed:
+        return flag
+    return bool(all_reduce_max(torch.tensor([float(flag)], device=ctx.device), ctx).item())

@@ -1,32 +1,42 @@
 """The training loop: `train(cfg) -> run folder`.
 
-Everything random is a pure function of (seed, step): the task's batches, and the global torch
-RNG (attention dropout) which is reseeded from (seed, step) before every step. A run resumed from
-a checkpoint therefore reaches exactly the weights of an uninterrupted run, and N data-parallel
-ranks (each drawing its slice of the same global batch) train the same model as one process.
+Read `_train` top to bottom: build the task and model, open the run folder (fresh or from its
+checkpoint), then per step: one update, and when due a training record, an evaluation, an
+analysis and a checkpoint; at the end the final evaluation and `summary.json`.
+
+What is guaranteed (tests/train/test_exact_resume.py checks each):
+- A run is a pure function of its config and its numerics (threads, device, compile, deterministic
+  mode, world size; recorded in env.json): everything random is a function of (seed, step). The
+  default thread count is a function of the machine (the cores this process may use), never of
+  timing.
+- Exact resume: after SIGINT / SIGTERM (the current step, its records, evaluation and analysis
+  finish, then a checkpoint is written), `train.stop_at`, kill -9 or a crash (the run continues from
+  its last checkpoint), `hyla resume` ends with the same weights, optimizer state, metrics.jsonl
+  records and summary as the uninterrupted run — except the timing fields (`steps_per_second`,
+  `wall_time_s`) — provided the numerics are unchanged (resume warns when they differ).
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
+import os
 import signal
 import sys
 import threading
 import time
 import warnings
-from collections import deque
 from contextlib import contextmanager
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any, Callable
 
 import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from hyla.configs import ConfigError, ExperimentConfig, build_task, config_diff, resolve_model, validate
+from hyla.configs import RESUMABLE_CHANGES, ConfigError, ExperimentConfig, build_task, config_diff, resolve_model, validate
 from hyla.model import Transformer
-from hyla.train import checkpoint as ckpt
+from hyla.tasks.base import stable_seed
 from hyla.train import distributed
 from hyla.train.distributed import DistContext
 from hyla.train.evaluate import evaluate
@@ -34,30 +44,26 @@ from hyla.train.optim import make_optimizer
 from hyla.train.run_dir import MetricsLog, RunDir, environment, require_tensorboard, write_json
 from hyla.train.trackers import open_trackers
 
-# Settings that may change when a run is resumed: they do not affect the trained weights.
-RESUMABLE_CHANGES = ("resume", "train.stop_at", "train.progress", "train.tensorboard", "train.wandb", "train.threads",
-                     "train.analysis_every", "train.analysis_samples",
-                     "train.log_every", "train.eval_every", "train.eval_samples", "train.final_eval_samples",
-                     "train.eval_batch_size", "train.checkpoint_every", "train.compile", "train.compile_mode",
-                     "train.device")
+AnalysisHook = Callable[[nn.Module, Any, int, Path, int], dict]
 
 
 class NonFiniteLossError(RuntimeError):
     """The training loss became NaN or inf; the run stopped and kept its last good checkpoint."""
 
 
-def derived_seed(*parts) -> int:
-    """A 63-bit seed from (seed, purpose, step, ...), the same in every process and on every machine."""
-    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") >> 1
-
-
 def build_model(cfg: ExperimentConfig) -> Transformer:
     """The model of a resolved config, initialized from the seed on the CPU (same on every device)."""
     devices = [torch.cuda.current_device()] if torch.cuda.is_available() and torch.cuda.is_initialized() else []
     with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(derived_seed(cfg.seed, "init"))
+        torch.manual_seed(stable_seed(cfg.seed, "init"))
         return Transformer(cfg.model)
+
+
+def default_threads(world_size: int = 1) -> int:
+    """Threads per process: the cores this process may use, shared among the ranks on this machine."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    return max(1, cores // local_ranks)
 
 
 class Trainer:
@@ -75,21 +81,12 @@ class Trainer:
             from torch.nn.parallel import DistributedDataParallel
 
             self.eager = DistributedDataParallel(model, device_ids=[ctx.device] if ctx.device.type == "cuda" else None)
-        self.forward = self.eager
+        self.forward = torch.compile(self.eager, mode=cfg.train.compile_mode) if cfg.train.compile else self.eager
         self.compile_pending = cfg.train.compile
-        if cfg.train.compile:
-            # Inductor's CPU code vectorizes a loop as short as the per-head dimension (2 in the
-            # fuzzy-logic models) with masked "tail" vectors and then parallelizes the reduction
-            # inside it: thousands of OpenMP regions per kernel, 10-30x slower with 2 threads.
-            from torch._inductor import config as inductor_config
 
-            inductor_config.cpp.enable_loop_tail_vec = False
-            self.forward = torch.compile(self.eager, mode=cfg.train.compile_mode)
-
-    def step(self, step: int):
+    def step(self, step: int) -> tuple[torch.Tensor, torch.Tensor, Any]:
         """Update number `step` (0-based). Returns (loss, predictions, batch) of this rank."""
-        cfg = self.cfg
-        batch = self.task.batch("train", cfg.train.batch_size, step, self.ctx.rank, self.ctx.world_size)
+        batch = self.task.batch("train", self.cfg.train.batch_size, step, self.ctx.rank, self.ctx.world_size)
         batch = batch.to(self.ctx.device)
         if self.compile_pending:
             self.compile_pending = False
@@ -102,13 +99,13 @@ class Trainer:
         return self._update(step, batch)
 
     def _update(self, step: int, batch):
-        # Attention dropout draws from the global RNG: reseed it so the masks depend on the step only
-        # (the device's generator alone: torch.manual_seed, which seeds every backend, costs ~0.3 ms).
-        seed = derived_seed(self.cfg.seed, "step", step)
+        # Attention dropout draws from the global generator: seed it from the step, so the masks do
+        # not depend on what ran before (train() restores the generator's state when it returns).
+        seed = stable_seed(self.cfg.seed, "step", step)
         if self.ctx.device.type == "cuda":
             torch.cuda.manual_seed(seed)
         else:
-            torch.default_generator.manual_seed(seed)
+            torch.default_generator.manual_seed(seed)  # the CPU generator only: cheaper than manual_seed
         self.optimizer.zero_grad(set_to_none=True)
         pred = self.forward(batch.x)
         loss = self.task.loss(pred, batch)
@@ -121,101 +118,345 @@ class Trainer:
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
         return torch.nn.utils.get_total_norm(grads) if grads else torch.zeros((), device=self.ctx.device)
 
-    def state(self, step: int) -> dict:
+    def state(self) -> dict:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(), "step": step, "rng": ckpt.rng_states()}
+                "scheduler": self.scheduler.state_dict()}
 
     def load_state(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
-        ckpt.set_rng_states(state["rng"])
 
 
-class _StopSignal:
-    """SIGINT / SIGTERM during an update is deferred to the end of that update (the weights and
-    optimizer are then consistent and get checkpointed); outside updates it interrupts at once.
-    A second signal always interrupts at once."""
+@dataclass
+class Progress:
+    """What the loop accumulates besides the weights; saved in every checkpoint.
+
+    Losses are global (the mean over ranks) so that every rank holds the same values.
+    """
+
+    step: int = 0
+    window: list[float] = field(default_factory=list)  # per-step losses since the last training record
+    recent: list[float] = field(default_factory=list)  # per-step losses of the last train_loss_window steps
+    last_eval: dict = field(default_factory=dict)
+    metrics_rows: int = 0  # records in metrics.jsonl up to this step
+    train_time: float = 0.0  # seconds spent in timed steps (each session's first step is not timed)
+    timed_steps: int = 0
+    wall_time: float = 0.0  # seconds of earlier sessions
+
+
+class StopSignal:
+    """SIGINT / SIGTERM ask the loop to stop after the current step (it checkpoints first);
+    a second signal interrupts at once (the run then resumes from its last checkpoint)."""
 
     def __init__(self):
         self.requested = False
-        self.deferring = False
-        self._previous = {}
 
     def _handle(self, signum, frame):
-        if self.deferring and not self.requested:
-            self.requested = True
-            tqdm.write("stopping after this step and saving a checkpoint (interrupt again to abort at once)")
-            return
-        raise KeyboardInterrupt
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        tqdm.write(f"{signal.Signals(signum).name}: stopping after this step with a checkpoint "
+                   "(send it again to abort at once)")
 
     @contextmanager
     def installed(self):
         if threading.current_thread() is not threading.main_thread():
             yield self
             return
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self._previous[sig] = signal.signal(sig, self._handle)
+        previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             yield self
         finally:
-            for sig, handler in self._previous.items():
+            for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
-    @contextmanager
-    def deferred(self):
-        self.deferring = True
-        try:
-            yield
-        finally:
-            self.deferring = False
-        if self.requested:
-            raise KeyboardInterrupt
 
-
-@contextmanager
-def _torch_settings(cfg: ExperimentConfig, device: torch.device):
-    """Threads and deterministic mode for the duration of a run (restored afterwards)."""
-    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
-    if cfg.train.threads > 0:
-        torch.set_num_threads(cfg.train.threads)
-    if cfg.train.deterministic:
-        if device.type == "cuda":
-            import os
-
-            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-        torch.use_deterministic_algorithms(deterministic)
-
-
-def train(cfg: ExperimentConfig) -> Path:
+def train(cfg: ExperimentConfig, analysis_hook: AnalysisHook | None = None) -> Path:
     """Train (or, with cfg.resume, continue) the run described by `cfg`; return its folder.
 
+    `analysis_hook(model, task, step, out_dir, samples) -> dict` runs every
+    `train.analysis_every` steps (`hyla train` passes `hyla.analysis.analysis_hook`).
     Raises ConfigError for invalid settings, NonFiniteLossError if the loss diverges, and
     KeyboardInterrupt after checkpointing when interrupted.
     """
     cfg = validate(cfg)
+    if cfg.train.analysis_every and analysis_hook is None:
+        raise ConfigError("train.analysis_every > 0 needs an analysis hook: train(cfg, hyla.analysis.analysis_hook)")
     ctx = distributed.setup(cfg.train.device)
     try:
-        with _torch_settings(cfg, ctx.device):
-            return _train(cfg, ctx)
+        with _process_settings(cfg, ctx):
+            return _train(cfg, ctx, analysis_hook)
     finally:
         distributed.teardown(ctx)
 
 
-def _prepare_run(cfg: ExperimentConfig, ctx: DistContext) -> tuple[ExperimentConfig, RunDir, dict | None]:
+def numerics(cfg: ExperimentConfig, ctx: DistContext) -> dict[str, Any]:
+    """The settings that change floating-point results (recorded in env.json and checkpoints)."""
+    return {"threads": torch.get_num_threads(), "device": str(ctx.device), "compile": cfg.train.compile,
+            "compile_mode": cfg.train.compile_mode if cfg.train.compile else None,
+            "deterministic": cfg.train.deterministic, "world_size": ctx.world_size, "torch": str(torch.__version__)}
+
+
+@contextmanager
+def _process_settings(cfg: ExperimentConfig, ctx: DistContext):
+    """Threads, deterministic mode, the compiler flag and the global RNG for the duration of a run,
+    restored afterwards."""
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    cublas = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    torch.set_num_threads(cfg.train.threads or default_threads(ctx.world_size))
+    if cfg.train.deterministic:
+        if ctx.device.type == "cuda" and cublas is None:
+            os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"  # deterministic cuBLAS needs it
+        torch.use_deterministic_algorithms(True)
+    devices = [ctx.device] if ctx.device.type == "cuda" else []
+    try:
+        with torch.random.fork_rng(devices=devices), _compiler_settings(cfg):
+            yield
+    finally:
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(deterministic)
+        if cublas is None:
+            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+
+
+@contextmanager
+def _compiler_settings(cfg: ExperimentConfig):
+    if not cfg.train.compile:
+        yield
+        return
+    from torch._inductor import config as inductor_config
+
+    # Inductor's CPU code vectorizes a loop as short as the per-head dimension (2 in the fuzzy-logic
+    # models) with masked "tail" vectors and parallelizes the reduction inside it: thousands of
+    # OpenMP regions per kernel, 10-30x slower with 2 threads.
+    with inductor_config.patch({"cpp.enable_loop_tail_vec": False}):
+        yield
+
+
+def _train(cfg: ExperimentConfig, ctx: DistContext, analysis_hook: AnalysisHook | None) -> Path:
+    task = build_task(cfg)
+    cfg = replace(cfg, model=resolve_model(cfg.model, task))
+    cfg, run = _name_run(cfg, ctx)
+    state = _resume_state(cfg, run, ctx)
+    if cfg.train.tensorboard:
+        require_tensorboard()
+    if cfg.train.batch_size % ctx.world_size:
+        raise ConfigError(f"train.batch_size={cfg.train.batch_size} must be divisible by the number of ranks "
+                          f"({ctx.world_size})")
+    if state is not None and run.read_summary().get("status") == "completed":
+        if ctx.is_main:
+            tqdm.write(f"{run.path} is complete (step {state['progress']['step']}); nothing to do")
+        return run.path
+
+    model = build_model(cfg).to(ctx.device)
+    trainer = Trainer(cfg, task, model, ctx)
+    progress = Progress()
+    if state is not None:
+        trainer.load_state(state)
+        progress = Progress(**state["progress"])
+        _warn_if_numerics_changed(state["numerics"], numerics(cfg, ctx), run)
+    loop = TrainingLoop(cfg, task, trainer, run, progress, ctx, analysis_hook)
+    return loop.run()
+
+
+class TrainingLoop:
+    """One session of a run: from `progress.step` to the end (or a stop). Rank 0 writes the files."""
+
+    def __init__(self, cfg, task, trainer: Trainer, run: RunDir, progress: Progress, ctx: DistContext,
+                 analysis_hook: AnalysisHook | None):
+        self.cfg, self.task, self.trainer, self.run_dir, self.progress, self.ctx = cfg, task, trainer, run, progress, ctx
+        self.analysis_hook = analysis_hook
+        self.pending: list[torch.Tensor] = []  # this rank's losses not yet reduced into progress
+        self.session_start, self.first_step = time.perf_counter(), progress.step
+        self.window_time, self.window_timed_steps = 0.0, 0
+        self.checkpoint_step = progress.step if progress.step else None
+        self.log = self._open_log() if ctx.is_main else None
+
+    def run(self) -> Path:
+        t, p = self.cfg.train, self.progress
+        end = t.stop_at if p.step < t.stop_at < t.steps else t.steps
+        bar = tqdm(total=t.steps, initial=p.step, disable=not (self.ctx.is_main and t.progress), dynamic_ncols=True,
+                   unit="step", desc=self.cfg.model.mixer, mininterval=0.5 if sys.stderr.isatty() else 30.0)
+        stop = StopSignal()
+        try:
+            with stop.installed():
+                for step in range(p.step, end):
+                    self.train_step(step)
+                    bar.update(1)
+                    done = p.step
+                    if done % t.log_every == 0 or done == t.steps:
+                        bar.set_postfix(self.log_training(), refresh=False)
+                    if t.eval_every and done % t.eval_every == 0 and done < t.steps:
+                        p.last_eval = {"step": done, **self.evaluate_all(t.eval_samples)}
+                    if t.analysis_every and done % t.analysis_every == 0:
+                        self.analyze()
+                    stopping = distributed.any_rank(stop.requested, self.ctx)
+                    if done % t.checkpoint_every == 0 or done == end or stopping:
+                        self.save()
+                    if stopping:
+                        raise KeyboardInterrupt
+            bar.close()
+            return self.finish()
+        except NonFiniteLossError as e:
+            bar.close()
+            where = (f"the last good checkpoint (step {self.checkpoint_step}) is kept in {self.run_dir.checkpoint_file}"
+                     if self.checkpoint_step is not None else "no checkpoint had been written yet")
+            message = f"{e}; stopping: {where}. Try a lower --train.lr or more --train.warmup_steps."
+            self.write_summary("diverged", message=message)
+            raise NonFiniteLossError(message) from None
+        except KeyboardInterrupt:
+            bar.close()
+            message = (f"interrupted at step {p.step}; continue from the checkpoint of step {self.checkpoint_step} "
+                       f"with: hyla resume {self.run_dir.path}")
+            if self.ctx.is_main:
+                tqdm.write(message)
+            self.write_summary("interrupted", message=message)
+            raise
+        except Exception as e:
+            bar.close()
+            self.write_summary("failed", message=f"{type(e).__name__}: {e}")
+            raise
+        finally:
+            if self.log is not None:
+                self.log.close()
+
+    def train_step(self, step: int) -> None:
+        tick = time.perf_counter()
+        loss, self.last_pred, self.last_batch = self.trainer.step(step)
+        self.pending.append(loss)
+        self.progress.step = step + 1
+        if step > self.first_step:  # the session's first step includes compilation and warm-up
+            elapsed = time.perf_counter() - tick
+            self.progress.train_time += elapsed
+            self.progress.timed_steps += 1
+            self.window_time += elapsed
+            self.window_timed_steps += 1
+
+    def reduce_losses(self) -> None:
+        """Move this rank's pending losses, averaged over ranks, into the progress windows."""
+        if not self.pending:
+            return
+        losses = distributed.all_reduce_sum(torch.stack(self.pending).double(), self.ctx) / self.ctx.world_size
+        self.pending = []
+        values = losses.tolist()
+        self.progress.window += values
+        self.progress.recent = (self.progress.recent + values)[-self.cfg.train.train_loss_window:]
+
+    def log_training(self) -> dict:
+        """Write the training record (mean loss since the last one, all ranks; metrics of the last
+        batch; gradient norm; learning rate) and return the progress bar's postfix."""
+        p = self.progress
+        self.reduce_losses()
+        loss = sum(p.window) / len(p.window)
+        if not math.isfinite(loss):
+            raise NonFiniteLossError(f"the training loss became non-finite ({loss}) "
+                                     f"between step {p.step - len(p.window) + 1} and step {p.step}")
+        record = {"loss": loss, **_batch_metrics(self.task, self.last_pred, self.last_batch, self.ctx),
+                  "grad_norm": float(self.trainer.grad_norm()),
+                  "lr": self.trainer.optimizer.param_groups[0]["lr"],  # the rate of the next update
+                  "steps_per_second": self.window_timed_steps / self.window_time if self.window_time > 0 else None}
+        p.window = []
+        self.window_time, self.window_timed_steps = 0.0, 0
+        self.write(p.step, "train", record)
+        return _postfix(record, self.task.metric_name, p.last_eval)
+
+    def evaluate_all(self, num_samples: int) -> dict:
+        results = {}
+        for split in self.task.eval_splits:
+            results[split] = evaluate(self.trainer.model, self.task, split, num_samples, self.cfg.train.eval_batch_size,
+                                      self.ctx, progress=self.cfg.train.progress)
+            self.write(self.progress.step, split, results[split])
+        return results
+
+    def analyze(self) -> None:
+        if self.ctx.is_main:
+            t = self.cfg.train
+            result = self.analysis_hook(self.trainer.model, self.task, self.progress.step, self.run_dir.path / "analysis",
+                                        t.analysis_samples)
+            self.write(self.progress.step, "analysis", result)
+
+    def save(self) -> None:
+        """Checkpoint the weights, optimizer, schedule and progress (rank 0), after checking that the
+        loss and the gradients are finite on every rank."""
+        self.reduce_losses()
+        flags = torch.tensor([not all(map(math.isfinite, self.progress.window)),
+                              not bool(self.trainer.grad_norm().isfinite())], dtype=torch.float32)
+        if distributed.all_reduce_max(flags.to(self.ctx.device), self.ctx).any():
+            raise NonFiniteLossError(f"the training loss or gradient became non-finite before step {self.progress.step}")
+        if self.ctx.is_main:
+            progress = replace(self.progress, metrics_rows=self.log.rows, wall_time=self.wall_time())
+            self.run_dir.save_checkpoint({**self.trainer.state(), "progress": asdict(progress), "config": asdict(self.cfg),
+                                      "numerics": numerics(self.cfg, self.ctx)})
+        self.checkpoint_step = self.progress.step
+
+    def finish(self) -> Path:
+        """Stopped at train.stop_at, or the final evaluation and a completed summary."""
+        t, p = self.cfg.train, self.progress
+        if p.step < t.steps:
+            message = f"stopped at step {p.step} of {t.steps} (train.stop_at); continue with: hyla resume {self.run_dir.path}"
+            if self.ctx.is_main:
+                tqdm.write(message)
+            self.write_summary("stopped", message=message)
+        else:
+            result = self.write_summary("completed", final=self.evaluate_all(t.final_eval_samples))
+            if self.ctx.is_main:
+                tqdm.write(_final_line(result, self.task.metric_name))
+        distributed.barrier(self.ctx)  # ranks leave together: none tears down while rank 0 still writes
+        return self.run_dir.path
+
+    def write(self, step: int, split: str, record: dict) -> None:
+        if self.log is not None:
+            self.log.write(step, split, record)
+
+    def wall_time(self) -> float:
+        return self.progress.wall_time + time.perf_counter() - self.session_start
+
+    def write_summary(self, status: str, final: dict | None = None, message: str = "") -> dict:
+        self.reduce_losses()
+        p, t = self.progress, self.cfg.train
+        summary = {
+            "status": status, "step": p.step, "steps": t.steps, "task": self.cfg.task, "mixer": self.cfg.model.mixer,
+            "preset": self.cfg.preset, "metric_name": self.task.metric_name,
+            "num_parameters": self.trainer.model.num_parameters(), "final": final or {}, "last_eval": p.last_eval,
+            "train_loss": sum(p.recent) / len(p.recent) if p.recent else None, "train_loss_window": len(p.recent),
+            "steps_per_second": p.timed_steps / p.train_time if p.train_time > 0 else None,
+            "wall_time_s": self.wall_time(), "world_size": self.ctx.world_size,
+            "checkpoint_step": self.checkpoint_step,
+        }
+        if message:
+            summary["message"] = message
+        if self.ctx.is_main:
+            self.run_dir.write_summary(summary)
+        return summary
+
+    def _open_log(self) -> MetricsLog:
+        cfg, run = self.cfg, self.run_dir
+        run.path.mkdir(parents=True, exist_ok=True)
+        run.write_config(cfg)
+        write_json(run.env_file, environment(numerics(cfg, self.ctx)))
+        if cfg.resume:
+            run.truncate_metrics(self.progress.metrics_rows)
+        model = self.trainer.model
+        tqdm.write(f"run {run.path}: {cfg.task} with {cfg.model.mixer}, {model.num_parameters():,} parameters, "
+                   f"{'resuming at step ' + str(self.progress.step) if self.progress.step else 'from scratch'} "
+                   f"({self.ctx.world_size} rank{'s' if self.ctx.world_size > 1 else ''} on {self.ctx.device}, "
+                   f"{torch.get_num_threads()} thread{'s' if torch.get_num_threads() > 1 else ''})")
+        return MetricsLog(run, self.progress.metrics_rows, cfg.train.tensorboard, open_trackers(cfg, run.path))
+
+
+def _name_run(cfg: ExperimentConfig, ctx: DistContext) -> tuple[ExperimentConfig, RunDir]:
+    """The config with its run name (every rank uses rank 0's timestamped default) and its folder."""
     if not cfg.name:
-        name = RunDir.for_config(cfg).path.name
-        if ctx.distributed:  # every rank must use rank 0's timestamped name
-            names = [name]
+        names = [RunDir.for_config(cfg).path.name]
+        if ctx.distributed:
             torch.distributed.broadcast_object_list(names, src=0)
-            name = names[0]
-        cfg = replace(cfg, name=name)
-    run = RunDir.for_config(cfg)
+        cfg = replace(cfg, name=names[0])
+    return cfg, RunDir.for_config(cfg)
+
+
+def _resume_state(cfg: ExperimentConfig, run: RunDir, ctx: DistContext) -> dict | None:
+    """The checkpoint to continue from (None: a new run, or a resumed run that has none yet)."""
     state = None
     if cfg.resume:
         if run.config_file.exists():
@@ -224,241 +465,43 @@ def _prepare_run(cfg: ExperimentConfig, ctx: DistContext) -> tuple[ExperimentCon
             if changed:
                 lines = "\n".join(f"  {k}: {a!r} in the run, {b!r} now" for k, (a, b) in changed.items())
                 raise ConfigError(f"cannot resume {run.path}: the config differs in settings that change training:\n{lines}")
-        if run.checkpoint_file.exists():
-            state = ckpt.load(run.checkpoint_file, map_location="cpu")
+        if run.checkpoint_file.exists() or run.previous_checkpoint_file.exists():
+            state, source, note = run.load_checkpoint()
+            if note and ctx.is_main:
+                tqdm.write(f"warning: {note}")
     elif run.exists():
         raise FileExistsError(f"run folder {run.path} already exists; pass --resume to continue it "
                               "(or `hyla resume RUN`), or choose another --name")
     distributed.barrier(ctx)  # nobody creates the folder before every rank has checked it
-    return cfg, run, state
+    return state
 
 
-def _train(cfg: ExperimentConfig, ctx: DistContext) -> Path:
-    task = build_task(cfg)
-    cfg = replace(cfg, model=resolve_model(cfg.model, task))
-    cfg, run, state = _prepare_run(cfg, ctx)
-    t = cfg.train
-    if t.tensorboard:
-        require_tensorboard()
-    if t.batch_size % ctx.world_size:
-        raise ConfigError(f"train.batch_size={t.batch_size} must be divisible by the number of ranks ({ctx.world_size})")
-
-    model = build_model(cfg).to(ctx.device)
-    if t.threads == -1 and ctx.device.type == "cpu":
-        threads = fastest_thread_count(cfg, task, model, ctx)
-        if ctx.is_main:
-            tqdm.write(f"threads: {threads} (fastest of 1..{torch.get_num_threads()} over a few steps)")
-        torch.set_num_threads(threads)
-    trainer = Trainer(cfg, task, model, ctx)
-    start = 0
-    history = {"train_time": 0.0, "timed_steps": 0, "wall_time": 0.0, "recent_losses": [], "last_eval": {}}
-    if state is not None:
-        trainer.load_state(state)
-        start = state["step"]
-        history.update(state.get("history", {}))
-    end = t.stop_at if start < t.stop_at < t.steps else t.steps
-    recent_losses = deque(history["recent_losses"], maxlen=t.train_loss_window)
-
-    log = None
-    if ctx.is_main:
-        run.path.mkdir(parents=True, exist_ok=True)
-        run.write_config(cfg)
-        write_json(run.env_file, environment(ctx.device, ctx.world_size))
-        if cfg.resume:
-            run.truncate_metrics(start)
-        log = MetricsLog(run, t.tensorboard, open_trackers(cfg, run.path))
-        tqdm.write(f"run {run.path}: {cfg.task} with {cfg.model.mixer}, {model.num_parameters():,} parameters, "
-                   f"{'resuming at step ' + str(start) if start else 'from scratch'} "
-                   f"({ctx.world_size} rank{'s' if ctx.world_size > 1 else ''} on {ctx.device})")
-
-    session_start = time.perf_counter()
-    timing = {"train": 0.0, "steps": 0}  # this session, excluding each session's first (compiling) step
-    done = start
-    last_good = start if state is not None else None
-
-    def save(step: int):
-        nonlocal last_good
-        if ctx.is_main:
-            hist = dict(history, recent_losses=[float(x) for x in recent_losses],
-                        train_time=history["train_time"] + timing["train"],
-                        timed_steps=history["timed_steps"] + timing["steps"],
-                        wall_time=history["wall_time"] + time.perf_counter() - session_start)
-            ckpt.save_atomic({**trainer.state(step), "history": hist, "config": asdict(cfg)}, run.checkpoint_file)
-        last_good = step
-
-    def summary(status: str, final: dict | None = None, message: str = "") -> dict:
-        train_time = history["train_time"] + timing["train"]
-        timed = history["timed_steps"] + timing["steps"]
-        result = {
-            "status": status, "step": done, "steps": t.steps, "task": cfg.task, "mixer": cfg.model.mixer,
-            "preset": cfg.preset, "metric_name": task.metric_name, "num_parameters": model.num_parameters(),
-            "final": final or {}, "last_eval": history["last_eval"],
-            "train_loss": sum(float(x) for x in recent_losses) / len(recent_losses) if recent_losses else None,
-            "train_loss_window": len(recent_losses),
-            "steps_per_second": timed / train_time if train_time > 0 else None,
-            "wall_time_s": history["wall_time"] + time.perf_counter() - session_start,
-            "world_size": ctx.world_size, "checkpoint_step": last_good,
-        }
-        if message:
-            result["message"] = message
-        if ctx.is_main:
-            run.write_summary(result)
-        return result
-
-    def evaluate_all(num_samples: int) -> dict:
-        results = {}
-        for split in task.eval_splits:
-            results[split] = evaluate(model, task, split, num_samples, t.eval_batch_size, ctx, progress=t.progress)
-            if log is not None:
-                log.write(done, split, results[split])
-        return results
-
-    bar = tqdm(total=t.steps, initial=start, disable=not (ctx.is_main and t.progress), dynamic_ncols=True,
-               unit="step", desc=f"{cfg.model.mixer}", mininterval=0.5 if sys.stderr.isatty() else 30.0)
-    stop = _StopSignal()
-    window_loss = torch.zeros((), device=ctx.device)
-    window_steps, window_timed_steps, window_time = 0, 0, 0.0
-    try:
-        with stop.installed():
-            for step in range(start, end):
-                tick = time.perf_counter()
-                with stop.deferred():
-                    loss, pred, batch = trainer.step(step)
-                    done = step + 1  # inside: a deferred stop raises on leaving, and must checkpoint this step
-                window_loss += loss
-                window_steps += 1
-                recent_losses.append(loss)
-                logging = done % t.log_every == 0 or done == end
-                # the record waits for the device, so the time below is real work even on a GPU
-                record = _train_record(trainer, task, window_loss / window_steps, pred, batch, ctx) if logging else None
-                elapsed = time.perf_counter() - tick
-                if step > start:  # the session's first step includes compilation and warm-up
-                    timing["train"] += elapsed
-                    timing["steps"] += 1
-                    window_timed_steps += 1
-                    window_time += elapsed
-                bar.update(1)
-
-                if logging:
-                    if not math.isfinite(record["loss"]):
-                        raise NonFiniteLossError(f"the training loss became non-finite ({record['loss']}) "
-                                                 f"between step {done - window_steps + 1} and step {done}")
-                    record["steps_per_second"] = window_timed_steps / window_time if window_time > 0 else None
-                    if log is not None:
-                        log.write(done, "train", record)
-                    bar.set_postfix(_postfix(record, task.metric_name, history["last_eval"]), refresh=False)
-                    window_loss = torch.zeros((), device=ctx.device)
-                    window_steps, window_timed_steps, window_time = 0, 0, 0.0
-                if done % t.checkpoint_every == 0 or done == end:
-                    _check_finite_before_saving(window_loss, trainer, ctx, done)
-                    save(done)
-                if t.eval_every and done % t.eval_every == 0 and done < t.steps:
-                    history["last_eval"] = {"step": done, **evaluate_all(t.eval_samples)}
-                    bar.set_postfix(_postfix({}, task.metric_name, history["last_eval"]), refresh=False)
-                if t.analysis_every and done % t.analysis_every == 0 and ctx.is_main:
-                    from hyla.analysis import analysis_hook
-
-                    log.write(done, "analysis", analysis_hook(model, task, done, run.path / "analysis", t.analysis_samples))
-        bar.close()
-        if done < t.steps:
-            message = f"stopped at step {done} of {t.steps} (train.stop_at); continue with: hyla resume {run.path}"
-            if ctx.is_main:
-                tqdm.write(message)
-            summary("stopped", message=message)
-            distributed.barrier(ctx)  # ranks leave together: none tears down while rank 0 still writes
-            return run.path
-        if state is not None and start == t.steps and ctx.is_main:
-            tqdm.write(f"{run.path} had already finished training; re-running the final evaluation")
-        final = evaluate_all(t.final_eval_samples)
-        result = summary("completed", final)
-        if ctx.is_main:
-            tqdm.write(_final_line(result, task.metric_name))
-        distributed.barrier(ctx)  # ranks leave together: none tears down while rank 0 still writes
-        return run.path
-    except NonFiniteLossError as e:
-        bar.close()
-        where = (f"the last good checkpoint (step {last_good}) is kept in {run.checkpoint_file}"
-                 if last_good is not None else "no checkpoint had been written yet")
-        message = f"{e}; stopping: {where}. Try a lower --train.lr or more --train.warmup_steps."
-        summary("diverged", message=message)
-        raise NonFiniteLossError(message) from None
-    except KeyboardInterrupt:
-        bar.close()
-        # `done` updates are complete and consistent (interrupts inside an update are deferred).
-        if last_good != done and done > start:
-            save(done)
-        message = f"interrupted at step {done}; checkpoint saved; continue with: hyla resume {run.path}"
-        if ctx.is_main:
-            tqdm.write(message)
-        summary("interrupted", message=message)
-        raise
-    except Exception as e:
-        bar.close()
-        summary("failed", message=f"{type(e).__name__}: {e}")
-        raise
-    finally:
-        if log is not None:
-            log.close()
+def _warn_if_numerics_changed(saved: dict, now: dict, run: RunDir) -> None:
+    changed = {k: (saved.get(k), now[k]) for k in now if saved.get(k) != now[k]}
+    if changed:
+        what = ", ".join(f"{k} {b} (was {a})" for k, (a, b) in changed.items())
+        warnings.warn(f"resuming {run.path} with {what}: the result will not be bit-identical to an uninterrupted "
+                      "run", RuntimeWarning, stacklevel=3)
 
 
-def fastest_thread_count(cfg: ExperimentConfig, task, model: nn.Module, ctx: DistContext, steps: int = 4) -> int:
-    """Time a few updates of a throw-away copy of the model with 1, 2, 4, ... up to torch's default
-    thread count; return the fastest. On a shared machine one thread can beat several by a wide
-    margin (threads wait for each other when a core is taken away), on an idle one it is the other
-    way round."""
-    import copy
-
-    default = torch.get_num_threads()
-    candidates = sorted({min(2 ** i, default) for i in range(default.bit_length() + 1)})
-    if len(candidates) == 1:
-        return default
-    probe_cfg = replace(cfg, train=replace(cfg.train, compile=False))
-    timings = {}
-    try:
-        for threads in candidates:
-            torch.set_num_threads(threads)
-            trainer = Trainer(probe_cfg, task, copy.deepcopy(model), DistContext(0, 1, ctx.device))
-            trainer.step(0)  # warm-up
-            start = time.perf_counter()
-            for step in range(1, steps + 1):
-                trainer.step(step)
-            timings[threads] = time.perf_counter() - start
-    finally:
-        torch.set_num_threads(default)
-    return min(timings, key=timings.get)
-
-
-def _train_record(trainer: Trainer, task, mean_loss: torch.Tensor, pred, batch, ctx: DistContext) -> dict:
-    """Loss (mean over the steps since the last record, all ranks), metrics of the last batch,
-    gradient norm and learning rate. One host sync."""
+def _batch_metrics(task, pred, batch, ctx: DistContext) -> dict[str, float]:
+    """The task's metrics on the last training batch, averaged over all ranks. One host sync."""
     metrics = task.metrics(pred, batch)
     names = sorted(metrics)
     rows = batch.x.shape[0]
-    values = torch.stack([mean_loss.double()] + [metrics[n].detach().double().sum() / rows for n in names])
+    values = torch.stack([metrics[n].detach().double().sum() / rows for n in names])
     values = distributed.all_reduce_sum(values, ctx) / ctx.world_size
-    record = dict(zip(["loss"] + names, values.tolist()))
-    record["grad_norm"] = float(trainer.grad_norm())
-    record["lr"] = trainer.optimizer.param_groups[0]["lr"]  # the rate of the next update
-    return record
-
-
-def _check_finite_before_saving(window_loss: torch.Tensor, trainer: Trainer, ctx: DistContext, step: int) -> None:
-    flags = torch.stack([window_loss.isfinite().logical_not(), trainer.grad_norm().isfinite().logical_not()]).float()
-    if distributed.all_reduce_max(flags, ctx).any():
-        raise NonFiniteLossError(f"the training loss or gradient became non-finite before step {step}")
+    return dict(zip(names, values.tolist()))
 
 
 def _postfix(record: dict, metric_name: str, last_eval: dict) -> dict:
-    post = {}
-    if "loss" in record:
-        post["loss"] = f"{record['loss']:.4g}"
+    post = {"loss": f"{record['loss']:.4g}"}
     if metric_name in record:
         post[metric_name] = f"{record[metric_name]:.3f}"
     for split, metrics in last_eval.items():
         if isinstance(metrics, dict) and metric_name in metrics:
             post[f"{split}_{metric_name}"] = f"{metrics[metric_name]:.3f}"
-    if "lr" in record:
-        post["lr"] = f"{record['lr']:.2e}"
+    post["lr"] = f"{record['lr']:.2e}"
     return post
 
 
@@ -467,4 +510,3 @@ def _final_line(summary: dict, metric_name: str) -> str:
     speed = summary["steps_per_second"]
     return (f"done: {', '.join(parts)}; final train loss {summary['train_loss']:.4g}"
             + (f"; {speed:.1f} steps/s" if speed else ""))
-

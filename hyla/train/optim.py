@@ -1,4 +1,4 @@
-"""AdamW with decay on matrices only, and the warmup + cosine learning-rate schedule (SPEC §7)."""
+"""AdamW with decay on matrices only, and the warmup + cosine learning-rate schedule (as the authors' run script builds them: docs/paper_fidelity.md)."""
 
 from __future__ import annotations
 

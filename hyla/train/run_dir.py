@@ -4,13 +4,16 @@
     <run>/env.json               torch version, CPU, threads, device, git commit
     <run>/metrics.jsonl          one {"step", "split", ...metrics} object per line
     <run>/summary.json           final metrics per split, final training loss, speed, status
-    <run>/checkpoints/latest.pt  model, optimizer, scheduler, step, RNG states
+    <run>/checkpoints/latest.pt  model, optimizer, scheduler, step, loop progress, config (tensors and
+    <run>/checkpoints/previous.pt   plain data only); the one before, kept as a fallback
+
+Every file is written atomically. Opening a run never executes anything from it: JSON files are
+data, and checkpoints load with `torch.load(weights_only=True)` (see `hyla.train.checkpoint`).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import platform
 import subprocess
@@ -21,6 +24,7 @@ from typing import Any
 import torch
 
 from hyla.configs import ExperimentConfig, config_from_dict, config_to_dict
+from hyla.jsonio import dumps, read_jsonl, write_json, write_text_atomic
 
 
 class RunDir:
@@ -32,6 +36,7 @@ class RunDir:
     metrics_file = property(lambda self: self.path / "metrics.jsonl")
     summary_file = property(lambda self: self.path / "summary.json")
     checkpoint_file = property(lambda self: self.path / "checkpoints" / "latest.pt")
+    previous_checkpoint_file = property(lambda self: self.path / "checkpoints" / "previous.pt")
 
     @staticmethod
     def for_config(cfg: ExperimentConfig) -> "RunDir":
@@ -41,10 +46,33 @@ class RunDir:
     def exists(self) -> bool:
         return self.path.exists() and any(self.path.iterdir())
 
-    def read_config(self) -> ExperimentConfig:
+    def check(self) -> "RunDir":
+        """This run folder, or RunError when `path` is not one."""
+        if not self.path.is_dir():
+            raise RunError(f"{self.path} does not exist or is not a folder")
         if not self.config_file.exists():
-            raise FileNotFoundError(f"{self.path} is not a run folder (no config.json)")
-        return config_from_dict(json.loads(self.config_file.read_text()))
+            raise RunError(f"{self.path} is not a run folder (no config.json)")
+        return self
+
+    def read_config(self) -> ExperimentConfig:
+        self.check()
+        try:
+            return config_from_dict(json.loads(self.config_file.read_text()))
+        except (ValueError, TypeError) as e:  # JSONDecodeError and ConfigError are ValueErrors
+            raise RunError(f"{self.config_file} is damaged or from another version: {e}") from None
+
+    def load_checkpoint(self, map_location="cpu") -> tuple[dict, Path, str]:
+        """(state, file, note) of the latest readable checkpoint; see `checkpoint.load_latest`."""
+        from hyla.train import checkpoint
+
+        if not self.checkpoint_file.exists() and not self.previous_checkpoint_file.exists():
+            raise RunError(f"{self.path} has no checkpoint yet")
+        return checkpoint.load_latest(self.checkpoint_file, self.previous_checkpoint_file, map_location)
+
+    def save_checkpoint(self, state: dict) -> None:
+        from hyla.train import checkpoint
+
+        checkpoint.save(state, self.checkpoint_file, self.previous_checkpoint_file)
 
     def write_config(self, cfg: ExperimentConfig) -> None:
         write_json(self.config_file, config_to_dict(cfg))
@@ -56,22 +84,30 @@ class RunDir:
         write_json(self.summary_file, summary)
 
     def read_metrics(self) -> list[dict]:
-        if not self.metrics_file.exists():
-            return []
-        return [json.loads(line) for line in self.metrics_file.read_text().splitlines() if line.strip()]
+        """The records of metrics.jsonl; a torn last line (a crash mid-write) is dropped with a warning."""
+        try:
+            return read_jsonl(self.metrics_file)
+        except ValueError as e:
+            raise RunError(str(e)) from None
 
-    def truncate_metrics(self, last_step: int) -> None:
-        """Drop records written after `last_step` (by a session that died before its next checkpoint)."""
-        kept = [r for r in self.read_metrics() if r["step"] <= last_step]
-        write_text_atomic(self.metrics_file, "".join(json.dumps(r) + "\n" for r in kept))
+    def truncate_metrics(self, rows: int) -> None:
+        """Keep the first `rows` records: those written before the checkpoint a run resumes from."""
+        kept = self.read_metrics()[:rows]
+        write_text_atomic(self.metrics_file, "".join(dumps(r) + "\n" for r in kept))
+
+
+class RunError(RuntimeError):
+    """A run folder that cannot be used as asked (missing, not a run, wrong task, damaged)."""
 
 
 class MetricsLog:
     """Appends records to metrics.jsonl (flushed per record) and optionally to TensorBoard and to
-    `trackers` (hyla.train.trackers: Weights & Biases), which it closes with itself."""
+    `trackers` (hyla.train.trackers: Weights & Biases), which it closes with itself; `rows` counts
+    the records in the file."""
 
-    def __init__(self, run: RunDir, tensorboard: bool = False, trackers: list | tuple = ()):
+    def __init__(self, run: RunDir, rows: int, tensorboard: bool = False, trackers: list | tuple = ()):
         run.path.mkdir(parents=True, exist_ok=True)
+        self.rows = rows
         self.trackers = list(trackers)
         self.file = open(run.metrics_file, "a", encoding="utf-8")
         self.tensorboard = None
@@ -81,9 +117,9 @@ class MetricsLog:
             self.tensorboard = SummaryWriter(str(run.path / "tensorboard"))
 
     def write(self, step: int, split: str, metrics: dict[str, float]) -> None:
-        record = {"step": step, "split": split, **{k: _jsonable(v) for k, v in metrics.items()}}
-        self.file.write(json.dumps(record) + "\n")
+        self.file.write(dumps({"step": step, "split": split, **metrics}) + "\n")
         self.file.flush()
+        self.rows += 1
         if self.tensorboard is not None:
             for key, value in metrics.items():
                 if isinstance(value, (int, float)):
@@ -114,7 +150,9 @@ def default_run_name(cfg: ExperimentConfig) -> str:
     return f"{cfg.preset or cfg.task}-{cfg.model.mixer}-s{cfg.seed}-{stamp}"
 
 
-def environment(device: torch.device, world_size: int) -> dict[str, Any]:
+def environment(numerics: dict[str, Any]) -> dict[str, Any]:
+    """The machine and software a session ran on, with the settings that change floating-point
+    results (`numerics`: threads, device, compile, deterministic mode, world size, torch version)."""
     env = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "python": platform.python_version(),
@@ -122,11 +160,10 @@ def environment(device: torch.device, world_size: int) -> dict[str, Any]:
         "platform": platform.platform(),
         "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),
-        "threads": torch.get_num_threads(),
-        "device": str(device),
-        "world_size": world_size,
         "git_commit": git_commit(),
+        "numerics": numerics,
     }
+    device = torch.device(numerics["device"])
     if device.type == "cuda":
         env["gpu"] = torch.cuda.get_device_name(device)
         env["cuda"] = torch.version.cuda
@@ -154,26 +191,3 @@ def git_commit() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return (commit + ("-dirty" if dirty else "")) or None
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, json.dumps(_jsonable(data), indent=2) + "\n")
-
-
-def _jsonable(value):
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, torch.Tensor):
-        return _jsonable(value.tolist())
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)  # JSON has no NaN / inf
-    return value

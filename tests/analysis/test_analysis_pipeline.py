@@ -33,7 +33,7 @@ class Recorder:
 
 
 class PlantedModel(nn.Module):
-    """Random latent codes everywhere, except that layer 1 holds the task at the SPEC probe
+    """Random latent codes everywhere, except that layer 1 holds the task at the docs/tasks.md probe
     positions: fuzzy logic, the last token's self-code = (term bits, term membership) + noise;
     SRAVEN, the code from the answer token of feature f to the tokens of feature f in panels
     (2,0), (2,1) = one-hot(rule of f) + noise (positions found from `perm` here, independently)."""
@@ -135,7 +135,9 @@ def test_end_to_end_on_a_trained_checkpoint(tmp_path):
                                 final_eval_samples=64, eval_batch_size=64, log_every=10, checkpoint_every=30,
                                 analysis_every=15, analysis_samples=64, progress=False, device="cpu"))
     cli = pytest.importorskip("hyla.cli")
-    run = train.train(cfg)
+    from hyla.analysis import analysis_hook
+
+    run = train.train(cfg, analysis_hook)
     code = cli.main(["analyze", str(run), "--samples", "256", "--no-tsne", "--permutations", "100",
                      "--split", "valid_fixed_query", "--split", "ood_fixed_query", "--split", "valid"])
     assert code == 0

@@ -1,4 +1,4 @@
-"""Latent codes are read at the SPEC positions (fuzzy logic §4, SRAVEN §5), permutations included."""
+"""Latent codes are read at the probe positions of docs/tasks.md (fuzzy logic, SRAVEN), permutations included."""
 
 import torch
 from torch import nn

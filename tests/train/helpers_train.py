@@ -23,7 +23,7 @@ def tiny_config(tmp_path, name: str = "run", mixer: str = "hyla", steps: int = 2
 
 
 def final_weights(run_dir) -> dict[str, torch.Tensor]:
-    return torch.load(run_dir / "checkpoints" / "latest.pt", weights_only=False)["model"]
+    return torch.load(run_dir / "checkpoints" / "latest.pt", weights_only=True)["model"]
 
 
 def assert_same_weights(a: dict, b: dict) -> None:

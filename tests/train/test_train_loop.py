@@ -3,6 +3,7 @@
 import json
 import math
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -32,9 +33,12 @@ def test_run_folder_contents(tmp_path):
     config = json.loads((run / "config.json").read_text())
     assert config["model"]["seq_len"] == 8 and config["model"]["input_dim"] == 4  # resolved from the task
     env = json.loads((run / "env.json").read_text())
-    assert {"torch", "cpu", "threads", "device", "git_commit"} <= env.keys()
-    state = torch.load(run / "checkpoints" / "latest.pt", weights_only=False)
-    assert {"model", "optimizer", "scheduler", "step", "rng"} <= state.keys() and state["step"] == 20
+    assert {"torch", "cpu", "git_commit", "numerics"} <= env.keys()
+    assert env["numerics"] == {"threads": 1, "device": "cpu", "compile": False, "compile_mode": None,
+                               "deterministic": False, "world_size": 1, "torch": torch.__version__}
+    state = torch.load(run / "checkpoints" / "latest.pt", weights_only=True)
+    assert {"model", "optimizer", "scheduler", "progress", "config", "numerics"} <= state.keys()
+    assert state["progress"]["step"] == 20
 
 
 def test_resume_reaches_exactly_the_uninterrupted_weights(tmp_path):
@@ -73,7 +77,7 @@ class _InterruptAt:
         return self.task.batch(split, batch_size, step, rank, world_size)
 
 
-def test_interrupt_checkpoints_and_resume_is_exact(tmp_path, monkeypatch):
+def test_an_interrupt_inside_a_step_resumes_from_the_last_checkpoint(tmp_path, monkeypatch):
     import hyla.train.loop as loop
 
     full = train(tiny_config(tmp_path, name="full", steps=20))
@@ -82,28 +86,32 @@ def test_interrupt_checkpoints_and_resume_is_exact(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         train(tiny_config(tmp_path, name="killed", steps=20))
     killed = tmp_path / "killed"
-    assert json.loads((killed / "summary.json").read_text())["status"] == "interrupted"
-    assert torch.load(killed / "checkpoints" / "latest.pt", weights_only=False)["step"] == 13
+    summary = json.loads((killed / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["checkpoint_step"] == 10
+    assert ckpt.load(killed / "checkpoints" / "latest.pt")["progress"]["step"] == 10
     monkeypatch.setattr(loop, "build_task", build)
     resumed = train(replace(tiny_config(tmp_path, name="killed", steps=20), resume=True))
     assert_same_weights(final_weights(full), final_weights(resumed))
 
 
-def test_a_crash_while_writing_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
-    path = tmp_path / "checkpoints" / "latest.pt"
-    ckpt.save_atomic({"step": 1, "weights": torch.ones(3)}, path)
+def test_a_crash_while_writing_keeps_the_previous_checkpoints(tmp_path, monkeypatch):
+    latest, previous = tmp_path / "checkpoints" / "latest.pt", tmp_path / "checkpoints" / "previous.pt"
+    ckpt.save({"step": 1, "weights": torch.ones(3)}, latest, previous)
+    ckpt.save({"step": 2, "weights": torch.full((3,), 2.0)}, latest, previous)
+    written = []
 
     def torn_save(obj, f):
+        written.append(Path(f.name).name)
         f.write(b"PK\x03\x04 half a checkpoint")
         raise OSError("disk full")
 
     monkeypatch.setattr(torch, "save", torn_save)
     with pytest.raises(OSError, match="disk full"):
-        ckpt.save_atomic({"step": 2, "weights": torch.zeros(3)}, path)
+        ckpt.save({"step": 3, "weights": torch.zeros(3)}, latest, previous)
     monkeypatch.undo()
-    state = ckpt.load(path)
-    assert state["step"] == 1 and torch.equal(state["weights"], torch.ones(3))
-    assert [p.name for p in path.parent.iterdir()] == ["latest.pt"]  # no temporary file left behind
+    assert written and written[0].startswith(".latest.pt.tmp-")  # the save really wrote a temporary file
+    assert ckpt.load(latest)["step"] == 2 and ckpt.load(previous)["step"] == 1
+    assert sorted(p.name for p in latest.parent.iterdir()) == ["latest.pt", "previous.pt"]  # temporary file removed
 
 
 class _NanFrom(_InterruptAt):
@@ -126,8 +134,8 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monk
     assert "last good checkpoint (step 5)" in str(exc.value)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"] == "diverged" and summary["step"] == 10 and "lower --train.lr" in summary["message"]
-    state = torch.load(tmp_path / "run" / "checkpoints" / "latest.pt", weights_only=False)
-    assert state["step"] == 5 and all(torch.isfinite(v).all() for v in state["model"].values())
+    state = ckpt.load(tmp_path / "run" / "checkpoints" / "latest.pt")
+    assert state["progress"]["step"] == 5 and all(torch.isfinite(v).all() for v in state["model"].values())
 
 
 def test_load_run_and_evaluate(tmp_path):

@@ -1,4 +1,4 @@
-"""Learning-rate schedule and weight-decay grouping (SPEC §7)."""
+"""Learning-rate schedule and weight-decay grouping (docs/paper_fidelity.md)."""
 
 import math
 

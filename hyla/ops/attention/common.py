@@ -1,4 +1,5 @@
-"""Pieces shared by the reference and the streamed attention: scores, normalizations, activations."""
+"""Pieces every implementation shares: scores, normalizations (docs/math.md), activations, and the
+input checks. Sharing them is what makes the latent codes of every implementation identical."""
 
 from __future__ import annotations
 

@@ -148,17 +148,9 @@ class _FusedHyla(torch.autograd.Function):
         return grad_q, grad_k, grad_v, grad_bias, None, None, None, None
 
 
-def hyla_fused(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    normalization: str,
-    activation: str = "relu",
-    bias: torch.Tensor | None = None,
-    mask: torch.Tensor | None = None,
-    dropout_mask: torch.Tensor | None = None,
-) -> torch.Tensor:
+def hyla_fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, normalization: str,
+               activation: str = "relu", bias: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+               dropout_mask: torch.Tensor | None = None) -> torch.Tensor:
     """HYLA output [B, Tq, H, Dv] (the `mlp` value network), equal to the naive form up to rounding.
 
     q [B, Tq, H, Dk], k [B, Tk, H, Dk], v [B, Tk, H, Dv]; bias and mask broadcastable to

@@ -1,5 +1,7 @@
-"""The plain reference: every normalization and value network as einsums. Materializes the
-[B, Tq, Tk, Dv] tensor of HYLA's first layer; short enough to check against the paper by eye."""
+"""The plain reference: every normalization and value network as einsums, short enough to check
+against the paper by eye (docs/math.md): multi-head attention as a hypernetwork (Eq. 4-5) for the
+linear value network, HYLA (Eq. 6-7) for the mlp one. Materializes the [B, Tq, Tk, Dv] tensor of
+HYLA's first layer; the other implementations in this folder are tested against it."""
 
 from __future__ import annotations
 
@@ -8,18 +10,9 @@ import torch
 from hyla.ops.attention.common import ACTIVATION_FNS, normalize, scores
 
 
-def attention_naive(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    normalization: str,
-    value_network: str,
-    activation: str = "relu",
-    bias: torch.Tensor | None = None,
-    mask: torch.Tensor | None = None,
-    dropout_mask: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def attention_naive(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, normalization: str, value_network: str,
+                    activation: str = "relu", bias: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+                    dropout_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns (output [B, Tq, H, Dv], latent codes a [B, H, Tq, Tk]).
 
     q [B, Tq, H, Dk], k [B, Tk, H, Dk], v [B, Tk, H, Dv]; bias and mask broadcastable to

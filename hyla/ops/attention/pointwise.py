@@ -19,18 +19,9 @@ import torch
 from hyla.ops.attention.common import ACTIVATION_FNS, normalize, scores
 
 
-def attention_pointwise(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    normalization: str,
-    value_network: str,
-    activation: str = "relu",
-    bias: torch.Tensor | None = None,
-    mask: torch.Tensor | None = None,
-    dropout_mask: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def attention_pointwise(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, normalization: str, value_network: str,
+                        activation: str = "relu", bias: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+                        dropout_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Same arguments and results as `attention_naive`: (output [B, Tq, H, Dv], latent codes a [B, H, Tq, Tk])."""
     a = normalize(scores(q, k, bias), normalization, mask)  # [B, H, Tq, Tk]
     weights = (a if dropout_mask is None else a * dropout_mask).unsqueeze(3)  # [B, H, Tq, 1, Tk]

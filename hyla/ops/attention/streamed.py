@@ -125,18 +125,9 @@ class _StreamedHyla(torch.autograd.Function):
         return grad_q, grad_k, grad_v, grad_bias, None, None, None, None, None
 
 
-def hyla_streamed(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    normalization: str,
-    activation: str = "relu",
-    bias: torch.Tensor | None = None,
-    mask: torch.Tensor | None = None,
-    dropout_mask: torch.Tensor | None = None,
-    block: int | None = None,
-) -> torch.Tensor:
+def hyla_streamed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, normalization: str,
+                  activation: str = "relu", bias: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+                  dropout_mask: torch.Tensor | None = None, block: int | None = None) -> torch.Tensor:
     """HYLA (mlp value network) output [B, Tq, H, Dv], equal to the naive form, in bounded memory.
 
     `block`: keys per block; by default sized so one hidden block holds BLOCK_ELEMENTS floats.
