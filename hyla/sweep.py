@@ -141,8 +141,11 @@ def _marker(spec: SweepSpec, run: Run, kind: str) -> Path:
 
 
 def _write_marker(path: Path, **info) -> None:
+    """Atomically (`--status` may read it at any moment): host, time and `info` as JSON."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"host": socket.gethostname(), "time": time.strftime("%Y-%m-%dT%H:%M:%S"), **info}))
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps({"host": socket.gethostname(), "time": time.strftime("%Y-%m-%dT%H:%M:%S"), **info}))
+    os.replace(tmp, path)
 
 
 def _running(marker: Path) -> bool:
@@ -183,10 +186,10 @@ def print_status(spec: SweepSpec) -> dict[str, int]:
     states = sweep_status(spec)
     width = max(map(len, states), default=0)
     for name, state in states.items():
-        summary = Path(spec.out_dir) / name / "summary.json"
-        step = json.loads(summary.read_text()) if summary.exists() else {}
-        progress = f"step {step['step']}/{step['steps']}" if "step" in step and state != "running" else ""
-        print(f"{name:<{width}}  {STATUS_GROUPS.get(state, 'pending'):<8} {state:<12} {progress}")
+        summary_file = Path(spec.out_dir) / name / "summary.json"
+        summary = json.loads(summary_file.read_text()) if summary_file.exists() else {}
+        progress = f"step {summary['step']}/{summary['steps']}" if "step" in summary and state != "running" else ""
+        print(f"{name:<{width}}  {STATUS_GROUPS.get(state, 'pending'):<8} {state:<12} {progress}".rstrip())
     counts = {group: 0 for group in ("done", "running", "pending", "failed")}
     for state in states.values():
         counts[STATUS_GROUPS.get(state, "pending")] += 1

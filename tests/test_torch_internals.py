@@ -23,17 +23,6 @@ def _run_python(code: str) -> str:
     return result.stdout
 
 
-def test_import_registers_and_probes_nothing():
-    out = _run_python("""
-        import torch, hyla
-        from hyla.ops import torch_internals as ti
-        probes = [f.cache_info().currsize for f in (ti._onednn_linear_works, ti._softmax_backward_works,
-                                                     ti._threshold_backward_works)]
-        print(hasattr(torch.ops.hyla, "onednn_matmul"), probes)
-    """)
-    assert out.split("\n")[0] == "False [0, 0, 0]"
-
-
 @needs_onednn
 def test_linear_public_fallback_equals_onednn(monkeypatch):
     torch.manual_seed(0)
@@ -90,13 +79,17 @@ def test_model_public_fallback_equals_default(monkeypatch):
 
 
 @needs_onednn
-def test_compiled_operator_survives_reload_reimport_and_a_foreign_hyla_namespace():
+def test_import_is_inert_and_the_operator_survives_reload_reimport_and_a_foreign_hyla_namespace():
     out = _run_python("""
         import importlib, sys, torch
         other = torch.library.Library("hyla", "FRAGMENT")  # another library's op in the same namespace
         other.define("twice(Tensor x) -> Tensor")
         other.impl("twice", lambda x: 2 * x, "CPU")
-        import hyla.nn.linear as linear
+        import hyla, hyla.nn.linear as linear
+        from hyla.ops import torch_internals as ti
+        probes = [f.cache_info().currsize for f in (ti._onednn_linear_works, ti._softmax_backward_works,
+                                                     ti._threshold_backward_works)]
+        print(hasattr(torch.ops.hyla, "onednn_matmul"), probes)  # import: nothing registered, nothing probed
         x, w = torch.randn(5, 3), torch.randn(4, 3)
         for _ in range(2):
             layer = linear.Linear(3, 4)
@@ -109,4 +102,4 @@ def test_compiled_operator_survives_reload_reimport_and_a_foreign_hyla_namespace
         assert torch.allclose(torch.ops.hyla.onednn_matmul(x, w, None), x @ w.t(), atol=1e-6)
         print(torch.ops.hyla.twice(torch.ones(1)).item())
     """)
-    assert out.strip() == "2.0"
+    assert out.split("\n")[:2] == ["False [0, 0, 0]", "2.0"]
