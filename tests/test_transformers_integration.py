@@ -1,6 +1,12 @@
 """hyla's attention family inside Hugging Face transformers models (tiny random Llama, CPU):
 hyla's softmax equals transformers' own attention (layout, scaling, grouped-query heads, padding
-mask), HYLA trains, the causal and padding masks hold, KV-cache generation equals uncached."""
+mask), HYLA trains, the causal and padding masks hold, KV-cache generation equals uncached, and
+the example script runs."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -90,3 +96,12 @@ def test_kv_cache_generation_equals_uncached_and_latent_codes():
     codes = model(prompt, output_attentions=True).attentions
     assert len(codes) == 2 and codes[0].shape == (2, 4, 5, 5)  # latent codes [B, H, Tq, Tk] per layer
     assert torch.all(codes[0][..., 0, 1:] == 0)  # causal: the first query sees only the first key
+
+
+def test_example_script_runs():
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run([sys.executable, str(root / "examples" / "hf_llama_hyla.py"), "--steps", "2", "--length", "3",
+                             "--batch-size", "4"], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": str(root)})
+    assert result.returncode == 0, result.stderr
+    assert "step    1  copy loss" in result.stdout and "hyla: generated copies match" in result.stdout
