@@ -1,7 +1,14 @@
-"""Shared test setup: one intra-op thread, and every test starts from the same random state."""
+"""Shared test setup: one intra-op thread, every test starts from the same random state, and
+without a GPU Triton kernels run in Triton's interpreter (chosen when triton is first imported,
+which other tests' imports may do before tests/test_triton_attention.py is collected)."""
+
+import os
 
 import pytest
 import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 # Test tensors are tiny: extra threads only add synchronization overhead, and on a shared machine
 # they make the suite's time depend on the load (4 s vs 20 s for the attention tests on 2 cores).
