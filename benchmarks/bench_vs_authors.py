@@ -23,7 +23,8 @@ measurement of the same repeat, and the ratios' min / median / max are reported.
 pinned to the same `--threads` cores (when fewer than the process may use) and hyla uses that many
 intra-op threads. The models' parameter counts are compared (they must match at the paper presets).
 JSON (commands, versions, machine, load average, every measurement) goes to
-benchmarks/results/vs_authors_<device>.json.
+benchmarks/results/vs_authors_<device>.json, one entry of its "runs" per setting (threads,
+OMP_WAIT_POLICY, mixer; a new run of the same setting replaces the old one).
 """
 
 from __future__ import annotations
@@ -129,7 +130,7 @@ def run_child(command: list[str], threads: int, cwd: Path, env: dict | None = No
     """Run a measurement process; return its stdout and wall time. Fails with its stderr's tail."""
     start = time.perf_counter()
     done = subprocess.run(command, cwd=cwd, env={**os.environ, **(env or {})}, preexec_fn=pinned(threads),
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, check=False)
     wall = time.perf_counter() - start
     if done.returncode:
         tail = "\n".join(done.stderr.strip().splitlines()[-15:])
@@ -244,10 +245,10 @@ def machine(args: argparse.Namespace) -> dict:
     from hyla.train.run_dir import cpu_name, git_commit
 
     gpu = torch.cuda.get_device_name() if args.device == "cuda" and torch.cuda.is_available() else None
-    authors_commit = None
-    if args.authors is not None:
-        found = subprocess.run(["git", "rev-parse", "HEAD"], cwd=args.authors, capture_output=True, text=True)
-        authors_commit = found.stdout.strip() or None  # None for an exported (non-git) checkout
+    authors_commit = None  # stays None for an exported (non-git) checkout
+    if args.authors is not None and (args.authors / ".git").exists():
+        authors_commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=args.authors, capture_output=True,
+                                        text=True, check=False).stdout.strip() or None
     return {"cpu": cpu_name(), "gpu": gpu, "cpu_count": os.cpu_count(), "usable_cores": len(os.sched_getaffinity(0)),
             "platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
             "hyla": hyla.__file__, "hyla_git_commit": git_commit(), "authors_checkout": str(args.authors),
@@ -269,6 +270,7 @@ def report(rows: list[dict], checks: list[str], notes: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    sys.path.insert(0, str(ROOT))  # the hyla beside this script, as the `python -m hyla.cli` children use
     if args.pack_worker is not None:
         return pack_worker(args.pack_worker)
     notes: list[str] = []
@@ -276,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     info = machine(args)
     print(f"{info['gpu'] or info['cpu']}, {info['usable_cores']} usable cores, threads {args.threads}, "
           f"load average {info['load_average_start']}", file=sys.stderr)
-    measurements, loads = [], []
+    measurements: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="bench_vs_authors_") as tmp:
         driver = Path(tmp) / "authors_driver.py"
         driver.write_text(AUTHORS_DRIVER)
@@ -296,13 +298,25 @@ def main(argv: list[str] | None = None) -> int:
     rows = ratios(measurements, args.presets, hyla_variants)
     checks = shape_check(measurements)
     print(report(rows, checks, notes))
+    run = {"command": [sys.executable, *sys.argv], "machine": info, "threads": args.threads, "mixer": args.mixer,
+           "summary": rows, "shape_check": checks, "notes": notes, "table": report(rows, checks, notes),
+           "measurements": measurements}
     out = args.out or RESULTS / f"vs_authors_{args.device}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"command": [sys.executable, *sys.argv], "machine": info, "threads": args.threads,
-                               "mixer": args.mixer, "summary": rows, "shape_check": checks,
-                               "notes": notes, "measurements": measurements}, indent=2) + "\n")
+    write_run(out, run)
     print(f"wrote {out}", file=sys.stderr)
     return 0
+
+
+def write_run(out: Path, run: dict) -> None:
+    """Add `run` to the JSON file's runs, replacing an earlier run of the same setting (threads,
+    OMP_WAIT_POLICY, mixer) and keeping the others."""
+    def setting(r: dict) -> tuple:
+        return r["threads"], r["machine"]["omp_wait_policy"], r["mixer"]
+
+    runs = json.loads(out.read_text())["runs"] if out.exists() else []
+    runs = [r for r in runs if setting(r) != setting(run)] + [run]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"runs": runs}, indent=2) + "\n")
 
 
 if __name__ == "__main__":
