@@ -24,7 +24,8 @@ pinned to the same `--threads` cores (when fewer than the process may use) and h
 intra-op threads. The models' parameter counts are compared (they must match at the paper presets).
 JSON (commands, versions, machine, load average, every measurement) goes to
 benchmarks/results/vs_authors_<device>.json, one entry of its "runs" per setting (threads,
-OMP_WAIT_POLICY, mixer; a new run of the same setting replaces the old one).
+OMP_WAIT_POLICY, mixer, presets, modes, compile mode, packs; a new run of the same setting replaces
+the old one).
 """
 
 from __future__ import annotations
@@ -99,6 +100,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--presets", nargs="+", default=list(AUTHORS_CONFIGS), choices=list(AUTHORS_CONFIGS))
     parser.add_argument("--mixer", default="hyla", choices=list(AUTHORS_MIXERS))
     parser.add_argument("--modes", nargs="+", default=["eager", "compiled"], choices=["eager", "compiled"])
+    parser.add_argument("--compile-mode", default="default", help="hyla's --train.compile-mode for the compiled "
+                        "variant (reduce-overhead: CUDA graphs)")
     parser.add_argument("--packs", nargs="*", type=int, default=[], help="pack sizes (hyla.train.train_packed; "
                         "skipped with a note where it does not exist)")
     parser.add_argument("--steps", type=int, help=f"steps per measurement (default: {DEFAULT_STEPS})")
@@ -154,7 +157,8 @@ def measure_hyla(args: argparse.Namespace, preset: str, variant: str, steps: int
     if variant.startswith("pack"):
         command = [sys.executable, str(Path(__file__).resolve()), "--pack-worker", variant[4:], *flags]
     else:
-        command = [sys.executable, "-m", "hyla.cli", "train", *flags] + (["--train.compile"] if variant == "compiled" else [])
+        compiled = ["--train.compile", "--train.compile-mode", args.compile_mode] if variant == "compiled" else []
+        command = [sys.executable, "-m", "hyla.cli", "train", *flags, *compiled]
     _, wall = run_child(command, args.threads, ROOT)
     members = sorted(scratch.glob(name + "*/summary.json"))
     summaries = [json.loads(path.read_text()) for path in members]
@@ -298,8 +302,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = ratios(measurements, args.presets, hyla_variants)
     checks = shape_check(measurements)
     print(report(rows, checks, notes))
-    run = {"command": [sys.executable, *sys.argv], "machine": info, "threads": args.threads, "mixer": args.mixer,
-           "summary": rows, "shape_check": checks, "notes": notes, "table": report(rows, checks, notes),
+    setting = {"threads": args.threads, "omp_wait_policy": info["omp_wait_policy"], "mixer": args.mixer,
+               "presets": args.presets, "modes": args.modes, "compile_mode": args.compile_mode, "packs": args.packs}
+    run = {"command": [sys.executable, *sys.argv], "setting": setting, "machine": info, "summary": rows, "shape_check": checks, "notes": notes, "table": report(rows, checks, notes),
            "measurements": measurements}
     out = args.out or RESULTS / f"vs_authors_{args.device}.json"
     write_run(out, run)
@@ -308,13 +313,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def write_run(out: Path, run: dict) -> None:
-    """Add `run` to the JSON file's runs, replacing an earlier run of the same setting (threads,
-    OMP_WAIT_POLICY, mixer) and keeping the others."""
-    def setting(r: dict) -> tuple:
-        return r["threads"], r["machine"]["omp_wait_policy"], r["mixer"]
-
+    """Add `run` to the JSON file's runs, replacing an earlier run of the same setting and keeping
+    the others."""
     runs = json.loads(out.read_text())["runs"] if out.exists() else []
-    runs = [r for r in runs if setting(r) != setting(run)] + [run]
+    runs = [r for r in runs if r.get("setting") != run["setting"]] + [run]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"runs": runs}, indent=2) + "\n")
 
