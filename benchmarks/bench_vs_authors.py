@@ -1,0 +1,325 @@
+"""Side by side: hyla's training against the authors' JAX code, steps/s on the same machine.
+
+    python benchmarks/bench_vs_authors.py --authors /tmp/authors --jax-python /tmp/jaxvenv/bin/python
+    python benchmarks/bench_vs_authors.py                          # hyla only (no --authors)
+    python benchmarks/bench_vs_authors.py --authors A --device cuda --threads 16 --packs 1 3 8 16
+
+Both paper presets (fuzzy logic `logic_4var_2term`, SRAVEN `raven_3x3_4features`), batch 128, HYLA
+(`--model.mixer hyla`; the authors' `linear_hypatt`). Every measurement is a fresh process that
+trains `--steps` steps:
+- hyla: the `hyla train` command, eager and/or with `--train.compile`; steps/s is the run's
+  summary.json `steps_per_second` (its first step, which includes compilation, is not timed).
+- authors: their `run.setup` (model, data, optax optimizer exactly as their `run.py` builds them,
+  from their ml_collections config), then their jitted `Experiment.train_step` on their data
+  loader in a loop; steps/s over steps 2..N, from the end of the first step (compilation) to the
+  end of the last one (`jax.block_until_ready`). A driver, generated at run time in a temporary
+  folder, imports their modules; their files are not modified.
+- packs (`--packs`, only when `hyla.train.train_packed` exists): N runs of seeds 0..N-1 trained as
+  one pack (eager); reported as aggregate model-steps/s (N x the pack's steps/s).
+
+Order: per repeat, per preset, every hyla variant then the authors (A B A B ...), so slow drift of
+a shared machine's load falls on both; each hyla measurement is divided by the authors'
+measurement of the same repeat, and the ratios' min / median / max are reported. Both sides are
+pinned to the same `--threads` cores (when fewer than the process may use) and hyla uses that many
+intra-op threads. The models' parameter counts are compared (they must match at the paper presets).
+JSON (commands, versions, machine, load average, every measurement) goes to
+benchmarks/results/vs_authors_<device>.json, one entry of its "runs" per setting (threads,
+OMP_WAIT_POLICY, mixer, presets, modes, compile mode, packs; a new run of the same setting replaces
+the old one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+# hyla preset -> the authors' config file and dataset name (their `--config FILE:DATA;MIXER`)
+AUTHORS_CONFIGS = {"logic_4var_2term": ("configs/logic.py", "logic_4var_2term"),
+                   "raven_3x3_4features": ("configs/raven.py", "raven_3x3_4features")}
+AUTHORS_MIXERS = {"hyla": "linear_hypatt", "softmax": "softmax_attention", "linear": "linear_attention"}
+DEFAULT_STEPS = {"logic_4var_2term": 300, "raven_3x3_4features": 40}  # ~20-40 s each on a loaded 2-core CPU
+
+# The authors' side, run by --jax-python with the authors' checkout as working directory. Their
+# run.py imports wandb, TensorFlow and the WikiText pipeline at the top, none of which a logic or
+# SRAVEN run uses: empty stand-ins let it import without them.
+AUTHORS_DRIVER = r'''
+import json, sys, time, types
+authors, config_arg, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+sys.path.insert(0, authors)
+for name in ("wandb", "tensorflow", "hyla.data.wiki"):
+    sys.modules.setdefault(name, types.ModuleType(name))
+sys.modules["hyla.data.wiki"].create_wikitext_datasets = None
+sys.argv = ["run.py"]
+import flax, jax, optax
+import hyla
+if not hyla.__file__.startswith(authors):
+    sys.exit(f"imported {hyla.__file__}, not the authors' package under {authors}")
+import run
+from absl import flags
+
+flags.FLAGS(["run.py", "--config=" + config_arg])
+config = flags.FLAGS.config
+exp = run.setup(config, logger=[], callbacks=[])
+state = exp.reset(jax.random.PRNGKey(config.seed))
+batches = iter(exp.train_loader)
+start = time.perf_counter()
+state, metrics = exp.train_step(state, next(batches))
+jax.block_until_ready(metrics["loss"])
+first_step_s = time.perf_counter() - start
+start = time.perf_counter()
+for _ in range(steps - 1):
+    state, metrics = exp.train_step(state, next(batches))
+jax.block_until_ready((state, metrics))
+elapsed = time.perf_counter() - start
+print(json.dumps({
+    "steps_per_second": (steps - 1) / elapsed, "first_step_s": first_step_s, "loss": float(metrics["loss"]),
+    "num_parameters": int(sum(x.size for x in jax.tree_util.tree_leaves(state.params["params"]))),
+    "batch_size": config.batch_size, "seq_len": config.data.seq_len, "backend": jax.default_backend(),
+    "devices": [str(d) for d in jax.devices()],
+    "versions": {"python": sys.version.split()[0], "jax": jax.__version__, "flax": flax.__version__,
+                 "optax": optax.__version__}}))
+'''
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--authors", type=Path, help="checkout of github.com/smonsays/hypernetwork-attention "
+                        "(omitted: hyla only)")
+    parser.add_argument("--jax-python", default=sys.executable, help="python with jax, flax, optax, chex, "
+                        "ml_collections, einops (default: this one)")
+    parser.add_argument("--presets", nargs="+", default=list(AUTHORS_CONFIGS), choices=list(AUTHORS_CONFIGS))
+    parser.add_argument("--mixer", default="hyla", choices=list(AUTHORS_MIXERS))
+    parser.add_argument("--modes", nargs="+", default=["eager", "compiled"], choices=["eager", "compiled"])
+    parser.add_argument("--compile-mode", default="default", help="hyla's --train.compile-mode for the compiled "
+                        "variant (reduce-overhead: CUDA graphs)")
+    parser.add_argument("--packs", nargs="*", type=int, default=[], help="pack sizes (hyla.train.train_packed; "
+                        "skipped with a note where it does not exist)")
+    parser.add_argument("--steps", type=int, help=f"steps per measurement (default: {DEFAULT_STEPS})")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
+                        help="cores for each process and hyla's intra-op threads (default: all usable)")
+    parser.add_argument("--out", type=Path, help="JSON (default: benchmarks/results/vs_authors_<device>.json)")
+    parser.add_argument("--pack-worker", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.steps is not None and args.steps < 2:
+        parser.error("--steps must be >= 2 (the first step is not timed)")
+    if args.threads < 1:
+        parser.error("--threads must be >= 1")
+    if args.authors is not None and not (args.authors / "run.py").is_file():
+        parser.error(f"--authors {args.authors}: no run.py there (expected their repository's checkout)")
+    return args
+
+
+def pinned(threads: int):
+    """preexec_fn pinning a child process to `threads` of this process's cores (None: all of them)."""
+    cores = sorted(os.sched_getaffinity(0))
+    if threads >= len(cores):
+        return None
+    return lambda: os.sched_setaffinity(0, cores[:threads])
+
+
+def run_child(command: list[str], threads: int, cwd: Path, env: dict | None = None) -> tuple[str, float]:
+    """Run a measurement process; return its stdout and wall time. Fails with its stderr's tail."""
+    start = time.perf_counter()
+    done = subprocess.run(command, cwd=cwd, env={**os.environ, **(env or {})}, preexec_fn=pinned(threads),
+                          capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - start
+    if done.returncode:
+        tail = "\n".join(done.stderr.strip().splitlines()[-15:])
+        raise RuntimeError(f"{' '.join(command)} failed (exit {done.returncode}):\n{tail}")
+    return done.stdout, wall
+
+
+def hyla_flags(args: argparse.Namespace, preset: str, steps: int, name: str, out_dir: Path) -> list[str]:
+    """`hyla train` options of one measurement: the preset, `steps` steps, no evaluation but a
+    minimal final one, one checkpoint at the end."""
+    return ["--preset", preset, "--model.mixer", args.mixer, "--train.steps", str(steps),
+            "--train.eval-every", "0", "--train.final-eval-samples", "128", "--train.eval-batch-size", "128",
+            "--train.checkpoint-every", str(steps), "--train.device", args.device,
+            "--train.threads", str(args.threads), "--train.no-progress", "--out-dir", str(out_dir), "--name", name]
+
+
+def measure_hyla(args: argparse.Namespace, preset: str, variant: str, steps: int, scratch: Path) -> dict:
+    """One hyla measurement: variant "eager", "compiled" or "pack<N>" (aggregate model-steps/s)."""
+    name = f"{preset}-{variant}-{time.monotonic_ns()}"
+    flags = hyla_flags(args, preset, steps, name, scratch)
+    if variant.startswith("pack"):
+        command = [sys.executable, str(Path(__file__).resolve()), "--pack-worker", variant[4:], *flags]
+    else:
+        compiled = ["--train.compile", "--train.compile-mode", args.compile_mode] if variant == "compiled" else []
+        command = [sys.executable, "-m", "hyla.cli", "train", *flags, *compiled]
+    _, wall = run_child(command, args.threads, ROOT)
+    members = sorted(scratch.glob(name + "*/summary.json"))
+    summaries = [json.loads(path.read_text()) for path in members]
+    if not summaries or any(s["status"] != "completed" for s in summaries):
+        raise RuntimeError(f"{' '.join(command)}: the run did not complete ({[s['status'] for s in summaries]})")
+    return {"side": "hyla", "preset": preset, "variant": variant, "command": command, "process_wall_s": wall,
+            # every member of a pack records the pack's rate
+            "steps_per_second": len(summaries) * summaries[0]["steps_per_second"],
+            "num_parameters": summaries[0]["num_parameters"], "train_loss": summaries[0]["train_loss"],
+            "batch_size": json.loads((members[0].parent / "config.json").read_text())["train"]["batch_size"],
+            "run_wall_time_s": summaries[0]["wall_time_s"], "members": len(summaries)}
+
+
+def pack_worker(argv: list[str]) -> int:
+    """--pack-worker N <hyla train options>: train N runs (seeds 0..N-1) of those options as one pack."""
+    from dataclasses import replace
+
+    from hyla.train import train_packed
+    from hyla.train.commands import parse_train_args
+
+    size, flags = int(argv[0]), argv[1:]
+    cfg, _ = parse_train_args(flags)
+    train_packed([replace(cfg, seed=i, name=f"{cfg.name}-m{i}") for i in range(size)])
+    return 0
+
+
+def measure_authors(args: argparse.Namespace, preset: str, steps: int, driver: Path) -> dict:
+    config_file, data = AUTHORS_CONFIGS[preset]
+    config_arg = f"{config_file}:{data};{AUTHORS_MIXERS[args.mixer]}"
+    command = [args.jax_python, str(driver), str(args.authors.resolve()), config_arg, str(steps)]
+    platform_env = {"JAX_PLATFORMS": "cuda" if args.device == "cuda" else "cpu"}
+    stdout, wall = run_child(command, args.threads, args.authors, platform_env)
+    result = json.loads(stdout.strip().splitlines()[-1])
+    return {"side": "authors", "preset": preset, "variant": AUTHORS_MIXERS[args.mixer], "command": command,
+            "env": platform_env, "process_wall_s": wall, **result}
+
+
+def packs_available() -> bool:
+    import hyla.train
+
+    return hasattr(hyla.train, "train_packed")
+
+
+def variants(args: argparse.Namespace, notes: list[str]) -> list[str]:
+    chosen = list(args.modes)
+    if args.packs:
+        if packs_available():
+            chosen += [f"pack{n}" for n in args.packs]
+        else:
+            notes.append(f"packs {args.packs} skipped: this hyla has no hyla.train.train_packed")
+    return chosen
+
+
+def ratios(measurements: list[dict], presets: list[str], hyla_variants: list[str]) -> list[dict]:
+    """Per preset and hyla variant: hyla / authors of the same repeat, and their min / median / max."""
+    rows = []
+    for preset in presets:
+        peers = [m for m in measurements if m["side"] == "authors" and m["preset"] == preset]
+        for variant in hyla_variants:
+            ours = [m for m in measurements if m["side"] == "hyla" and m["preset"] == preset and m["variant"] == variant]
+            pairs = [h["steps_per_second"] / a["steps_per_second"] for h, a in zip(ours, peers)]
+            row = {"preset": preset, "variant": variant,
+                   "hyla_steps_per_second": [m["steps_per_second"] for m in ours],
+                   "authors_steps_per_second": [m["steps_per_second"] for m in peers], "ratios": pairs}
+            if pairs:
+                row.update(ratio_min=min(pairs), ratio_median=statistics.median(pairs), ratio_max=max(pairs))
+            rows.append(row)
+    return rows
+
+
+def shape_check(measurements: list[dict]) -> list[str]:
+    """One line per preset: both sides' parameter counts and batch sizes, and whether they match."""
+    lines = []
+    for preset in dict.fromkeys(m["preset"] for m in measurements):
+        for key in ("num_parameters", "batch_size"):
+            seen = {side: sorted({m[key] for m in measurements if m["preset"] == preset and m["side"] == side})
+                    for side in ("hyla", "authors")}
+            if seen["authors"]:
+                verdict = "match" if seen["hyla"] == seen["authors"] else "MISMATCH: not the same training"
+                lines.append(f"{preset}: {key} hyla {seen['hyla']}, authors {seen['authors']}: {verdict}")
+    return lines
+
+
+def machine(args: argparse.Namespace) -> dict:
+    import torch
+
+    import hyla
+    from hyla.train.run_dir import cpu_name, git_commit
+
+    gpu = torch.cuda.get_device_name() if args.device == "cuda" and torch.cuda.is_available() else None
+    authors_commit = None  # stays None for an exported (non-git) checkout
+    if args.authors is not None and (args.authors / ".git").exists():
+        authors_commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=args.authors, capture_output=True,
+                                        text=True, check=False).stdout.strip() or None
+    return {"cpu": cpu_name(), "gpu": gpu, "cpu_count": os.cpu_count(), "usable_cores": len(os.sched_getaffinity(0)),
+            "platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
+            "hyla": hyla.__file__, "hyla_git_commit": git_commit(), "authors_checkout": str(args.authors),
+            "authors_git_commit": authors_commit, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+            "load_average_start": os.getloadavg(), "time_start": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+def report(rows: list[dict], checks: list[str], notes: list[str]) -> str:
+    lines = ["| preset | hyla variant | hyla steps/s | authors steps/s | ratio min | median | max |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ours = ", ".join(f"{v:.2f}" for v in r["hyla_steps_per_second"])
+        peers = ", ".join(f"{v:.2f}" for v in r["authors_steps_per_second"]) or "–"
+        spread = (f"{r['ratio_min']:.2f} | **{r['ratio_median']:.2f}** | {r['ratio_max']:.2f}" if r["ratios"]
+                  else "– | – | –")
+        lines.append(f"| {r['preset']} | {r['variant']} | {ours} | {peers} | {spread} |")
+    return "\n".join(lines + [""] + checks + notes)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    sys.path.insert(0, str(ROOT))  # the hyla beside this script, as the `python -m hyla.cli` children use
+    if args.pack_worker is not None:
+        return pack_worker(args.pack_worker)
+    notes: list[str] = []
+    hyla_variants = variants(args, notes)
+    info = machine(args)
+    print(f"{info['gpu'] or info['cpu']}, {info['usable_cores']} usable cores, threads {args.threads}, "
+          f"load average {info['load_average_start']}", file=sys.stderr)
+    measurements: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="bench_vs_authors_") as tmp:
+        driver = Path(tmp) / "authors_driver.py"
+        driver.write_text(AUTHORS_DRIVER)
+        for repeat in range(args.repeats):
+            for preset in args.presets:
+                steps = args.steps or DEFAULT_STEPS[preset]
+                todo = [("hyla", v) for v in hyla_variants] + ([("authors", None)] if args.authors else [])
+                for side, variant in todo:
+                    m = (measure_hyla(args, preset, variant, steps, Path(tmp)) if side == "hyla"
+                         else measure_authors(args, preset, steps, driver))
+                    m.update(repeat=repeat, steps=steps, load_average=os.getloadavg())
+                    measurements.append(m)
+                    print(f"repeat {repeat} {preset} {side} {m['variant']}: {m['steps_per_second']:.2f} steps/s "
+                          f"(process {m['process_wall_s']:.0f} s, load {m['load_average'][0]:.1f})",
+                          file=sys.stderr, flush=True)
+    info.update(load_average_end=os.getloadavg(), time_end=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    rows = ratios(measurements, args.presets, hyla_variants)
+    checks = shape_check(measurements)
+    print(report(rows, checks, notes))
+    setting = {"threads": args.threads, "omp_wait_policy": info["omp_wait_policy"], "mixer": args.mixer,
+               "presets": args.presets, "modes": args.modes, "compile_mode": args.compile_mode, "packs": args.packs}
+    run = {"command": [sys.executable, *sys.argv], "setting": setting, "machine": info, "summary": rows, "shape_check": checks, "notes": notes, "table": report(rows, checks, notes),
+           "measurements": measurements}
+    out = args.out or RESULTS / f"vs_authors_{args.device}.json"
+    write_run(out, run)
+    print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
+def write_run(out: Path, run: dict) -> None:
+    """Add `run` to the JSON file's runs, replacing an earlier run of the same setting and keeping
+    the others."""
+    runs = json.loads(out.read_text())["runs"] if out.exists() else []
+    runs = [r for r in runs if r.get("setting") != run["setting"]] + [run]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"runs": runs}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
