@@ -325,9 +325,10 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     _check(0.0 <= m.attention_dropout < 1.0, "model.attention_dropout", m.attention_dropout, "must lie in [0, 1)")
 
     t = cfg.train
-    for name in ("steps", "batch_size", "eval_batch_size", "log_every", "checkpoint_every", "train_loss_window"):
+    for name in ("steps", "batch_size", "eval_batch_size", "eval_samples", "final_eval_samples", "log_every",
+                 "checkpoint_every", "train_loss_window"):
         _check(getattr(t, name) >= 1, f"train.{name}", getattr(t, name), "must be >= 1")
-    for name in ("warmup_steps", "eval_every", "eval_samples", "final_eval_samples", "stop_at",
+    for name in ("warmup_steps", "eval_every", "stop_at",
                  "analysis_every", "analysis_samples"):
         _check(getattr(t, name) >= 0, f"train.{name}", getattr(t, name), "must be >= 0")
     _check(t.threads >= 0, "train.threads", t.threads, "must be >= 0 (0: one per core this process may use)")
