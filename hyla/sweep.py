@@ -30,7 +30,6 @@ stopped and resumable) or failed, from the run folders: summary.json's status, a
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import os
@@ -42,13 +41,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
+from tyro.conf import Positional
 from tqdm import tqdm
 
 SPEC_KEYS = ("name", "preset", "out_dir", "seeds", "overrides", "grid", "parallel", "slurm")
-LAUNCHERS = ("local", "slurm")
 
 
 @dataclass
@@ -287,11 +286,16 @@ def run_sweep(spec: SweepSpec, dry_run: bool = False) -> dict[str, int]:
 
 def slurm_executor(spec: SweepSpec):
     """A submitit executor for Slurm with the spec's `slurm` parameters (job logs in <out_dir>/submitit/)."""
+    from hyla.configs import ConfigError
+
     try:
         import submitit
     except ImportError:
-        raise RuntimeError("--launcher slurm needs submitit: pip install 'hyla[slurm]'") from None
-    executor = submitit.AutoExecutor(folder=Path(spec.out_dir) / "submitit", cluster="slurm")
+        raise ConfigError("--launcher slurm needs submitit: pip install 'hyla[slurm]'") from None
+    try:
+        executor = submitit.AutoExecutor(folder=Path(spec.out_dir) / "submitit", cluster="slurm")
+    except RuntimeError as e:  # no Slurm here
+        raise ConfigError(f"--launcher slurm: {e}") from None
     executor.update_parameters(**{"name": spec.name, "timeout_min": 240, **spec.slurm})
     return executor
 
@@ -316,20 +320,38 @@ def submit_sweep(spec: SweepSpec, executor, dry_run: bool = False) -> dict[str, 
     return jobs
 
 
+@dataclass
+class SweepOptions:
+    """Train a grid of runs from a sweep file (YAML, see `hyla/sweep.py`), skipping finished ones:
+    locally, several at once, or as Slurm jobs."""
+
+    spec: Positional[Path]
+    """sweep file (YAML)"""
+    launcher: Literal["local", "slurm"] = "local"
+    """where runs train"""
+    status: bool = False
+    """show which runs are done, running, pending and failed, and exit"""
+    parallel: int | None = None
+    """runs at once with the local launcher (overrides the file)"""
+    out_dir: str | None = None
+    """overrides the file's out_dir"""
+    dry_run: bool = False
+    """print the commands, run nothing"""
+
+    def __post_init__(self):
+        from hyla.configs import check_positive
+
+        check_positive(parallel=self.parallel)
+
+
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="hyla sweep", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("spec", help="sweep file (YAML)")
-    parser.add_argument("--launcher", choices=LAUNCHERS, default="local", help="where runs train (default: local)")
-    parser.add_argument("--status", action="store_true", help="show which runs are done, running, pending, failed")
-    parser.add_argument("--parallel", type=int, default=None, help="runs at once, local launcher (overrides the file)")
-    parser.add_argument("--out-dir", default=None, help="overrides the file's out_dir")
-    parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
-    args = parser.parse_args(argv)
+    from hyla.configs import ConfigError, parse_options
+
+    args = parse_options(SweepOptions, argv, "hyla sweep")
     try:
         spec = SweepSpec.load(args.spec)
     except (OSError, ValueError, yaml.YAMLError) as e:
-        print(f"hyla sweep: error: {e}", file=sys.stderr)
-        return 2
+        raise ConfigError(f"{args.spec}: {e}") from None
     if args.parallel:
         spec.parallel = args.parallel
     if args.out_dir:
@@ -338,11 +360,7 @@ def main(argv: list[str]) -> int:
         print_status(spec)
         return 0
     if args.launcher == "slurm":
-        try:
-            submit_sweep(spec, slurm_executor(spec), args.dry_run)
-        except RuntimeError as e:
-            print(f"hyla sweep: error: {e}", file=sys.stderr)
-            return 2
+        submit_sweep(spec, slurm_executor(spec), args.dry_run)
         return 0
     codes = run_sweep(spec, args.dry_run)
     return 1 if any(codes.values()) else 0

@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from hyla.sweep import SweepSpec, main, print_status, run_sweep, submit_sweep, sweep_status
+from hyla.sweep import SweepSpec, print_status, run_sweep, submit_sweep, sweep_status
 
 submitit = pytest.importorskip("submitit")
 
@@ -85,5 +85,8 @@ def test_status_groups_runs(tmp_path, capsys):
 def test_slurm_launcher_without_slurm_is_a_clear_error(tmp_path, capsys):
     spec_file = tmp_path / "s.yaml"
     spec_file.write_text(f"name: s\npreset: logic_cpu\nout_dir: {tmp_path / 'runs'}\nslurm: {{timeout_min: 5}}\n")
-    assert main([str(spec_file), "--launcher", "slurm"]) == 2
-    assert "slurm" in capsys.readouterr().err.lower()
+    from hyla.cli import main as hyla
+
+    assert hyla(["sweep", str(spec_file), "--launcher", "slurm"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "slurm" in err.lower() and len(err.splitlines()) == 1
