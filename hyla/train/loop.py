@@ -247,7 +247,7 @@ def _train(cfg: ExperimentConfig, ctx: DistContext, analysis_hook: AnalysisHook 
 
 
 def open_session(cfg: ExperimentConfig, ctx: DistContext, analysis_hook: AnalysisHook | None,
-                 packed: bool = False) -> tuple[RunDir, "TrainingLoop | None"]:
+                 packed: bool = False) -> tuple[RunDir, TrainingLoop | None]:
     """The run folder of `cfg` (new, or resumed from its checkpoint) and a loop ready to train it;
     no loop when the run is already complete. `packed`: the loop's steps come from a pack."""
     task = build_task(cfg)

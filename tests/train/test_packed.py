@@ -1,0 +1,161 @@
+"""Packed training: every member follows its solo run (to float32 rounding), a stopped or crashed
+pack resumes exactly, and a member's folder is an ordinary run folder.
+
+The pack: three members with different seeds (so different data, task splits and dropout masks),
+one with another learning rate and fewer steps (it finishes first and leaves the pack), dropout on.
+"""
+
+import json
+import signal
+from dataclasses import replace
+
+import pytest
+import torch
+from helpers_train import tiny_config
+from test_exact_resume import CrashAt, SignalAt, assert_same_run, stop_with, without_timing
+
+from hyla.configs import ConfigError, build_task, resolve_model
+from hyla.model import Transformer
+from hyla.results import aggregate, find_runs
+from hyla.train import checkpoint as ckpt
+from hyla.train import train
+from hyla.train.packed import train_packed
+
+# A member against its solo run: float32 rounding of batched vs solo kernels, over 20 steps.
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def member_configs(tmp_path, **train_overrides):
+    def member(name, seed, **overrides):
+        settings = {"steps": 20, "checkpoint_every": 7, **overrides, **train_overrides}
+        return replace(tiny_config(tmp_path, name=name, **settings), seed=seed)
+
+    return [member("a", 0), member("b", 1), member("c", 2, lr=3e-3, steps=15)]
+
+
+def resumed(cfgs):
+    return [replace(cfg, resume=True) for cfg in cfgs]
+
+
+@pytest.fixture(scope="module")
+def solo(tmp_path_factory):
+    return [train(cfg) for cfg in member_configs(tmp_path_factory.mktemp("solo"))]
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory):
+    return train_packed(member_configs(tmp_path_factory.mktemp("packed")))
+
+
+def assert_close_run(a, b) -> None:
+    """Weights, optimizer state, metrics records and summary equal to float32 rounding (timing aside)."""
+    state_a, state_b = (ckpt.load(r / "checkpoints" / "latest.pt") for r in (a, b))
+    assert state_a["progress"]["step"] == state_b["progress"]["step"]
+    for key in ("model", "optimizer", "scheduler"):
+        torch.testing.assert_close(state_a[key], state_b[key], rtol=RTOL, atol=ATOL, msg=key)
+    rows_a, rows_b = ([without_timing(json.loads(line)) for line in (r / "metrics.jsonl").read_text().splitlines()]
+                      for r in (a, b))
+    assert_close_values(rows_a, rows_b, "metrics.jsonl")
+    summary_a, summary_b = (without_timing(json.loads((r / "summary.json").read_text())) for r in (a, b))
+    assert summary_a["status"] == "completed"
+    assert_close_values(summary_a, summary_b, "summary")
+
+
+def assert_close_values(x, y, where: str) -> None:
+    """Equal structure, strings and integers; floats equal to RTOL / ATOL."""
+    if isinstance(x, dict):
+        assert isinstance(y, dict) and x.keys() == y.keys(), where
+        for key in x:
+            assert_close_values(x[key], y[key], f"{where}.{key}")
+    elif isinstance(x, list):
+        assert isinstance(y, list) and len(x) == len(y), where
+        for i, (u, v) in enumerate(zip(x, y)):
+            assert_close_values(u, v, f"{where}[{i}]")
+    elif isinstance(x, float):
+        assert y == pytest.approx(x, rel=RTOL, abs=ATOL), where
+    else:
+        assert x == y, where
+
+
+def test_each_member_follows_its_solo_run(solo, packed):
+    for alone, member in zip(solo, packed):
+        assert_close_run(alone, member)
+    files = {p.relative_to(solo[0]) for p in solo[0].rglob("*") if p.is_file()}
+    assert files == {p.relative_to(packed[0]) for p in packed[0].rglob("*") if p.is_file()}
+    assert json.loads((packed[0] / "env.json").read_text())["numerics"]["packed"] is True
+
+
+def test_members_differ_from_each_other(packed):
+    a, b = (ckpt.load(r / "checkpoints" / "latest.pt")["model"] for r in packed[:2])
+    assert not torch.allclose(a["embed.weight"], b["embed.weight"])
+
+
+@pytest.mark.parametrize("how, step", [("sigterm", 9), ("crash", 12)])
+def test_a_stopped_pack_resumes_exactly(tmp_path, monkeypatch, packed, how, step):
+    """SIGTERM: every member checkpoints after the step; a crash: they continue from the pack's last
+    checkpoint (step 7). Either way the resumed pack ends bit-identical to the uninterrupted one."""
+    stopper = (lambda task: SignalAt(task, "train", step, signal.SIGTERM)) if how == "sigterm" else (
+        lambda task: CrashAt(task, "train", step))
+    restore = stop_with(monkeypatch, lambda task: stopper(task) if task.seed == 1 else task)
+    cfgs = member_configs(tmp_path)
+    with pytest.raises(KeyboardInterrupt if how == "sigterm" else RuntimeError):
+        train_packed(cfgs)
+    restore()
+    summaries = [json.loads((tmp_path / cfg.name / "summary.json").read_text()) for cfg in cfgs]
+    assert {s["status"] for s in summaries} == {"interrupted" if how == "sigterm" else "failed"}
+    assert {s["checkpoint_step"] for s in summaries} == {step + 1 if how == "sigterm" else 7}
+    for member, reference in zip(train_packed(resumed(cfgs)), packed):
+        assert_same_run(reference, member)
+
+
+def test_a_member_folder_resumes_alone(tmp_path, solo):
+    cfgs = member_configs(tmp_path, stop_at=10)
+    runs = train_packed(cfgs)
+    assert {json.loads((r / "summary.json").read_text())["status"] for r in runs} == {"stopped"}
+    with pytest.warns(RuntimeWarning, match="packed None \\(was True\\)"):
+        alone = train(replace(cfgs[0], train=replace(cfgs[0].train, stop_at=0), resume=True))
+    assert_close_run(solo[0], alone)
+
+
+def test_results_aggregate_member_folders(packed):
+    runs = find_runs(packed[0].parent)
+    fields, rows = aggregate(runs)
+    assert len(runs) == 3 and "train.lr" in fields
+    assert sorted(row["n"] for row in rows) == [1, 2]  # a and b differ by seed only
+
+
+def test_a_completed_pack_is_skipped(packed):
+    before = {p: p.read_bytes() for r in packed for p in r.rglob("*") if p.is_file()}
+    cfgs = [replace(json_config(r), resume=True) for r in packed]
+    assert train_packed(cfgs) == packed
+    assert {p: p.read_bytes() for r in packed for p in r.rglob("*") if p.is_file()} == before
+
+
+def json_config(run):
+    from hyla.train import RunDir
+
+    return RunDir(run).read_config()
+
+
+def test_incompatible_members_are_refused(tmp_path):
+    a, b, _ = member_configs(tmp_path)
+    wider = replace(b, model=replace(b.model, dim=32))
+    with pytest.raises(ConfigError, match="cannot share a pack"):
+        train_packed([a, wider])
+    with pytest.raises(ConfigError, match="distinct names"):
+        train_packed([a, replace(b, name="a")])
+    with pytest.raises(ConfigError, match="train.compile"):
+        train_packed([a, replace(b, train=replace(b.train, compile=True))])
+    assert not any(tmp_path.iterdir())
+
+
+def test_drawn_dropout_masks_are_the_ones_a_training_forward_draws(tmp_path):
+    cfg = member_configs(tmp_path)[0]
+    model = Transformer(resolve_model(cfg.model, build_task(cfg))).train()
+    x = torch.randn(4, model.cfg.seq_len, model.cfg.input_dim)  # [B, T, input_dim]
+    torch.manual_seed(5)
+    drawn = model(x)
+    torch.manual_seed(5)
+    masks = model.draw_dropout_masks(x.shape[1])
+    assert [tuple(m.shape) for m in masks] == [(8, 8), (1, 8)]  # the last layer computes the read-out only
+    assert torch.equal(model(x, dropout_masks=masks), drawn)
