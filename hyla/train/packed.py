@@ -47,6 +47,7 @@ import copy
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -59,7 +60,7 @@ from hyla.nn.attention import MultiHeadAttention
 from hyla.nn.linear import Linear
 from hyla.train import distributed
 from hyla.train.loop import (
-    AnalysisHook, NonFiniteLossError, StopSignal, TrainingLoop, _process_settings, open_session,
+    AnalysisHook, NonFiniteLossError, StopSignal, Trainer, TrainingLoop, _process_settings, open_session,
 )
 from hyla.train.run_dir import RunDir
 
@@ -130,18 +131,52 @@ def vmappable_copy(model: Transformer) -> Transformer:
     return skeleton
 
 
-class Pack:
-    """The live members of a pack (their `TrainingLoop`s) and their joint update."""
+class PackedUpdate:
+    """One update of several members (their `Trainer`s) as one vmapped forward and backward."""
 
-    def __init__(self, loops: list[TrainingLoop]):
-        self.loops = loops
-        self.diverged: list[NonFiniteLossError] = []
-        self.skeleton = vmappable_copy(loops[0].trainer.model)
+    def __init__(self, model: Transformer):
+        self.skeleton = vmappable_copy(model)
         self.names = [name for name, _ in self.skeleton.named_parameters()]
         self.forward = vmap(self._member_forward)
 
     def _member_forward(self, params: dict, x: torch.Tensor, dropout_masks: list | None) -> torch.Tensor:
         return functional_call(self.skeleton, params, (x,), {"dropout_masks": dropout_masks})
+
+    def __call__(self, trainers: list[Trainer], steps: list[int]) -> list[tuple[torch.Tensor, torch.Tensor, Any]]:
+        """Update number steps[i] of trainers[i], for every i: the members' batches and parameters
+        are stacked, one vmapped forward and backward computes them all, then every member takes its
+        own AdamW step and schedule step. Returns each member's (loss, predictions, batch)."""
+        batches = [trainer.batch(step) for trainer, step in zip(trainers, steps)]
+        x = _stack([batch.x for batch in batches], "inputs")  # [M, B, T, ...]
+        masks = [_dropout_masks(trainer, step, x.shape[2]) for trainer, step in zip(trainers, steps)]
+        masks = None if masks[0] is None else [torch.stack(layer) for layer in zip(*masks)]  # per layer [M, Tq, Tk]
+        members = [dict(trainer.model.named_parameters()) for trainer in trainers]
+        params = {name: torch.stack([member[name] for member in members]) for name in self.names}  # [M, ...]
+        for trainer in trainers:
+            trainer.optimizer.zero_grad(set_to_none=True)
+        preds = self.forward(params, x, masks)  # [M, B, ...]
+        losses = [trainer.task.loss(pred, batch) for trainer, pred, batch in zip(trainers, preds, batches)]
+        torch.stack(losses).sum().backward()  # member i's loss reaches member i's parameters only
+        for trainer in trainers:
+            trainer.optimizer.step()
+            trainer.scheduler.step()
+        return [(loss.detach(), pred.detach(), batch) for loss, pred, batch in zip(losses, preds, batches)]
+
+
+def _dropout_masks(trainer: Trainer, step: int, seq_len: int) -> list[torch.Tensor] | None:
+    """The masks the member's solo run draws at `step` (its generator seeded the same way)."""
+    trainer.seed_dropout(step)
+    return trainer.model.draw_dropout_masks(seq_len)
+
+
+class Pack:
+    """The live members of a pack (their `TrainingLoop`s): steps them together, does each one's
+    records, finishes them one by one."""
+
+    def __init__(self, loops: list[TrainingLoop]):
+        self.loops = loops
+        self.update = PackedUpdate(loops[0].trainer.model)
+        self.diverged: list[NonFiniteLossError] = []
 
     def run(self) -> None:
         """Step the live members until each has reached its end, then raise for the diverged ones."""
@@ -169,36 +204,13 @@ class Pack:
             raise NonFiniteLossError("; ".join(map(str, self.diverged)))
 
     def step(self) -> None:
-        """One update of every live member, each at its own next step: one vmapped forward and
-        backward over the stacked parameters, then every member's own AdamW step and schedule."""
+        """One update of every live member, each at its own next step."""
         tick = time.perf_counter()
         steps = [loop.progress.step for loop in self.loops]
-        trainers = [loop.trainer for loop in self.loops]
-        batches = [trainer.batch(step) for trainer, step in zip(trainers, steps)]
-        x = _stack([batch.x for batch in batches], "inputs")  # [M, B, T, ...]
-        masks = [self._dropout_masks(trainer, step, x.shape[2]) for trainer, step in zip(trainers, steps)]
-        masks = None if masks[0] is None else [torch.stack(layer) for layer in zip(*masks)]  # per layer [M, Tq, Tk]
-        members = [dict(trainer.model.named_parameters()) for trainer in trainers]
-        params = {name: torch.stack([member[name] for member in members]) for name in self.names}  # [M, ...]
-        for trainer in trainers:
-            trainer.optimizer.zero_grad(set_to_none=True)
-        preds = self.forward(params, x, masks)  # [M, B, ...]
-        losses = [loop.task.loss(pred, batch) for loop, pred, batch in zip(self.loops, preds, batches)]
-        torch.stack(losses).sum().backward()  # member i's loss reaches member i's parameters only
-        for trainer in trainers:
-            trainer.optimizer.step()
-            trainer.scheduler.step()
+        results = self.update([loop.trainer for loop in self.loops], steps)
         elapsed = time.perf_counter() - tick
-        for loop, step, loss, pred, batch in zip(self.loops, steps, losses, preds, batches):
-            loop.record_step(step, loss.detach(), pred.detach(), batch, elapsed)
-
-    @staticmethod
-    def _dropout_masks(trainer, step: int, seq_len: int) -> list[torch.Tensor] | None:
-        """The masks the member's solo run draws at `step` (seeded the same way)."""
-        if trainer.model.cfg.attention_dropout == 0:
-            return None
-        trainer.seed_dropout(step)
-        return trainer.model.draw_dropout_masks(seq_len)
+        for loop, step, (loss, pred, batch) in zip(self.loops, steps, results):
+            loop.record_step(step, loss, pred, batch, elapsed)
 
     def _after_step(self, stopping: bool) -> None:
         """Each member's records; every member checkpoints when any is due (or on a stop), so a
@@ -231,4 +243,4 @@ def _stack(tensors: list[torch.Tensor], what: str) -> torch.Tensor:
     return torch.stack(tensors)
 
 
-__all__ = ["train_packed", "pack_key", "Pack", "vmappable_copy"]
+__all__ = ["train_packed", "pack_key", "Pack", "PackedUpdate", "vmappable_copy"]
