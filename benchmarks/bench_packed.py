@@ -11,8 +11,9 @@ schedule) of members with seeds 0..N-1; "solo" is the ordinary `Trainer.step` of
 Correctness first: before any timing, the members of every pack take 3 updates beside solo copies
 of themselves; their weights must agree to rtol 1e-4 / atol 1e-5, else no ratio is reported.
 Timing: after a warm-up update, `--repeats` rounds of windows of `--steps` updates, each round
-timing every case in turn (so a shared machine's load falls on all of them alike); reported is the
-median window of each case as model-steps/s (pack steps/s x N) and its ratio to solo.
+timing every case in turn (so a shared machine's load falls on all of them alike). Reported: each
+case's median window as model-steps/s (pack steps/s x N), and its ratio to solo as the median over
+the rounds of the ratio within a round (robust to load that changes between rounds).
 """
 
 from __future__ import annotations
@@ -128,10 +129,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"round {round_ + 1}/{args.repeats}: "
               + ", ".join(f"{c.name} {args.steps / c.windows[-1]:.2f} steps/s" for c in cases), file=sys.stderr)
     rows = [case.row(args.steps) for case in cases]
-    solo = rows[0]["model_steps_per_second"]
-    for row in rows[1:]:
-        row["correct"] = correct[row["pack_size"]]
-        row["vs_solo"] = row["model_steps_per_second"] / solo if row["correct"] else None
+    solo = cases[0].windows
+    for case, row in zip(cases[1:], rows[1:]):
+        row["correct"] = correct[case.size]
+        ratios = [case.size * solo_s / packed_s for solo_s, packed_s in zip(solo, case.windows)]
+        row["vs_solo_per_round"] = ratios
+        row["vs_solo"] = statistics.median(ratios) if row["correct"] else None
     info["load_average_end"] = os.getloadavg()
     print(table(rows))
     if args.out:

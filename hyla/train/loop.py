@@ -190,7 +190,7 @@ def train(cfg: ExperimentConfig, analysis_hook: AnalysisHook | None = None) -> P
         raise ConfigError("train.analysis_every > 0 needs an analysis hook: train(cfg, hyla.analysis.analysis_hook)")
     ctx = distributed.setup(cfg.train.device)
     try:
-        with _process_settings(cfg, ctx):
+        with process_settings(cfg, ctx):
             return _train(cfg, ctx, analysis_hook)
     finally:
         distributed.teardown(ctx)
@@ -206,7 +206,7 @@ def numerics(cfg: ExperimentConfig, ctx: DistContext, packed: bool = False) -> d
 
 
 @contextmanager
-def _process_settings(cfg: ExperimentConfig, ctx: DistContext):
+def process_settings(cfg: ExperimentConfig, ctx: DistContext):
     """Threads, deterministic mode, the compiler flag and the global RNG for the duration of a run,
     restored afterwards."""
     threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()

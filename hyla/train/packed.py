@@ -60,7 +60,7 @@ from hyla.nn.attention import MultiHeadAttention
 from hyla.nn.linear import Linear
 from hyla.train import distributed
 from hyla.train.loop import (
-    AnalysisHook, NonFiniteLossError, StopSignal, Trainer, TrainingLoop, _process_settings, open_session,
+    AnalysisHook, NonFiniteLossError, StopSignal, Trainer, TrainingLoop, process_settings, open_session,
 )
 from hyla.train.run_dir import RunDir
 
@@ -86,7 +86,7 @@ def train_packed(cfgs: list[ExperimentConfig], analysis_hook: AnalysisHook | Non
     try:
         if ctx.distributed:
             raise ConfigError("packed training runs in one process: launch it without torchrun")
-        with _process_settings(cfgs[0], ctx):
+        with process_settings(cfgs[0], ctx):
             sessions = [open_session(cfg, ctx, analysis_hook, packed=True) for cfg in cfgs]
             loops = [loop for _, loop in sessions if loop is not None]
             if loops:
