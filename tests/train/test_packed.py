@@ -2,7 +2,8 @@
 pack resumes exactly, and a member's folder is an ordinary run folder.
 
 The pack: three members with different seeds (so different data, task splits and dropout masks),
-one with another learning rate and fewer steps (it finishes first and leaves the pack), dropout on.
+one with another learning rate, checkpoint interval and fewer steps (it finishes first and leaves
+the pack), dropout on.
 """
 
 import json
@@ -18,7 +19,7 @@ from hyla.configs import ConfigError, build_task, resolve_model
 from hyla.model import Transformer
 from hyla.results import aggregate, find_runs
 from hyla.train import checkpoint as ckpt
-from hyla.train import train
+from hyla.train import NonFiniteLossError, RunDir, train
 from hyla.train.packed import train_packed
 
 # A member against its solo run: float32 rounding of batched vs solo kernels, over 20 steps.
@@ -30,7 +31,7 @@ def member_configs(tmp_path, **train_overrides):
         settings = {"steps": 20, "checkpoint_every": 7, **overrides, **train_overrides}
         return replace(tiny_config(tmp_path, name=name, **settings), seed=seed)
 
-    return [member("a", 0), member("b", 1), member("c", 2, lr=3e-3, steps=15)]
+    return [member("a", 0), member("b", 1), member("c", 2, lr=3e-3, steps=15, checkpoint_every=5)]
 
 
 def resumed(cfgs):
@@ -93,7 +94,8 @@ def test_members_differ_from_each_other(packed):
 @pytest.mark.parametrize("how, step", [("sigterm", 9), ("crash", 12)])
 def test_a_stopped_pack_resumes_exactly(tmp_path, monkeypatch, packed, how, step):
     """SIGTERM: every member checkpoints after the step; a crash: they continue from the pack's last
-    checkpoint (step 7). Either way the resumed pack ends bit-identical to the uninterrupted one."""
+    checkpoint (step 10: member c's is due, so all checkpoint). Either way the resumed pack ends
+    bit-identical to the uninterrupted one."""
     stopper = (lambda task: SignalAt(task, "train", step, signal.SIGTERM)) if how == "sigterm" else (
         lambda task: CrashAt(task, "train", step))
     restore = stop_with(monkeypatch, lambda task: stopper(task) if task.seed == 1 else task)
@@ -103,9 +105,38 @@ def test_a_stopped_pack_resumes_exactly(tmp_path, monkeypatch, packed, how, step
     restore()
     summaries = [json.loads((tmp_path / cfg.name / "summary.json").read_text()) for cfg in cfgs]
     assert {s["status"] for s in summaries} == {"interrupted" if how == "sigterm" else "failed"}
-    assert {s["checkpoint_step"] for s in summaries} == {step + 1 if how == "sigterm" else 7}
+    assert {s["checkpoint_step"] for s in summaries} == {step + 1 if how == "sigterm" else 10}
     for member, reference in zip(train_packed(resumed(cfgs)), packed):
         assert_same_run(reference, member)
+
+
+def test_stop_at_then_a_packed_resume_is_exact(tmp_path, packed):
+    cfgs = member_configs(tmp_path, stop_at=10)
+    train_packed(cfgs)
+    continued = [replace(cfg, train=replace(cfg.train, stop_at=0)) for cfg in cfgs]
+    for member, reference in zip(train_packed(resumed(continued)), packed):
+        assert_same_run(reference, member)
+
+
+class NanFrom(SignalAt):
+    """Wraps a task: its training inputs are NaN from batch `step` on."""
+
+    def batch(self, split, batch_size, step, rank=0, world_size=1):
+        batch = self.task.batch(split, batch_size, step, rank, world_size)
+        if split == self.split and step >= self.step:
+            batch.x.fill_(float("nan"))
+        return batch
+
+
+def test_a_diverged_member_leaves_and_the_others_finish(tmp_path, monkeypatch, solo):
+    restore = stop_with(monkeypatch, lambda task: NanFrom(task, "train", 7) if task.seed == 1 else task)
+    with pytest.raises(NonFiniteLossError, match="last good checkpoint \\(step 7\\)"):
+        train_packed(member_configs(tmp_path))
+    restore()
+    summary = json.loads((tmp_path / "b" / "summary.json").read_text())
+    assert summary["status"] == "diverged" and summary["step"] == 10
+    for alone, name in ((solo[0], "a"), (solo[2], "c")):
+        assert_close_run(alone, tmp_path / name)
 
 
 def test_a_member_folder_resumes_alone(tmp_path, solo):
@@ -126,15 +157,9 @@ def test_results_aggregate_member_folders(packed):
 
 def test_a_completed_pack_is_skipped(packed):
     before = {p: p.read_bytes() for r in packed for p in r.rglob("*") if p.is_file()}
-    cfgs = [replace(json_config(r), resume=True) for r in packed]
+    cfgs = [replace(RunDir(r).read_config(), resume=True) for r in packed]
     assert train_packed(cfgs) == packed
     assert {p: p.read_bytes() for r in packed for p in r.rglob("*") if p.is_file()} == before
-
-
-def json_config(run):
-    from hyla.train import RunDir
-
-    return RunDir(run).read_config()
 
 
 def test_incompatible_members_are_refused(tmp_path):
