@@ -1,6 +1,7 @@
 """Packed training: runs of one architecture train together, as one batched model in one process.
 
     train_packed([cfg, ...]) -> [run folder, ...]
+    plan_packs([cfg, ...], size) -> [[cfg, ...], ...]    group runs into packs (`hyla sweep --pack`)
 
 The paper's models are tiny (~0.4M parameters): one run leaves a GPU mostly idle. A pack trains N
 runs with one forward and one backward per step over a member axis (`torch.func.vmap`), so one
@@ -74,6 +75,25 @@ def pack_key(cfg: ExperimentConfig) -> tuple:
     model = resolve_model(cfg.model, build_task(cfg))
     return (cfg.task, tuple(sorted(asdict(model).items())), cfg.train.batch_size,
             *(getattr(cfg.train, name) for name in PROCESS_SETTINGS))
+
+
+def plan_packs(cfgs: list[ExperimentConfig], size: int) -> list[list[ExperimentConfig]]:
+    """`cfgs` in packs of at most `size` members, in their order: grouped by `pack_key` and by the
+    step a run resumes from (0 for a new run), so that the members of a stopped pack, which all
+    checkpointed at one step, form a pack again."""
+    if size < 1:
+        raise ConfigError(f"a pack needs at least one member, got size {size}")
+    groups: dict[tuple, list[ExperimentConfig]] = {}
+    for cfg in cfgs:
+        groups.setdefault((pack_key(cfg), _resume_step(cfg)), []).append(cfg)
+    return [group[i:i + size] for group in groups.values() for i in range(0, len(group), size)]
+
+
+def _resume_step(cfg: ExperimentConfig) -> int:
+    run = RunDir.for_config(cfg)
+    if not cfg.resume or not (run.checkpoint_file.exists() or run.previous_checkpoint_file.exists()):
+        return 0
+    return run.load_checkpoint()[0]["progress"]["step"]
 
 
 def train_packed(cfgs: list[ExperimentConfig], analysis_hook: AnalysisHook | None = None) -> list[Path]:
@@ -243,4 +263,4 @@ def _stack(tensors: list[torch.Tensor], what: str) -> torch.Tensor:
     return torch.stack(tensors)
 
 
-__all__ = ["train_packed", "pack_key", "Pack", "PackedUpdate", "vmappable_copy"]
+__all__ = ["train_packed", "pack_key", "plan_packs", "Pack", "PackedUpdate", "vmappable_copy"]

@@ -20,7 +20,7 @@ from hyla.model import Transformer
 from hyla.results import aggregate, find_runs
 from hyla.train import checkpoint as ckpt
 from hyla.train import NonFiniteLossError, RunDir, train
-from hyla.train.packed import train_packed
+from hyla.train.packed import plan_packs, train_packed
 
 # A member against its solo run: float32 rounding of batched vs solo kernels, over 20 steps.
 RTOL, ATOL = 1e-4, 1e-5
@@ -172,6 +172,16 @@ def test_incompatible_members_are_refused(tmp_path):
     with pytest.raises(ConfigError, match="train.compile"):
         train_packed([a, replace(b, train=replace(b.train, compile=True))])
     assert not any(tmp_path.iterdir())
+
+
+def test_plan_packs_groups_compatible_runs_and_stopped_packs(tmp_path):
+    a, b, c = member_configs(tmp_path)
+    wide = replace(c, name="wide", model=replace(c.model, dim=32))
+    plan = plan_packs([a, wide, b, c], 2)
+    assert [[cfg.name for cfg in pack] for pack in plan] == [["a", "b"], ["c"], ["wide"]]
+    train_packed([replace(a, train=replace(a.train, stop_at=7))])
+    plan = plan_packs(resumed([a, b, c]), 3)  # a resumes from step 7: not with b and c, which start
+    assert [[cfg.name for cfg in pack] for pack in plan] == [["a"], ["b", "c"]]
 
 
 def test_drawn_dropout_masks_are_the_ones_a_training_forward_draws(tmp_path):
