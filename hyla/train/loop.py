@@ -1,8 +1,9 @@
 """The training loop: `train(cfg) -> run folder`.
 
-Read `_train` top to bottom: build the task and model, open the run folder (fresh or from its
-checkpoint), then per step: one update, and when due a training record, an evaluation, an
-analysis and a checkpoint; at the end the final evaluation and `summary.json`.
+Read `open_session` and then `TrainingLoop.run` top to bottom: build the task and model, open the
+run folder (fresh or from its checkpoint), then per step: one update, and when due a training
+record, an evaluation, an analysis and a checkpoint (`after_step`); at the end the final
+evaluation and `summary.json`. (`hyla.train.packed` steps several runs' loops together.)
 
 What is guaranteed (tests/train/test_exact_resume.py checks each):
 - A run is a pure function of its config and its numerics (threads, device, compile, deterministic
@@ -281,9 +282,9 @@ class TrainingLoop:
     `record_step`, `after_step`, `finish`, `diverged`, `record_stop` and `close`."""
 
     def __init__(self, cfg, task, trainer: Trainer, run: RunDir, progress: Progress, ctx: DistContext,
-                 analysis_hook: AnalysisHook | None, settings: dict[str, Any]):
+                 analysis_hook: AnalysisHook | None, numerics: dict[str, Any]):
         self.cfg, self.task, self.trainer, self.run_dir, self.progress, self.ctx = cfg, task, trainer, run, progress, ctx
-        self.analysis_hook, self.numerics = analysis_hook, settings
+        self.analysis_hook, self.numerics = analysis_hook, numerics  # as numerics() gave them
         t = cfg.train
         self.end = t.stop_at if progress.step < t.stop_at < t.steps else t.steps
         self.pending: list[torch.Tensor] = []  # this rank's losses not yet reduced into progress

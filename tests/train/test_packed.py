@@ -19,7 +19,7 @@ from hyla.configs import ConfigError, build_task, resolve_model
 from hyla.model import Transformer
 from hyla.results import aggregate, find_runs
 from hyla.train import checkpoint as ckpt
-from hyla.train import NonFiniteLossError, RunDir, train
+from hyla.train import NonFiniteLossError, RunDir, load_run, train
 from hyla.train.packed import plan_packs, train_packed
 
 # A member against its solo run: float32 rounding of batched vs solo kernels, over 20 steps.
@@ -148,7 +148,10 @@ def test_a_member_folder_resumes_alone(tmp_path, solo):
     assert_close_run(solo[0], alone)
 
 
-def test_results_aggregate_member_folders(packed):
+def test_results_and_load_run_read_member_folders(packed):
+    cfg, model, _ = load_run(packed[2])
+    assert cfg.name == "c" and torch.equal(model.embed.weight, ckpt.load(packed[2] / "checkpoints" / "latest.pt")[
+        "model"]["embed.weight"])
     runs = find_runs(packed[0].parent)
     fields, rows = aggregate(runs)
     assert len(runs) == 3 and "train.lr" in fields
