@@ -10,9 +10,10 @@ schedule) of members with seeds 0..N-1; "solo" is the ordinary `Trainer.step` of
 
 Correctness first: before any timing, the members of every pack take 5 updates beside solo copies
 of themselves; the training losses of every update (dropout on) and then the predictions on a
-validation batch must agree to rtol 1e-4 / atol 1e-5, else no ratio is reported. (Predictions, not weights: a parameter the loss does not depend on,
-such as the key bias under softmax, gets Adam updates from rounding noise in both runs, which
-differ by up to the learning rate; see hyla/train/packed.py.)
+validation batch must agree to rtol 1e-4 / atol 1e-5, else no ratio is reported. (Predictions,
+not weights: a parameter the loss does not depend on, such as the key bias under softmax, gets
+Adam updates from rounding noise in both runs, which differ by up to the learning rate; see
+hyla/train/packed.py.)
 Timing: after a warm-up update, `--repeats` rounds of windows of `--steps` updates, each round
 timing every case in turn (so a shared machine's load falls on all of them alike). Reported: each
 case's median window as model-steps/s (pack steps/s x N), and its ratio to solo as the median over

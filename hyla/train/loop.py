@@ -99,7 +99,8 @@ class Trainer:
 
     def batch(self, step: int):
         """This rank's slice of training batch number `step`, on the device."""
-        return self.task.batch("train", self.cfg.train.batch_size, step, self.ctx.rank, self.ctx.world_size).to(self.ctx.device)
+        batch = self.task.batch("train", self.cfg.train.batch_size, step, self.ctx.rank, self.ctx.world_size)
+        return batch.to(self.ctx.device)
 
     def seed_dropout(self, step: int) -> None:
         """Attention dropout draws from the global generator: seed it from the step, so the masks do

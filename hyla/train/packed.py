@@ -65,7 +65,7 @@ from hyla.nn.attention import MultiHeadAttention
 from hyla.nn.linear import Linear
 from hyla.train import distributed
 from hyla.train.loop import (
-    AnalysisHook, NonFiniteLossError, StopSignal, Trainer, TrainingLoop, process_settings, open_session,
+    AnalysisHook, NonFiniteLossError, StopSignal, Trainer, TrainingLoop, open_session, process_settings,
 )
 from hyla.train.run_dir import RunDir
 
@@ -131,7 +131,8 @@ def _check_pack(cfgs: list[ExperimentConfig], analysis_hook) -> list[ExperimentC
     keys = [pack_key(cfg) for cfg in cfgs]
     for cfg, key in zip(cfgs[1:], keys[1:]):
         if key != keys[0]:
-            raise ConfigError(f"run {cfg.name or cfg.seed!r} cannot share a pack with {cfgs[0].name or cfgs[0].seed!r}: "
+            first = cfgs[0].name or cfgs[0].seed
+            raise ConfigError(f"run {cfg.name or cfg.seed!r} cannot share a pack with {first!r}: "
                               f"members need the same task, model, batch size and train.{'/'.join(PROCESS_SETTINGS)}")
     folders = [RunDir.for_config(cfg).path for cfg in cfgs if cfg.name]
     if len(set(folders)) < len(folders):
@@ -267,4 +268,4 @@ def _stack(tensors: list[torch.Tensor], what: str) -> torch.Tensor:
     return torch.stack(tensors)
 
 
-__all__ = ["train_packed", "pack_key", "plan_packs", "Pack", "PackedUpdate", "vmappable_copy"]
+__all__ = ["Pack", "PackedUpdate", "pack_key", "plan_packs", "train_packed", "vmappable_copy"]

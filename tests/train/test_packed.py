@@ -18,8 +18,8 @@ from test_exact_resume import CrashAt, SignalAt, assert_same_run, stop_with, wit
 from hyla.configs import ConfigError, build_task, resolve_model
 from hyla.model import Transformer
 from hyla.results import aggregate, find_runs
-from hyla.train import checkpoint as ckpt
 from hyla.train import NonFiniteLossError, RunDir, load_run, train
+from hyla.train import checkpoint as ckpt
 from hyla.train.packed import plan_packs, train_packed
 
 # A member against its solo run: float32 rounding of batched vs solo kernels, over 20 steps.
