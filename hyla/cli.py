@@ -29,13 +29,27 @@ COMMANDS: dict[str, tuple[str, str]] = {
 def usage() -> str:
     width = max(map(len, COMMANDS))
     lines = [f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items()]
-    return "usage: hyla COMMAND [ARGS]  (hyla COMMAND --help for details)\n\ncommands:\n" + "\n".join(lines)
+    return "usage: hyla COMMAND [ARGS]  (hyla COMMAND --help for details; hyla --version)\n\ncommands:\n" + "\n".join(lines)
+
+
+def version() -> str:
+    """The installed distribution's version (from its metadata: one source, pyproject.toml)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as distribution_version
+
+    try:
+        return distribution_version("hyla")
+    except PackageNotFoundError:
+        return "unknown (not installed; pip install -e .)"
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage())
+        return 0
+    if argv[0] == "--version":
+        print(f"hyla {version()}")
         return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:

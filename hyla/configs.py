@@ -187,6 +187,8 @@ class TrainConfig:
     (a function of the machine, never of timing: the same command gives the same weights)"""
     tensorboard: bool = False
     """also log to TensorBoard (needs the tensorboard package)"""
+    wandb: str = ""
+    """also log to this Weights & Biases project ("": off; needs the wandb package; WANDB_MODE=offline works)"""
     progress: bool = True
     """show a progress bar"""
 
@@ -220,7 +222,7 @@ class ExperimentConfig:
 
 # Settings that may change when a run is resumed: they do not change what the run computes (threads,
 # device and compile settings may change its floating-point rounding: resume warns).
-RESUMABLE_CHANGES = ("resume", "train.stop_at", "train.progress", "train.tensorboard", "train.threads",
+RESUMABLE_CHANGES = ("resume", "train.stop_at", "train.progress", "train.tensorboard", "train.wandb", "train.threads",
                      "train.analysis_every", "train.analysis_samples",
                      "train.log_every", "train.eval_every", "train.eval_samples", "train.final_eval_samples",
                      "train.eval_batch_size", "train.checkpoint_every", "train.compile", "train.compile_mode",

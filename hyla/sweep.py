@@ -1,4 +1,4 @@
-"""`hyla sweep FILE`: a grid of runs (preset × grid × seeds), several at once, restartable.
+"""`hyla sweep FILE`: a grid of runs (preset × grid × seeds), on this machine or on a Slurm cluster, restartable.
 
 A sweep file (YAML) looks like
 
@@ -9,20 +9,36 @@ A sweep file (YAML) looks like
     overrides: {train.steps: 3000}        # applied to every run
     grid:                                  # cartesian product; a list of such dicts = their union
       model.mixer: [softmax, linear, hyla]
-    parallel: 2                            # runs at once (default: 1)
+    parallel: 2                            # runs at once with the local launcher (default: 1)
+    slurm: {timeout_min: 240, slurm_partition: gpu, gpus_per_node: 1, cpus_per_task: 8}  # optional
 
 Every run is a subprocess `hyla train` (or `hyla resume` when a checkpoint exists) writing to
 `<out_dir>/<run name>`, with its output in `<out_dir>/<run name>.log`. Completed runs are
 skipped, so re-running the same command after an interruption finishes the sweep.
+
+Launchers (`--launcher`): `local` (default) runs `parallel` runs at once here and waits;
+`slurm` submits each run as a Slurm job (an array job, through submitit: pip install
+'hyla[slurm]') and returns. The `slurm` section holds submitit's parameters (timeout_min,
+cpus_per_task, gpus_per_node, mem_gb, slurm_partition, slurm_account, ...; timeout_min defaults
+to 240). A job that is preempted or reaches its time limit gets the signal first: its training
+saves a checkpoint, and the job is requeued and resumes from it.
+
+`hyla sweep SPEC --status` shows each run as done, running, pending (not started, queued, or
+stopped and resumable) or failed, from the run folders: summary.json's status, and
+`<run name>.running` (written while a job trains) and `<run name>.job` (a queued Slurm job).
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import os
+import signal
+import socket
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +47,8 @@ from typing import Any
 import yaml
 from tqdm import tqdm
 
-SPEC_KEYS = ("name", "preset", "out_dir", "seeds", "overrides", "grid", "parallel")
+SPEC_KEYS = ("name", "preset", "out_dir", "seeds", "overrides", "grid", "parallel", "slurm")
+LAUNCHERS = ("local", "slurm")
 
 
 @dataclass
@@ -50,6 +67,7 @@ class SweepSpec:
     overrides: dict[str, Any] = field(default_factory=dict)
     grid: list[dict[str, list]] = field(default_factory=lambda: [{}])
     parallel: int = 1
+    slurm: dict[str, Any] = field(default_factory=dict)
 
     @staticmethod
     def load(path: str | Path) -> "SweepSpec":
@@ -69,7 +87,7 @@ class SweepSpec:
         return SweepSpec(
             name=data["name"], preset=data["preset"], out_dir=data.get("out_dir") or f"runs/{data['name']}",
             seeds=list(data.get("seeds", [0])), overrides=dict(data.get("overrides") or {}), grid=grids,
-            parallel=int(data.get("parallel", 1)),
+            parallel=int(data.get("parallel", 1)), slurm=dict(data.get("slurm") or {}),
         )
 
     def runs(self) -> list[Run]:
@@ -109,23 +127,143 @@ def run_command(spec: SweepSpec, run: Run, threads: int) -> list[str]:
 
 
 def run_status(run_dir: Path) -> str:
-    """completed | partial (has a checkpoint) | new."""
-    import json
-
+    """summary.json's status (completed | stopped | interrupted | diverged | failed), else partial
+    (a checkpoint, no summary: killed) or new."""
     summary = run_dir / "summary.json"
-    if summary.exists() and json.loads(summary.read_text()).get("status") == "completed":
-        return "completed"
+    if summary.exists():
+        return json.loads(summary.read_text()).get("status", "new")
     return "partial" if (run_dir / "checkpoints" / "latest.pt").exists() else "new"
 
 
+def _marker(spec: SweepSpec, run: Run, kind: str) -> Path:
+    """`<out_dir>/<run>.running` (a job trains it now) or `<out_dir>/<run>.job` (queued on Slurm)."""
+    return Path(spec.out_dir) / f"{run.name}.{kind}"
+
+
+def _write_marker(path: Path, **info) -> None:
+    """Atomically (`--status` may read it at any moment): host, time and `info` as JSON."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps({"host": socket.gethostname(), "time": time.strftime("%Y-%m-%dT%H:%M:%S"), **info}))
+    os.replace(tmp, path)
+
+
+def _running(marker: Path) -> bool:
+    """The marker exists and, if it was written on this host, its process is alive."""
+    if not marker.exists():
+        return False
+    info = json.loads(marker.read_text() or "{}")
+    if info.get("host") != socket.gethostname():
+        return True
+    try:
+        os.kill(info["pid"], 0)
+    except (ProcessLookupError, KeyError):
+        return False  # left behind by a killed job
+    except PermissionError:
+        pass
+    return True
+
+
+def sweep_status(spec: SweepSpec) -> dict[str, str]:
+    """{run name: running | queued | completed | stopped | interrupted | diverged | failed | partial | new}."""
+    out, states = Path(spec.out_dir), {}
+    for run in spec.runs():
+        status = run_status(out / run.name)
+        job, summary = _marker(spec, run, "job"), out / run.name / "summary.json"
+        if _running(_marker(spec, run, "running")):
+            status = "running"
+        elif job.exists() and (not summary.exists() or job.stat().st_mtime > summary.stat().st_mtime):
+            status = "queued"
+        states[run.name] = status
+    return states
+
+
+STATUS_GROUPS = {"completed": "done", "running": "running", "diverged": "failed", "failed": "failed"}  # else pending
+
+
+def print_status(spec: SweepSpec) -> dict[str, int]:
+    """A line per run and the counts of done / running / pending / failed runs; returns the counts."""
+    states = sweep_status(spec)
+    width = max(map(len, states), default=0)
+    for name, state in states.items():
+        summary_file = Path(spec.out_dir) / name / "summary.json"
+        summary = json.loads(summary_file.read_text()) if summary_file.exists() else {}
+        progress = f"step {summary['step']}/{summary['steps']}" if "step" in summary and state != "running" else ""
+        print(f"{name:<{width}}  {STATUS_GROUPS.get(state, 'pending'):<8} {state:<12} {progress}".rstrip())
+    counts = {group: 0 for group in ("done", "running", "pending", "failed")}
+    for state in states.values():
+        counts[STATUS_GROUPS.get(state, "pending")] += 1
+    print(f"sweep {spec.name}: " + ", ".join(f"{n} {group}" for group, n in counts.items()) + f" ({spec.out_dir})")
+    return counts
+
+
+class RunJob:
+    """Trains one run of a sweep in a subprocess, logging to `<run>.log`; what every launcher runs.
+
+    Returns the exit code. Under submitit (Slurm), a preemption or the time limit calls `checkpoint`
+    first: the training gets SIGTERM (it saves a checkpoint and exits) and the returned copy of
+    this job is requeued; it resumes, because `run_command` resumes a run that has a checkpoint.
+    """
+
+    def __init__(self, spec: SweepSpec, run: Run, threads: int):
+        self.spec, self.run, self.threads = spec, run, threads
+        self.process: subprocess.Popen | None = None
+
+    def __call__(self) -> int:
+        marker = _marker(self.spec, self.run, "running")
+        _write_marker(marker, pid=os.getpid(), job_id=os.environ.get("SLURM_JOB_ID"))
+        try:
+            with open(Path(self.spec.out_dir) / f"{self.run.name}.log", "a") as log:
+                self.process = subprocess.Popen(run_command(self.spec, self.run, self.threads), stdout=log,
+                                                stderr=subprocess.STDOUT)
+                return self.process.wait()
+        finally:
+            marker.unlink(missing_ok=True)
+
+    def checkpoint(self, *args, **kwargs):
+        import submitit
+
+        if self.process is not None:
+            _stop(self.process.pid)
+        job_file = _marker(self.spec, self.run, "job")
+        if job_file.exists():
+            job_file.touch()  # queued again: newer than the summary the interrupted training wrote
+        return submitit.helpers.DelayedSubmission(RunJob(self.spec, self.run, self.threads))
+
+    def __getstate__(self):
+        return {**self.__dict__, "process": None}  # a process handle does not travel to the requeued job
+
+
+def _stop(pid: int, timeout: float = 60.0) -> None:
+    """SIGTERM the training (it saves a checkpoint at the end of its step) and wait for it to exit;
+    SIGKILL after `timeout` s (Slurm's warning comes 90 s before its kill). Waits with os.waitpid,
+    not Popen.wait: this runs in a signal handler that interrupted a Popen.wait holding its lock."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                return
+            time.sleep(0.1)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass  # it had already exited
+
+
+def _todo(spec: SweepSpec) -> list[Run]:
+    """The runs to launch: not completed, not running now, not queued."""
+    states = sweep_status(spec)
+    return [r for r in spec.runs() if states[r.name] not in ("completed", "running", "queued")]
+
+
 def run_sweep(spec: SweepSpec, dry_run: bool = False) -> dict[str, int]:
-    """Train every run of the sweep that is not complete; returns {run name: exit code}."""
+    """Train every run of the sweep that is not complete, here; returns {run name: exit code}."""
     out = Path(spec.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    runs = spec.runs()
-    todo = [r for r in runs if run_status(out / r.name) != "completed"]
+    runs, todo = spec.runs(), _todo(spec)
     threads = max(1, (os.cpu_count() or 1) // max(1, spec.parallel))
-    print(f"sweep {spec.name}: {len(runs)} runs, {len(runs) - len(todo)} complete, {len(todo)} to run "
+    print(f"sweep {spec.name}: {len(runs)} runs, {len(runs) - len(todo)} complete or under way, {len(todo)} to run "
           f"({spec.parallel} at once, {threads} threads each) in {out}")
     if dry_run:
         for r in todo:
@@ -133,9 +271,7 @@ def run_sweep(spec: SweepSpec, dry_run: bool = False) -> dict[str, int]:
         return {}
 
     def launch(run: Run) -> tuple[str, int]:
-        with open(out / f"{run.name}.log", "a") as log:
-            code = subprocess.run(run_command(spec, run, threads), stdout=log, stderr=subprocess.STDOUT).returncode
-        return run.name, code
+        return run.name, RunJob(spec, run, threads)()
 
     codes = {}
     with ThreadPoolExecutor(max_workers=max(1, spec.parallel)) as pool, tqdm(total=len(todo), unit="run") as bar:
@@ -149,10 +285,43 @@ def run_sweep(spec: SweepSpec, dry_run: bool = False) -> dict[str, int]:
     return codes
 
 
+def slurm_executor(spec: SweepSpec):
+    """A submitit executor for Slurm with the spec's `slurm` parameters (job logs in <out_dir>/submitit/)."""
+    try:
+        import submitit
+    except ImportError:
+        raise RuntimeError("--launcher slurm needs submitit: pip install 'hyla[slurm]'") from None
+    executor = submitit.AutoExecutor(folder=Path(spec.out_dir) / "submitit", cluster="slurm")
+    executor.update_parameters(**{"name": spec.name, "timeout_min": 240, **spec.slurm})
+    return executor
+
+
+def submit_sweep(spec: SweepSpec, executor, dry_run: bool = False) -> dict[str, Any]:
+    """Submit every run that is not complete, running or queued as a job of `executor` (a submitit
+    executor: Slurm, or the local one in tests), all in one array; returns {run name: job}."""
+    Path(spec.out_dir).mkdir(parents=True, exist_ok=True)
+    todo = _todo(spec)
+    threads = int(spec.slurm.get("cpus_per_task", 0))  # 0: torch's default
+    print(f"sweep {spec.name}: {len(spec.runs())} runs, {len(todo)} to submit")
+    if dry_run or not todo:
+        for r in todo if dry_run else []:
+            print(" ".join(run_command(spec, r, threads)))
+        return {}
+    with executor.batch():
+        jobs = {r.name: executor.submit(RunJob(spec, r, threads)) for r in todo}
+    for run in todo:
+        _write_marker(_marker(spec, run, "job"), job_id=jobs[run.name].job_id)
+    print(f"submitted {len(jobs)} jobs ({', '.join(sorted({j.job_id.split('_')[0] for j in jobs.values()}))}); "
+          f"follow them with: hyla sweep SPEC --status")
+    return jobs
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="hyla sweep", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("spec", help="sweep file (YAML)")
-    parser.add_argument("--parallel", type=int, default=None, help="runs at once (overrides the file)")
+    parser.add_argument("--launcher", choices=LAUNCHERS, default="local", help="where runs train (default: local)")
+    parser.add_argument("--status", action="store_true", help="show which runs are done, running, pending, failed")
+    parser.add_argument("--parallel", type=int, default=None, help="runs at once, local launcher (overrides the file)")
     parser.add_argument("--out-dir", default=None, help="overrides the file's out_dir")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     args = parser.parse_args(argv)
@@ -165,5 +334,15 @@ def main(argv: list[str]) -> int:
         spec.parallel = args.parallel
     if args.out_dir:
         spec.out_dir = args.out_dir
+    if args.status:
+        print_status(spec)
+        return 0
+    if args.launcher == "slurm":
+        try:
+            submit_sweep(spec, slurm_executor(spec), args.dry_run)
+        except RuntimeError as e:
+            print(f"hyla sweep: error: {e}", file=sys.stderr)
+            return 2
+        return 0
     codes = run_sweep(spec, args.dry_run)
     return 1 if any(codes.values()) else 0

@@ -4,7 +4,8 @@ PyTorch's eager CPU matmul goes to MKL, which on AMD processors takes a path abo
 oneDNN's for the shapes of these models (measured on an AMD EPYC: [4608, 128] x [128, 256] at 93
 vs 222 GFLOP/s on one core). oneDNN ships inside PyTorch; this module calls it through the
 operator inductor uses for linear layers (under torch.compile as an opaque custom operator).
-Anywhere else (CUDA, other dtypes, or a PyTorch without the operator) it is exactly nn.Linear.
+Anywhere else (CUDA, other dtypes, a PyTorch without the operator, or HYLA_PUBLIC_OPS=1) it is
+exactly nn.Linear.
 Parameters, initialization and state_dict are nn.Linear's.
 """
 
@@ -13,6 +14,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from hyla.ops.torch_internals import onednn_linear, onednn_linear_available
 
 
 def _plain(t: torch.Tensor) -> torch.Tensor:
@@ -23,20 +26,24 @@ def _plain(t: torch.Tensor) -> torch.Tensor:
 
 def _onednn_matmul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """x [N, K] @ weight[M, K]^T (+ bias [M]) -> [N, M] (contiguous), on oneDNN."""
-    return torch.ops.mkldnn._linear_pointwise(_plain(x), _plain(weight), bias, "none", [], "")
+    return onednn_linear(_plain(x), _plain(weight), bias)
 
 
 # The same as an opaque operator, so that torch.compile calls it instead of lowering it (inductor's
 # own lowering of mkldnn._linear_pointwise expects prepacked weights). Defined with the low-level
 # torch.library API rather than torch.library.custom_op: ~5 us less per call, ~40 calls per step.
-# It needs no autograd formula: _OneDnnLinear's backward calls it too.
-_LIBRARY = torch.library.Library("hyla", "DEF")
-_LIBRARY.define("onednn_matmul(Tensor x, Tensor weight, Tensor? bias) -> Tensor")
-_LIBRARY.impl("onednn_matmul", _onednn_matmul, "CPU")
+# It needs no autograd formula: _OneDnnLinear's backward calls it too. Registered when the first
+# oneDNN Linear is built, once per process: torch.library's functions keep it alive for good, so a
+# reloaded or re-imported hyla finds it defined (and other code may define hyla:: operators too).
+def _register_compiled_operator() -> None:
+    if hasattr(torch.ops.hyla, "onednn_matmul"):
+        return
+    torch.library.define("hyla::onednn_matmul", "(Tensor x, Tensor weight, Tensor? bias) -> Tensor")
+    torch.library.impl("hyla::onednn_matmul", "CPU", _onednn_matmul)
+    torch.library.register_fake("hyla::onednn_matmul", _onednn_matmul_shape)
 
 
-@torch.library.register_fake("hyla::onednn_matmul")
-def _(x, weight, bias):
+def _onednn_matmul_shape(x, weight, bias):
     return x.new_empty(x.shape[0], weight.shape[0])
 
 
@@ -56,7 +63,9 @@ class _OneDnnLinear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_y):
         x2, weight = ctx.saved_tensors
-        grad_y2 = _plain(grad_y.reshape(-1, grad_y.shape[-1]))  # [N, M]
+        # (no _plain here: every matmul below makes its operands plain itself, and PyTorch 2.6's
+        # compiler cannot trace is_contiguous in a backward)
+        grad_y2 = grad_y.reshape(-1, grad_y.shape[-1])  # [N, M]
         grad_x = grad_weight = grad_bias = None
         if ctx.needs_input_grad[0]:
             grad_x = _matmul(grad_y2, weight.t(), None).view(ctx.x_shape)  # [N, M] @ [M, K]
@@ -73,22 +82,21 @@ class _OneDnnLinear(torch.autograd.Function):
         return grad_x, grad_weight, grad_bias
 
 
-def _onednn_available() -> bool:
-    try:
-        x, w = torch.ones(2, 3), torch.ones(4, 3)
-        return torch.equal(_onednn_matmul(x, w, None), x @ w.t())
-    except (AttributeError, RuntimeError, NotImplementedError):
-        return False
-
-
-ONEDNN = _onednn_available()
-
-
 class Linear(nn.Linear):
-    """nn.Linear with oneDNN float32 CPU matmuls (see the module docstring)."""
+    """nn.Linear with oneDNN float32 CPU matmuls (see the module docstring).
+
+    `onednn` says whether this layer uses them: decided when it is built (False on a PyTorch without
+    the operator, or with HYLA_PUBLIC_OPS=1).
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.onednn = onednn_linear_available()
+        if self.onednn:
+            _register_compiled_operator()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if (ONEDNN and x.device.type == "cpu" and x.dtype == torch.float32 and self.weight.dtype == torch.float32
+        if (self.onednn and x.device.type == "cpu" and x.dtype == torch.float32 and self.weight.dtype == torch.float32
                 and x.ndim >= 1 and x.numel() > 0):
             return _OneDnnLinear.apply(x, self.weight, self.bias)
         return F.linear(x, self.weight, self.bias)

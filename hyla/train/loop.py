@@ -43,6 +43,7 @@ from hyla.train.distributed import DistContext
 from hyla.train.evaluate import evaluate
 from hyla.train.optim import make_optimizer
 from hyla.train.run_dir import MetricsLog, RunDir, environment, require_tensorboard, write_json
+from hyla.train.trackers import open_trackers
 
 AnalysisHook = Callable[[nn.Module, Any, int, Path, int], dict]
 
@@ -486,7 +487,7 @@ class TrainingLoop:
                    f"{'resuming at step ' + str(self.progress.step) if self.progress.step else 'from scratch'} "
                    f"({self.ctx.world_size} rank{'s' if self.ctx.world_size > 1 else ''} on {self.ctx.device}, "
                    f"{torch.get_num_threads()} thread{'s' if torch.get_num_threads() > 1 else ''})")
-        return MetricsLog(run, self.progress.metrics_rows, cfg.train.tensorboard)
+        return MetricsLog(run, self.progress.metrics_rows, cfg.train.tensorboard, open_trackers(cfg, run.path))
 
 
 def _name_run(cfg: ExperimentConfig, ctx: DistContext) -> tuple[ExperimentConfig, RunDir]:

@@ -101,12 +101,14 @@ class RunError(RuntimeError):
 
 
 class MetricsLog:
-    """Appends records to metrics.jsonl (flushed per record) and optionally to TensorBoard;
-    `rows` counts the records in the file."""
+    """Appends records to metrics.jsonl (flushed per record) and optionally to TensorBoard and to
+    `trackers` (hyla.train.trackers: Weights & Biases), which it closes with itself; `rows` counts
+    the records in the file."""
 
-    def __init__(self, run: RunDir, rows: int, tensorboard: bool = False):
+    def __init__(self, run: RunDir, rows: int, tensorboard: bool = False, trackers: list | tuple = ()):
         run.path.mkdir(parents=True, exist_ok=True)
         self.rows = rows
+        self.trackers = list(trackers)
         self.file = open(run.metrics_file, "a", encoding="utf-8")
         self.tensorboard = None
         if tensorboard:
@@ -122,11 +124,15 @@ class MetricsLog:
             for key, value in metrics.items():
                 if isinstance(value, (int, float)):
                     self.tensorboard.add_scalar(f"{split}/{key}", value, step)
+        for tracker in self.trackers:
+            tracker.log(step, split, metrics)
 
     def close(self) -> None:
         self.file.close()
         if self.tensorboard is not None:
             self.tensorboard.close()
+        for tracker in self.trackers:
+            tracker.close()
 
 
 def require_tensorboard() -> None:

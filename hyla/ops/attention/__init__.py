@@ -16,6 +16,7 @@ the same function and is tested against it on outputs AND gradients in float64
 
 | implementation | `auto` picks it when (first match) | why |
 |---|---|---|
+| `triton`    | mlp, CUDA, `triton_covers`; compiling: Dv > POINTWISE_MAX_HEAD_DIM | fused kernels: memory linear in T |
 | `streamed`  | mlp, and B·Tq·Tk·Dv > STREAM_THRESHOLD | memory: [B, Tq, Tk, Dv] exists one key block at a time |
 | `pointwise` | under torch.compile, Dv <= POINTWISE_MAX_HEAD_DIM | inductor fuses it; tiny heads make matmuls slow |
 | `fused`     | mlp, eager, CPU, dropout mask shared by the heads | hand-written backward: fewer passes over memory |
@@ -24,12 +25,15 @@ the same function and is tested against it on outputs AND gradients in float64
 `return_scores` never changes the choice, so an analysis run (`return_latents=True`) computes the
 same outputs as training does. The returned latent codes are `normalize(scores(q, k, bias))`: the
 very tensor the output came from for `naive` and `pointwise`; `fused` and `streamed` do not return
-it (they fold or stream it), so the same two functions compute it beside them: identical values.
+it (they fold or stream it; nor does `triton`), so the same two functions compute it beside them:
+identical values.
 (Under torch.compile the choice also depends on the compile state: a compiled training run and
 an eager analysis of its checkpoint agree to float rounding, not bit for bit.)
 """
 
 from __future__ import annotations
+
+import importlib.util
 
 import torch
 
@@ -41,9 +45,24 @@ from hyla.ops.attention.streamed import hyla_streamed
 
 # Implementations of any value network: return (output, latent codes).
 GENERAL = {"naive": attention_naive, "pointwise": attention_pointwise}
+
+
+def hyla_triton(q, k, v, **kwargs):
+    """`triton_hyla.hyla_triton`, imported on first use: importing hyla never imports triton."""
+    from hyla.ops.attention import triton_hyla
+
+    return triton_hyla.hyla_triton(q, k, v, **kwargs)
+
+
 # Implementations of HYLA only (value_network="mlp"): return the output.
-MLP_ONLY = {"streamed": hyla_streamed, "fused": hyla_fused}
+MLP_ONLY = {"streamed": hyla_streamed, "fused": hyla_fused, "triton": hyla_triton}
 IMPLEMENTATIONS = ("auto", *GENERAL, *MLP_ONLY)
+# What the Triton kernels take (hyla/ops/attention/triton_hyla.py checks the same constants).
+TRITON_NORMALIZATIONS = ("none", "rms_head")
+TRITON_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+TRITON_MAX_HEAD_DIM = 128
+# Located, not imported (find_spec reads no module): a constant that torch.compile can trace.
+TRITON_INSTALLED = importlib.util.find_spec("triton") is not None
 # `auto` streams HYLA once its hidden tensor [B, Tq, Tk, Dv] would exceed this many elements.
 STREAM_THRESHOLD = 1 << 24
 # Under torch.compile `auto` takes the pointwise form for heads up to this value dimension.
@@ -76,8 +95,9 @@ def attention(
         mask: bool, broadcastable to [B, H, Tq, Tk], True = attend. Fully masked rows give 0.
         return_scores: also return the latent codes a [B, H, Tq, Tk] (normalized, no dropout).
         dropout_mask: multiplies a after normalization (attention dropout: keep-mask / keep).
-        implementation: "auto" | "naive" | "pointwise" | "streamed" | "fused" (streamed, fused: mlp
-            only); the module docstring's table says what auto picks.
+        implementation: "auto" | "naive" | "pointwise" | "streamed" | "fused" | "triton" (streamed,
+            fused, triton: mlp only; triton: normalization none or rms_head, CUDA or Triton's
+            interpreter); the module docstring's table says what auto picks.
 
     Returns: out [B, Tq, H, Dv], and a [B, H, Tq, Tk] when return_scores.
     """
@@ -89,7 +109,7 @@ def attention(
     if implementation in MLP_ONLY and value_network != "mlp":
         raise ValueError(f"implementation={implementation!r} exists for value_network='mlp' only")
     name = implementation if implementation != "auto" else choose_implementation(
-        q, v, k.shape[1], value_network, dropout_mask)
+        q, v, k.shape[1], value_network, dropout_mask, normalization)
     kwargs = dict(normalization=normalization, activation=activation, bias=bias, mask=mask, dropout_mask=dropout_mask)
     if name in GENERAL:
         out, a = GENERAL[name](q, k, v, value_network=value_network, **kwargs)
@@ -98,8 +118,17 @@ def attention(
     return (out, normalize(scores(q, k, bias), normalization, mask)) if return_scores else out
 
 
-def choose_implementation(q, v, k_len: int, value_network: str, dropout_mask) -> str:
+def triton_covers(q, v, normalization: str | None) -> bool:
+    """Whether `hyla_triton` takes these inputs (decided without importing triton)."""
+    return (normalization in TRITON_NORMALIZATIONS and q.dtype in TRITON_DTYPES
+            and max(q.shape[-1], v.shape[-1]) <= TRITON_MAX_HEAD_DIM and TRITON_INSTALLED)
+
+
+def choose_implementation(q, v, k_len: int, value_network: str, dropout_mask, normalization: str | None = None) -> str:
     """What `auto` runs: the first row of the module docstring's table that applies."""
+    small_compiled = torch.compiler.is_compiling() and v.shape[-1] <= POINTWISE_MAX_HEAD_DIM
+    if value_network == "mlp" and q.is_cuda and not small_compiled and triton_covers(q, v, normalization):
+        return "triton"
     hidden_elements = q.shape[0] * q.shape[1] * k_len * v.shape[-1]
     if value_network == "mlp" and hidden_elements > STREAM_THRESHOLD:
         return "streamed"

@@ -22,6 +22,7 @@ import math
 import torch
 
 from hyla.ops.attention.common import ACTIVATION_FNS, RMS_EPS
+from hyla.ops.torch_internals import relu_backward, softmax_backward
 
 
 def fusable(dropout_mask: torch.Tensor | None) -> bool:
@@ -39,7 +40,7 @@ def _activation_backward(activation: str, z: torch.Tensor, u: torch.Tensor, grad
     if activation == "identity":
         return grad_u
     if activation == "relu":
-        return torch.ops.aten.threshold_backward(grad_u, u, 0)
+        return relu_backward(grad_u, u)
     with torch.enable_grad():
         z_ = z.detach().requires_grad_()
         return torch.autograd.grad(ACTIVATION_FNS[activation](z_), z_, grad_u)[0]
@@ -130,7 +131,7 @@ class _FusedHyla(torch.autograd.Function):
         if mask is not None:
             grad_p.masked_fill_(~mask, 0.0)
         if normalization == "softmax":
-            grad_s = torch._softmax_backward_data(grad_p, p, -1, p.dtype)
+            grad_s = softmax_backward(grad_p, p)
             if mask is not None:
                 grad_s.masked_fill_(~mask, 0.0)
         else:

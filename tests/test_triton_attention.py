@@ -1,0 +1,262 @@
+"""`hyla_triton` (the fused Triton HYLA kernels) against the float64 naive reference: outputs and
+gradients of q, k, v and the bias; every activation x normalization none / rms_head; masks (random
+and causal, with fully masked rows), relative-position-style bias, attention dropout, lengths that
+are not multiples of the tiles, value chunks, float32 and bfloat16.
+
+Where it runs: on CUDA when a GPU is present, otherwise on CPU tensors in Triton's interpreter
+(`TRITON_INTERPRET=1`, set below before triton is first imported: the interpreter is chosen when
+the kernels are defined). Skipped when triton is not installed (`pip install 'hyla[test]'`).
+
+Tolerances, on max |actual - reference| / max(max |reference|, 1) per tensor:
+- float32: 1e-4 (errors ~1e-7 in the interpreter; on the GPU the atomics add in any order).
+- float32 after `torch.set_float32_matmul_precision("high")`: 5e-3 (TF32 products, 10-bit
+  mantissa, on the GPU; the interpreter multiplies exactly).
+- bfloat16 inputs: 3e-2 against the float64 reference computed from the same bfloat16 values.
+  bfloat16 keeps 8 bits (relative rounding 4e-3), and the kernels round the latent codes and the
+  hidden layer to bfloat16 before each product, as the naive form does in bfloat16.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+if DEVICE == "cpu":
+    os.environ["TRITON_INTERPRET"] = "1"
+pytest.importorskip("triton")
+
+from hyla.ops.attention import (  # noqa: E402
+    attention,
+    attention_naive,
+    choose_implementation,
+    triton_covers,
+    triton_hyla,
+)
+from hyla.ops.mixers import ACTIVATIONS  # noqa: E402
+
+if DEVICE == "cpu" and "Interpreted" not in type(triton_hyla._hyla_forward_kernel).__name__:
+    pytest.skip("triton_hyla was imported before TRITON_INTERPRET=1 was set in this process", allow_module_level=True)
+
+NORMALIZATIONS = ["none", "rms_head"]
+FLOAT32_TOLERANCE = 1e-4
+TF32_TOLERANCE = 5e-3
+BFLOAT16_TOLERANCE = 3e-2
+
+
+def make_case(batch=2, q_len=19, k_len=23, heads=3, k_dim=4, v_dim=20, *, causal=True, shared_bias=True, seed=0):
+    """float64 CPU tensors: q, k, v, bias, a mask with one fully masked query row, a [Tq, Tk] dropout
+    mask, and an output gradient. 19 and 23 are not multiples of the 16-wide tiles."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(batch, q_len, heads, k_dim, generator=g, dtype=torch.float64)
+    k = torch.randn(batch, k_len, heads, k_dim, generator=g, dtype=torch.float64)
+    v = torch.randn(batch, k_len, heads, v_dim, generator=g, dtype=torch.float64)
+    bias = torch.randn(1 if shared_bias else batch, heads, q_len, k_len, generator=g, dtype=torch.float64)
+    mask = torch.rand(batch, 1, q_len, k_len, generator=g) > 0.3
+    mask[:, :, q_len // 2] = False
+    if causal:
+        mask &= torch.ones(q_len, k_len, dtype=torch.bool).tril(k_len - q_len)
+    dropout_mask = (torch.rand(q_len, k_len, generator=g) > 0.2).double() / 0.8
+    grad_out = torch.randn(batch, q_len, heads, v_dim, generator=g, dtype=torch.float64)
+    return dict(q=q, k=k, v=v, bias=bias, mask=mask, dropout_mask=dropout_mask), grad_out
+
+
+def outputs_and_grads(fn, case, grad_out, dtype, device):
+    """(out, grad q, grad k, grad v, grad bias) of fn on the case cast to dtype/device, as float64 CPU."""
+    inputs = {name: t.to(device, dtype if t.is_floating_point() else t.dtype) for name, t in case.items()}
+    leaves = [inputs[name].requires_grad_() for name in ("q", "k", "v", "bias")]
+    out = fn(**inputs)
+    grads = torch.autograd.grad(out, leaves, grad_out.to(device, dtype))
+    return [t.detach().double().cpu() for t in (out, *grads)]
+
+
+def naive(**kwargs):
+    return lambda **t: attention_naive(**t, value_network="mlp", **kwargs)[0]
+
+
+def fused(**kwargs):
+    return lambda **t: triton_hyla.hyla_triton(**t, **kwargs)
+
+
+def assert_matches(actual, expected, tolerance, what=""):
+    names = ("out", "grad q", "grad k", "grad v", "grad bias")
+    for name, a, e in zip(names, actual, expected):
+        assert a.shape == e.shape, f"{what} {name}: shape {a.shape} != {e.shape}"
+        assert torch.isfinite(a).all(), f"{what} {name}: not finite"
+        error = (a - e).abs().max().item() / max(e.abs().max().item(), 1.0)
+        assert error <= tolerance, f"{what} {name}: relative error {error:.2e} > {tolerance:.0e}"
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.parametrize("normalization", NORMALIZATIONS)
+def test_matches_naive_float32(normalization, activation):
+    """Bias, causal + random mask, dropout, two query and two key tiles, two value chunks."""
+    case, grad_out = make_case(seed=len(activation))
+    kwargs = dict(normalization=normalization, activation=activation)
+    expected = outputs_and_grads(naive(**kwargs), case, grad_out, torch.float64, "cpu")
+    actual = outputs_and_grads(fused(**kwargs, block_v=16), case, grad_out, torch.float32, DEVICE)
+    assert_matches(actual, expected, FLOAT32_TOLERANCE, f"{normalization} {activation}")
+
+
+@pytest.mark.parametrize(
+    "q_len, k_len, heads, shared_bias, causal",
+    [(1, 37, 16, False, False), (37, 5, 8, True, False), (40, 40, 8, False, True)],
+    ids=["one-query-16-heads", "few-keys", "per-batch-bias"],
+)
+def test_lengths_and_bias_layouts(q_len, k_len, heads, shared_bias, causal):
+    """Cross-attention lengths, 16 heads (no head padding), a bias per batch element (stored, not
+    added by atomics), 32-query tiles."""
+    case, grad_out = make_case(q_len=q_len, k_len=k_len, heads=heads, v_dim=16, causal=causal, shared_bias=shared_bias)
+    kwargs = dict(normalization="rms_head", activation="relu")
+    expected = outputs_and_grads(naive(**kwargs), case, grad_out, torch.float64, "cpu")
+    actual = outputs_and_grads(fused(**kwargs, block_q=32, block_k=16), case, grad_out, torch.float32, DEVICE)
+    assert_matches(actual, expected, FLOAT32_TOLERANCE, f"Tq={q_len} Tk={k_len}")
+
+
+def test_matches_naive_tf32():
+    case, grad_out = make_case(heads=8, k_dim=16, v_dim=16)
+    kwargs = dict(normalization="rms_head", activation="relu")
+    expected = outputs_and_grads(naive(**kwargs), case, grad_out, torch.float64, "cpu")
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        actual = outputs_and_grads(fused(**kwargs), case, grad_out, torch.float32, DEVICE)
+    finally:
+        torch.set_float32_matmul_precision(previous)
+    assert_matches(actual, expected, TF32_TOLERANCE)
+
+
+@pytest.mark.parametrize("normalization", NORMALIZATIONS)
+def test_matches_naive_bfloat16(normalization):
+    case, grad_out = make_case(heads=8, k_dim=16, v_dim=16)
+    case = {name: t.bfloat16().double() if t.is_floating_point() else t for name, t in case.items()}
+    kwargs = dict(normalization=normalization, activation="gelu")
+    expected = outputs_and_grads(naive(**kwargs), case, grad_out, torch.float64, "cpu")
+    actual = outputs_and_grads(fused(**kwargs), case, grad_out, torch.bfloat16, DEVICE)
+    assert_matches(actual, expected, BFLOAT16_TOLERANCE, normalization)
+
+
+def test_per_head_dropout_and_bias_shapes():
+    """A dropout mask per head [B, H, Tq, Tk], a 3-d bias [H, Tq, Tk], no mask."""
+    case, grad_out = make_case(q_len=9, k_len=17, causal=False)
+    case["bias"] = case["bias"][0]
+    case["dropout_mask"] = (torch.rand(2, 3, 9, 17) > 0.2).double() / 0.8
+    del case["mask"]
+    kwargs = dict(normalization="rms_head", activation="silu")
+    expected = outputs_and_grads(naive(**kwargs), case, grad_out, torch.float64, "cpu")
+    actual = outputs_and_grads(fused(**kwargs), case, grad_out, torch.float32, DEVICE)
+    assert_matches(actual, expected, FLOAT32_TOLERANCE)
+
+
+@pytest.mark.parametrize("normalization", NORMALIZATIONS)
+def test_fully_masked_rows_give_zeros_and_finite_grads(normalization):
+    """Masked rows: output and query gradient exactly 0, every gradient finite, also for huge scores."""
+    case, grad_out = make_case(q_len=6, k_len=9, causal=False)
+    masked_rows = ~case["mask"].any(-1).squeeze(1)  # [B, Tq]
+    assert masked_rows.any()
+    case["q"], case["k"] = case["q"] * 1e3, case["k"] * 1e3
+    out, grad_q, grad_k, grad_v, grad_bias = outputs_and_grads(
+        fused(normalization=normalization, activation="relu"), case, grad_out, torch.float32, DEVICE)
+    for t in (out, grad_q, grad_k, grad_v, grad_bias):
+        assert torch.isfinite(t).all()
+    assert (out[masked_rows] == 0).all() and (grad_q[masked_rows] == 0).all()
+
+
+def test_attention_dispatch():
+    """implementation="triton" in `hyla.ops.attention`, with the latent codes; clear errors otherwise."""
+    case, _ = make_case(q_len=5, k_len=7, causal=False)
+    case = {name: t.to(DEVICE, torch.float32) if t.is_floating_point() else t.to(DEVICE) for name, t in case.items()}
+    axes = dict(normalization="rms_head", value_network="mlp", activation="relu")
+    out, codes = attention(**case, **axes, implementation="triton", return_scores=True)
+    expected_out, expected_codes = attention(**case, **axes, implementation="naive", return_scores=True)
+    torch.testing.assert_close(out, expected_out, rtol=FLOAT32_TOLERANCE, atol=FLOAT32_TOLERANCE)
+    torch.testing.assert_close(codes, expected_codes)
+    with pytest.raises(ValueError, match="value_network='mlp'"):
+        attention(**case, normalization="none", value_network="linear", implementation="triton")
+    with pytest.raises(ValueError, match="'none' and 'rms_head'"):
+        attention(**case, normalization="softmax", value_network="mlp", implementation="triton")
+    with pytest.raises(ValueError, match="power of two"):
+        triton_hyla.hyla_triton(case["q"], case["k"], case["v"], normalization="none", block_q=24)
+    with pytest.raises(TypeError, match="one dtype"):
+        triton_hyla.hyla_triton(case["q"], case["k"].bfloat16(), case["v"], normalization="none")
+    with pytest.raises(TypeError, match="float32, bfloat16"):
+        attention(**{n: t.double() if t.is_floating_point() else t for n, t in case.items()}, **axes,
+                  implementation="triton")
+
+
+def test_auto_takes_triton_only_on_cuda():
+    q = torch.randn(2, 5, 4, 8)
+    assert triton_covers(q, q, "rms_head") and triton_covers(q, q, "none")
+    assert not triton_covers(q, q, "softmax") and not triton_covers(q.double(), q, "rms_head")
+    assert not triton_covers(q, torch.randn(2, 5, 4, 256), "rms_head")
+    assert choose_implementation(q, q, 5, "mlp", dropout_mask=None, normalization="rms_head") != "triton"
+    if DEVICE == "cuda":
+        q = q.cuda()
+        assert choose_implementation(q, q, 5, "mlp", dropout_mask=None, normalization="rms_head") == "triton"
+        assert choose_implementation(q, q, 5, "mlp", dropout_mask=None, normalization="softmax") != "triton"
+        assert choose_implementation(q, q, 5, "linear", dropout_mask=None, normalization="rms_head") != "triton"
+
+
+def test_custom_operator_registration():
+    """Schema, fake (meta) implementation and autograd registration of the custom operators, which
+    let torch.compile keep the kernels in a full graph."""
+    case, _ = make_case(q_len=5, k_len=7, v_dim=4, causal=False)
+    q, k, v, bias = (case[n].to(DEVICE, torch.float32).requires_grad_() for n in ("q", "k", "v", "bias"))
+    args = (q, k, v, bias, case["mask"].to(DEVICE), case["dropout_mask"].to(DEVICE, torch.float32), "rms_head",
+            "tanh", [16, 16, 16], 4, 1)
+    torch.library.opcheck(torch.ops.hyla.triton_hyla_forward.default, args,
+                          test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
+
+
+def test_compiles_in_a_full_graph():
+    """torch.compile traces the dispatch and keeps the kernels as opaque custom operators (no graph
+    break; aot_eager: AOTAutograd runs the registered backward, without inductor's compile time)."""
+    case, grad_out = make_case(q_len=9, k_len=9, causal=False)
+    del case["dropout_mask"]
+    kwargs = dict(normalization="rms_head", value_network="mlp", activation="relu")
+    implementation = "auto" if DEVICE == "cuda" else "triton"
+    compiled = torch.compile(lambda **t: attention(**t, **kwargs, implementation=implementation),
+                             fullgraph=True, backend="aot_eager")
+    expected = outputs_and_grads(lambda **t: attention_naive(**t, **kwargs)[0], case, grad_out, torch.float64, "cpu")
+    actual = outputs_and_grads(compiled, case, grad_out, torch.float32, DEVICE)
+    assert_matches(actual, expected, FLOAT32_TOLERANCE)
+
+
+def test_importing_hyla_does_not_import_triton():
+    code = ("import sys, torch, hyla; from hyla.ops import attention; q = torch.randn(1, 3, 2, 4); "
+            "attention(q, q, q, normalization='rms_head', value_network='mlp'); "
+            "assert 'triton' not in sys.modules, 'triton imported'")
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=os.path.dirname(os.path.dirname(__file__)))
+
+
+H100_SHARED_BYTES = 232448  # the most shared memory one block may use on an H100 (227 KiB)
+COMPILE_FOR_H100 = """
+import json, sys, torch
+from hyla.ops.attention import triton_hyla
+heads, dim, dtype = int(sys.argv[1]), int(sys.argv[2]), getattr(torch, sys.argv[3])
+q = torch.empty(2, 64, heads, dim, dtype=dtype, device="meta")
+pair = torch.empty(64, 64, device="meta")
+compiled = triton_hyla.compile_kernels(q, q, q, normalization="rms_head", activation="gelu", bias=pair,
+                                       mask=pair.bool(), dropout_mask=pair)
+print(json.dumps({name: kernel.metadata.shared for name, kernel in compiled.items()}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("heads, dim", [(8, 64), (16, 4), (3, 20)])
+def test_kernels_compile_for_h100(heads, dim, dtype):
+    """The interpreter accepts code the compiler rejects: compile both kernels for sm_90 (no GPU
+    needed; in a subprocess, where the kernels are not interpreted) at the benchmark's shape and
+    small ones, and check that their shared memory fits an H100. ~1 min per case on 2 cores."""
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    result = subprocess.run([sys.executable, "-c", COMPILE_FOR_H100, str(heads), str(dim), dtype], check=True,
+                            env=env, capture_output=True, text=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+    shared = json.loads(result.stdout.strip().splitlines()[-1])
+    assert set(shared) == {"forward", "backward"}
+    for name, size in shared.items():
+        assert size <= H100_SHARED_BYTES, f"{name}: {size} bytes of shared memory"
