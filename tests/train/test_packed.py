@@ -18,6 +18,7 @@ from test_exact_resume import CrashAt, SignalAt, assert_same_run, stop_with, wit
 from hyla.configs import ConfigError, build_task, resolve_model
 from hyla.model import Transformer
 from hyla.results import aggregate, find_runs
+from hyla.sweep import SweepSpec, run_packed_sweep, run_status
 from hyla.train import NonFiniteLossError, RunDir, load_run, train
 from hyla.train import checkpoint as ckpt
 from hyla.train.packed import plan_packs, train_packed
@@ -185,6 +186,22 @@ def test_plan_packs_groups_compatible_runs_and_stopped_packs(tmp_path):
     train_packed([replace(a, train=replace(a.train, stop_at=7))])
     plan = plan_packs(resumed([a, b, c]), 3)  # a resumes from step 7: not with b and c, which start
     assert [[cfg.name for cfg in pack] for pack in plan] == [["a"], ["b", "c"]]
+
+
+def test_sweep_packs_compatible_runs(tmp_path, capsys):
+    tiny = {"train.steps": 4, "train.warmup_steps": 1, "train.eval_every": 0, "train.eval_samples": 64,
+            "train.final_eval_samples": 64, "train.log_every": 2, "model.num_layers": 1, "model.dim": 16,
+            "model.mlp_dim": 16}
+    spec = SweepSpec(name="tiny", preset="logic_cpu", out_dir=str(tmp_path), seeds=[0, 1, 2], overrides=tiny,
+                     grid=[{"model.mixer": ["softmax", "hyla"]}])
+    codes = run_packed_sweep(spec, 2)
+    assert codes == dict.fromkeys((run.name for run in spec.runs()), 0)
+    packs = [line for line in capsys.readouterr().out.splitlines() if line.startswith("pack: ")]
+    assert packs == ["pack: mixer-softmax__s0, mixer-softmax__s1", "pack: mixer-softmax__s2",
+                     "pack: mixer-hyla__s0, mixer-hyla__s1", "pack: mixer-hyla__s2"]
+    assert all(run_status(tmp_path / name) == "completed" for name in codes)
+    assert not list(tmp_path.glob("*.running"))
+    assert run_packed_sweep(spec, 2) == {}  # nothing left to run
 
 
 def test_drawn_dropout_masks_are_the_ones_a_training_forward_draws(tmp_path):
