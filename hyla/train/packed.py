@@ -23,7 +23,7 @@ leaves the pack; a member whose loss becomes non-finite leaves with a "diverged"
 `train_packed` raises NonFiniteLossError once the others are done. When any member's checkpoint is
 due, every member checkpoints, so that a stopped pack resumes with all members at one step.
 
-What is guaranteed (tests/train/test_packed.py checks each):
+What is guaranteed (tests/train/test_packed.py checks each; kill -9 as a simulated crash):
 - A member follows its solo run (same config and seed): the same batches, dropout masks, learning
   rates and AdamW update arithmetic. Only the rounding of the forward and backward differs (batched
   kernels, and the plain matmul and reference attention, which vmap can batch, in place of the fused
