@@ -78,18 +78,20 @@ class Block(nn.Module):
         )
 
     def forward(self, x: torch.Tensor, return_latents: bool = False, kv_cache: dict | None = None,
-                num_queries: int = 0):
+                num_queries: int = 0, dropout_mask: torch.Tensor | None = None):
         """num_queries > 0: compute only the last num_queries positions (attending to all of them);
-        returns [B, num_queries, D]. The model's last block uses it when only those are read out."""
+        returns [B, num_queries, D]. The model's last block uses it when only those are read out.
+        dropout_mask: the attention's keep-mask (see `MultiHeadAttention.forward`)."""
         if num_queries:
             normed = self.attention_norm(x)
             queries = normed[:, -num_queries:]
             bias = self.position(num_queries, x.shape[1], x.shape[1] - num_queries)  # [1, H, n, T]
-            x = x[:, -num_queries:] + self.attention(queries, normed, bias=bias)
+            x = x[:, -num_queries:] + self.attention(queries, normed, bias=bias, dropout_mask=dropout_mask)
             return x + self.feedforward(self.feedforward_norm(x)), None
         offset = 0 if kv_cache is None or "k" not in kv_cache else kv_cache["k"].shape[1]
         bias = self.position(x.shape[1], offset + x.shape[1], offset)  # [1, H, T, offset + T]
-        mixed = self.attention(self.attention_norm(x), bias=bias, return_latents=return_latents, kv_cache=kv_cache)
+        mixed = self.attention(self.attention_norm(x), bias=bias, return_latents=return_latents, kv_cache=kv_cache,
+                               dropout_mask=dropout_mask)
         mixed, latents = mixed if return_latents else (mixed, None)
         x = x + mixed
         x = x + self.feedforward(self.feedforward_norm(x))
@@ -122,24 +124,44 @@ class Transformer(nn.Module):
         if cfg.paper_init:
             self.apply(_lecun_normal_init)
 
-    def forward(self, x: torch.Tensor, return_latents: bool = False, kv_caches: list[dict] | None = None):
-        """kv_caches: one dict per layer for incremental decoding (see `MultiHeadAttention`)."""
+    def forward(self, x: torch.Tensor, return_latents: bool = False, kv_caches: list[dict] | None = None,
+                dropout_masks: list[torch.Tensor] | None = None):
+        """kv_caches: one dict per layer for incremental decoding (see `MultiHeadAttention`).
+        dropout_masks: the attention keep-masks from `draw_dropout_masks`, used instead of drawing them."""
         self._check_input(x, kv_caches)
         h = self.embed(x)  # [B, T, D]
         latents = []
-        # Only the last num_outputs positions are read out, so the last block need not compute the
-        # others (same outputs; unless the latent codes or a KV cache want every position).
-        prune = self.cfg.num_outputs if not return_latents and kv_caches is None and x.shape[1] > self.cfg.num_outputs else 0
+        prune = self._pruned_queries(x.shape[1], return_latents, kv_caches)
         for i, block in enumerate(self.blocks):
             last = i == len(self.blocks) - 1
             h, layer_latents = block(h, return_latents, None if kv_caches is None else kv_caches[i],
-                                     num_queries=prune if last else 0)
+                                     num_queries=prune if last else 0,
+                                     dropout_mask=None if dropout_masks is None else dropout_masks[i])
             latents.append(layer_latents)
         h = self.final_norm(h)
         if self.cfg.num_outputs:
             h = h[:, -self.cfg.num_outputs:]
         logits = self.head(h) if self.head is not None else h @ self.embed.weight.T / math.sqrt(self.cfg.dim)
         return (logits, latents) if return_latents else logits
+
+    def _pruned_queries(self, seq_len: int, return_latents: bool, kv_caches) -> int:
+        """How many last positions the last block computes (0: all). Only the last num_outputs
+        positions are read out, so the last block need not compute the others (same outputs; unless
+        the latent codes or a KV cache want every position)."""
+        wanted = self.cfg.num_outputs
+        return wanted if not return_latents and kv_caches is None and seq_len > wanted else 0
+
+    def draw_dropout_masks(self, seq_len: int) -> list[torch.Tensor] | None:
+        """The attention-dropout keep-masks that a training forward of `seq_len` tokens would draw,
+        drawn in the same order from the global generator: one [Tq, Tk] per layer (None when the
+        model has no dropout or is in eval mode). Packed training draws them outside `vmap`."""
+        if not (self.training and self.cfg.attention_dropout > 0):
+            return None
+        prune = self._pruned_queries(seq_len, False, None)
+        weight = self.final_norm.weight
+        return [block.attention.draw_dropout_mask(prune if prune and i == len(self.blocks) - 1 else seq_len, seq_len,
+                                                  weight.device, weight.dtype)
+                for i, block in enumerate(self.blocks)]
 
     def _check_input(self, x: torch.Tensor, kv_caches) -> None:
         cfg = self.cfg

@@ -23,6 +23,11 @@ cpus_per_task, gpus_per_node, mem_gb, slurm_partition, slurm_account, ...; timeo
 to 240). A job that is preempted or reaches its time limit gets the signal first: its training
 saves a checkpoint, and the job is requeued and resumes from it.
 
+`--pack N` (local launcher) trains runs that share an architecture (same task, model and batch
+size; seeds, learning rates and the like may differ) as packs of up to N runs, each pack one
+batched model in this process (hyla.train.packed), one pack at a time; every run still writes its
+own run folder, and a stopped pack is packed again and resumes exactly.
+
 `hyla sweep SPEC --status` shows each run as done, running, pending (not started, queued, or
 stopped and resumable) or failed, from the run folders: summary.json's status, and
 `<run name>.running` (written while a job trains) and `<run name>.job` (a queued Slurm job).
@@ -39,7 +44,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -115,11 +120,15 @@ def run_command(spec: SweepSpec, run: Run, threads: int) -> list[str]:
     """The `hyla` command line that trains (or resumes) one run of the sweep."""
     run_dir = Path(spec.out_dir) / run.name
     hyla = [sys.executable, "-m", "hyla.cli"]
-    common = ["--train.no-progress", "--train.threads", str(threads)]
     if (run_dir / "checkpoints" / "latest.pt").exists():
-        return hyla + ["resume", str(run_dir)] + common
-    args = hyla + ["train", "--preset", spec.preset, "--seed", str(run.seed), "--out_dir", spec.out_dir,
-                   "--name", run.name] + common
+        return hyla + ["resume", str(run_dir), "--train.no-progress", "--train.threads", str(threads)]
+    return hyla + ["train"] + train_args(spec, run, threads)
+
+
+def train_args(spec: SweepSpec, run: Run, threads: int) -> list[str]:
+    """The `hyla train` arguments of one run of the sweep."""
+    args = ["--preset", spec.preset, "--seed", str(run.seed), "--out_dir", spec.out_dir, "--name", run.name,
+            "--train.no-progress", "--train.threads", str(threads)]
     for key, value in run.overrides.items():
         args += override_flags(key, value)
     return args
@@ -284,6 +293,42 @@ def run_sweep(spec: SweepSpec, dry_run: bool = False) -> dict[str, int]:
     return codes
 
 
+def run_packed_sweep(spec: SweepSpec, size: int, dry_run: bool = False) -> dict[str, int]:
+    """Train the runs that are not complete in packs of at most `size` runs that share an
+    architecture (hyla.train.packed: one batched model per pack), one pack at a time in this
+    process; returns {run name: exit code}. A stopped pack is packed again and resumes exactly."""
+    from hyla.train.commands import parse_train_args
+    from hyla.train.packed import plan_packs, train_packed
+
+    out = Path(spec.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    runs, todo = spec.runs(), {run.name: run for run in _todo(spec)}
+    threads = os.cpu_count() or 1
+    # resume=True: a run with a checkpoint continues from it, a new one starts
+    packs = plan_packs([replace(parse_train_args(train_args(spec, run, threads))[0], resume=True)
+                        for run in todo.values()], size)
+    print(f"sweep {spec.name}: {len(runs)} runs, {len(runs) - len(todo)} complete or under way, {len(todo)} to run "
+          f"in {len(packs)} packs of at most {size}, one pack at a time ({threads} threads) in {out}")
+    codes = {}
+    for pack in packs:
+        names = [cfg.name for cfg in pack]
+        print(f"pack: {', '.join(names)}", flush=True)
+        if dry_run:
+            continue
+        markers = [_marker(spec, todo[name], "running") for name in names]
+        for marker in markers:
+            _write_marker(marker, pid=os.getpid())
+        try:
+            train_packed(pack)
+        except Exception as e:  # noqa: BLE001 - reported; the members' summaries say more, a rerun resumes them
+            print(f"pack {', '.join(names)}: {type(e).__name__}: {e}", file=sys.stderr)
+        finally:
+            for marker in markers:
+                marker.unlink(missing_ok=True)
+        codes.update({name: 0 if run_status(out / name) == "completed" else 1 for name in names})
+    return codes
+
+
 def slurm_executor(spec: SweepSpec):
     """A submitit executor for Slurm with the spec's `slurm` parameters (job logs in <out_dir>/submitit/)."""
     from hyla.configs import ConfigError
@@ -335,13 +380,16 @@ class SweepOptions:
     """runs at once with the local launcher (overrides the file)"""
     out_dir: str | None = None
     """overrides the file's out_dir"""
+    pack: int | None = None
+    """train runs that share an architecture as packs of up to N (one batched model each), one pack at a
+    time, local launcher"""
     dry_run: bool = False
     """print the commands, run nothing"""
 
     def __post_init__(self):
         from hyla.configs import check_positive
 
-        check_positive(parallel=self.parallel)
+        check_positive(parallel=self.parallel, pack=self.pack)
 
 
 def main(argv: list[str]) -> int:
@@ -359,8 +407,10 @@ def main(argv: list[str]) -> int:
     if args.status:
         print_status(spec)
         return 0
+    if args.pack and args.launcher != "local":
+        raise ConfigError("--pack works with the local launcher")
     if args.launcher == "slurm":
         submit_sweep(spec, slurm_executor(spec), args.dry_run)
         return 0
-    codes = run_sweep(spec, args.dry_run)
+    codes = run_packed_sweep(spec, args.pack, args.dry_run) if args.pack else run_sweep(spec, args.dry_run)
     return 1 if any(codes.values()) else 0

@@ -70,15 +70,18 @@ class MultiHeadAttention(nn.Module):
         bias: torch.Tensor | None = None,
         return_latents: bool = False,
         kv_cache: dict | None = None,
+        dropout_mask: torch.Tensor | None = None,
     ):
         """kv_cache: a dict this layer fills with its keys/values (incremental decoding); when it
-        holds earlier steps, x is only the new tokens, placed after the cached ones."""
+        holds earlier steps, x is only the new tokens, placed after the cached ones.
+        dropout_mask: a keep-mask [Tq, Tk] from `draw_dropout_mask` to apply instead of drawing one
+        (packed training draws each member's masks outside `torch.func.vmap`)."""
         context = x if context is None else context
         if x.ndim != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"expected x of shape [B, T, {self.dim}], got {tuple(x.shape)}")
         if context.ndim != 3 or context.shape[-1] != self.context_dim or context.shape[0] != x.shape[0]:
             raise ValueError(f"expected context of shape [{x.shape[0]}, T, {self.context_dim}], got {tuple(context.shape)}")
-        batch, q_len, heads = x.shape[0], x.shape[1], self.num_heads
+        q_len, heads = x.shape[1], self.num_heads
         q = self.query(x).unflatten(-1, (heads, -1))  # [B, Tq, H, Dk]
         k = self.key(context).unflatten(-1, (heads, -1))  # [B, Tk, H, Dk]
         v = self.value(context).unflatten(-1, (heads, -1))  # [B, Tk, H, Dv]
@@ -91,10 +94,8 @@ class MultiHeadAttention(nn.Module):
             # queries are the last q_len positions of the key sequence (all of it without a cache)
             causal = torch.ones(q_len, k_len, dtype=torch.bool, device=x.device).tril(k_len - q_len)
             mask = causal if mask is None else mask & causal
-        dropout_mask = None
-        if self.training and self.dropout > 0:
-            keep = 1.0 - self.dropout
-            dropout_mask = torch.bernoulli(torch.full((q_len, k_len), keep, device=x.device, dtype=q.dtype)) / keep
+        if dropout_mask is None and self.training and self.dropout > 0:
+            dropout_mask = self.draw_dropout_mask(q_len, k_len, x.device, q.dtype)
         result = attention(
             q, k, v,
             normalization=self.mixer.normalization, value_network=self.mixer.value_network,
@@ -104,6 +105,11 @@ class MultiHeadAttention(nn.Module):
         out, latents = result if return_latents else (result, None)
         y = self.out(out.flatten(-2))  # [B, Tq, out_dim]
         return (y, latents) if return_latents else y
+
+    def draw_dropout_mask(self, q_len: int, k_len: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        """The attention-dropout keep-mask [q_len, k_len], scaled by 1 / keep, from the global generator."""
+        keep = 1.0 - self.dropout
+        return torch.bernoulli(torch.full((q_len, k_len), keep, device=device, dtype=dtype)) / keep
 
     def extra_repr(self) -> str:
         m = self.mixer

@@ -1,6 +1,7 @@
 """Training: the loop, optimizer and schedule, checkpoints, run folders, data parallelism.
 
     train(cfg) -> run folder                 train or resume a run
+    train_packed([cfg, ...]) -> run folders  train runs of one architecture together (one batched model)
     load_run(run) -> (cfg, model, task)      a checkpointed run, model on CPU in eval mode
     evaluate(model, task, split, num_samples, batch_size) -> {metric: mean}
 """
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from hyla.train.evaluate import evaluate
 from hyla.train.loop import NonFiniteLossError, Trainer, build_model, train
+from hyla.train.packed import pack_key, train_packed
 from hyla.train.checkpoint import CheckpointError
 from hyla.train.run_dir import RunDir, RunError
 
@@ -40,4 +42,4 @@ def load_run_at_step(run_dir: str | Path, task: str | tuple[str, ...] | None = N
     return cfg, model.eval(), build_task(cfg), state["progress"]["step"]
 
 
-__all__ = ["train", "load_run", "evaluate", "NonFiniteLossError", "Trainer", "RunDir", "RunError", "CheckpointError"]
+__all__ = ["train", "train_packed", "pack_key", "load_run", "evaluate", "NonFiniteLossError", "Trainer", "RunDir", "RunError", "CheckpointError"]

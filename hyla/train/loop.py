@@ -1,8 +1,9 @@
 """The training loop: `train(cfg) -> run folder`.
 
-Read `_train` top to bottom: build the task and model, open the run folder (fresh or from its
-checkpoint), then per step: one update, and when due a training record, an evaluation, an
-analysis and a checkpoint; at the end the final evaluation and `summary.json`.
+Read `open_session` and then `TrainingLoop.run` top to bottom: build the task and model, open the
+run folder (fresh or from its checkpoint), then per step: one update, and when due a training
+record, an evaluation, an analysis and a checkpoint (`after_step`); at the end the final
+evaluation and `summary.json`. (`hyla.train.packed` steps several runs' loops together.)
 
 What is guaranteed (tests/train/test_exact_resume.py checks each):
 - A run is a pure function of its config and its numerics (threads, device, compile, deterministic
@@ -86,8 +87,7 @@ class Trainer:
 
     def step(self, step: int) -> tuple[torch.Tensor, torch.Tensor, Any]:
         """Update number `step` (0-based). Returns (loss, predictions, batch) of this rank."""
-        batch = self.task.batch("train", self.cfg.train.batch_size, step, self.ctx.rank, self.ctx.world_size)
-        batch = batch.to(self.ctx.device)
+        batch = self.batch(step)
         if self.compile_pending:
             self.compile_pending = False
             try:
@@ -98,14 +98,22 @@ class Trainer:
                 self.forward = self.eager
         return self._update(step, batch)
 
-    def _update(self, step: int, batch):
-        # Attention dropout draws from the global generator: seed it from the step, so the masks do
-        # not depend on what ran before (train() restores the generator's state when it returns).
+    def batch(self, step: int):
+        """This rank's slice of training batch number `step`, on the device."""
+        batch = self.task.batch("train", self.cfg.train.batch_size, step, self.ctx.rank, self.ctx.world_size)
+        return batch.to(self.ctx.device)
+
+    def seed_dropout(self, step: int) -> None:
+        """Attention dropout draws from the global generator: seed it from the step, so the masks do
+        not depend on what ran before (train() restores the generator's state when it returns)."""
         seed = stable_seed(self.cfg.seed, "step", step)
         if self.ctx.device.type == "cuda":
             torch.cuda.manual_seed(seed)
         else:
             torch.default_generator.manual_seed(seed)  # the CPU generator only: cheaper than manual_seed
+
+    def _update(self, step: int, batch):
+        self.seed_dropout(step)
         self.optimizer.zero_grad(set_to_none=True)
         pred = self.forward(batch.x)
         loss = self.task.loss(pred, batch)
@@ -185,21 +193,23 @@ def train(cfg: ExperimentConfig, analysis_hook: AnalysisHook | None = None) -> P
         raise ConfigError("train.analysis_every > 0 needs an analysis hook: train(cfg, hyla.analysis.analysis_hook)")
     ctx = distributed.setup(cfg.train.device)
     try:
-        with _process_settings(cfg, ctx):
+        with process_settings(cfg, ctx):
             return _train(cfg, ctx, analysis_hook)
     finally:
         distributed.teardown(ctx)
 
 
-def numerics(cfg: ExperimentConfig, ctx: DistContext) -> dict[str, Any]:
-    """The settings that change floating-point results (recorded in env.json and checkpoints)."""
-    return {"threads": torch.get_num_threads(), "device": str(ctx.device), "compile": cfg.train.compile,
-            "compile_mode": cfg.train.compile_mode if cfg.train.compile else None,
-            "deterministic": cfg.train.deterministic, "world_size": ctx.world_size, "torch": str(torch.__version__)}
+def numerics(cfg: ExperimentConfig, ctx: DistContext, packed: bool = False) -> dict[str, Any]:
+    """The settings that change floating-point results (recorded in env.json and checkpoints);
+    `packed`: trained in a pack (hyla.train.packed), whose batched kernels round differently."""
+    settings = {"threads": torch.get_num_threads(), "device": str(ctx.device), "compile": cfg.train.compile,
+                "compile_mode": cfg.train.compile_mode if cfg.train.compile else None,
+                "deterministic": cfg.train.deterministic, "world_size": ctx.world_size, "torch": str(torch.__version__)}
+    return {**settings, "packed": True} if packed else settings
 
 
 @contextmanager
-def _process_settings(cfg: ExperimentConfig, ctx: DistContext):
+def process_settings(cfg: ExperimentConfig, ctx: DistContext):
     """Threads, deterministic mode, the compiler flag and the global RNG for the duration of a run,
     restored afterwards."""
     threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
@@ -235,6 +245,14 @@ def _compiler_settings(cfg: ExperimentConfig):
 
 
 def _train(cfg: ExperimentConfig, ctx: DistContext, analysis_hook: AnalysisHook | None) -> Path:
+    run, loop = open_session(cfg, ctx, analysis_hook)
+    return loop.run() if loop is not None else run.path
+
+
+def open_session(cfg: ExperimentConfig, ctx: DistContext, analysis_hook: AnalysisHook | None,
+                 packed: bool = False) -> tuple[RunDir, TrainingLoop | None]:
+    """The run folder of `cfg` (new, or resumed from its checkpoint) and a loop ready to train it;
+    no loop when the run is already complete. `packed`: the loop's steps come from a pack."""
     task = build_task(cfg)
     cfg = replace(cfg, model=resolve_model(cfg.model, task))
     cfg, run = _name_run(cfg, ctx)
@@ -247,26 +265,30 @@ def _train(cfg: ExperimentConfig, ctx: DistContext, analysis_hook: AnalysisHook 
     if state is not None and run.read_summary().get("status") == "completed":
         if ctx.is_main:
             tqdm.write(f"{run.path} is complete (step {state['progress']['step']}); nothing to do")
-        return run.path
+        return run, None
 
     model = build_model(cfg).to(ctx.device)
     trainer = Trainer(cfg, task, model, ctx)
     progress = Progress()
+    settings = numerics(cfg, ctx, packed)
     if state is not None:
         trainer.load_state(state)
         progress = Progress(**state["progress"])
-        _warn_if_numerics_changed(state["numerics"], numerics(cfg, ctx), run)
-    loop = TrainingLoop(cfg, task, trainer, run, progress, ctx, analysis_hook)
-    return loop.run()
+        _warn_if_numerics_changed(state["numerics"], settings, run)
+    return run, TrainingLoop(cfg, task, trainer, run, progress, ctx, analysis_hook, settings)
 
 
 class TrainingLoop:
-    """One session of a run: from `progress.step` to the end (or a stop). Rank 0 writes the files."""
+    """One session of a run: from `progress.step` to `end` (all steps, or train.stop_at), or a stop.
+    Rank 0 writes the files. `run` drives it; a pack (hyla.train.packed) drives several through
+    `record_step`, `after_step`, `finish`, `diverged`, `record_stop` and `close`."""
 
     def __init__(self, cfg, task, trainer: Trainer, run: RunDir, progress: Progress, ctx: DistContext,
-                 analysis_hook: AnalysisHook | None):
+                 analysis_hook: AnalysisHook | None, numerics: dict[str, Any]):
         self.cfg, self.task, self.trainer, self.run_dir, self.progress, self.ctx = cfg, task, trainer, run, progress, ctx
-        self.analysis_hook = analysis_hook
+        self.analysis_hook, self.numerics = analysis_hook, numerics  # as numerics() gave them
+        t = cfg.train
+        self.end = t.stop_at if progress.step < t.stop_at < t.steps else t.steps
         self.pending: list[torch.Tensor] = []  # this rank's losses not yet reduced into progress
         self.session_start, self.first_step = time.perf_counter(), progress.step
         self.window_time, self.window_timed_steps = 0.0, 0
@@ -275,63 +297,63 @@ class TrainingLoop:
 
     def run(self) -> Path:
         t, p = self.cfg.train, self.progress
-        end = t.stop_at if p.step < t.stop_at < t.steps else t.steps
         bar = tqdm(total=t.steps, initial=p.step, disable=not (self.ctx.is_main and t.progress), dynamic_ncols=True,
                    unit="step", desc=self.cfg.model.mixer, mininterval=0.5 if sys.stderr.isatty() else 30.0)
         stop = StopSignal()
         try:
             with stop.installed():
-                for step in range(p.step, end):
-                    self.train_step(step)
+                for step in range(p.step, self.end):
+                    tick = time.perf_counter()
+                    loss, pred, batch = self.trainer.step(step)
+                    self.record_step(step, loss, pred, batch, time.perf_counter() - tick)
                     bar.update(1)
-                    done = p.step
-                    if done % t.log_every == 0 or done == t.steps:
-                        bar.set_postfix(self.log_training(), refresh=False)
-                    if t.eval_every and done % t.eval_every == 0 and done < t.steps:
-                        p.last_eval = {"step": done, **self.evaluate_all(t.eval_samples)}
-                    if t.analysis_every and done % t.analysis_every == 0:
-                        self.analyze()
                     stopping = distributed.any_rank(stop.requested, self.ctx)
-                    if done % t.checkpoint_every == 0 or done == end or stopping:
-                        self.save()
+                    postfix = self.after_step(stopping)
+                    if postfix is not None:
+                        bar.set_postfix(postfix, refresh=False)
                     if stopping:
                         raise KeyboardInterrupt
             bar.close()
             return self.finish()
         except NonFiniteLossError as e:
             bar.close()
-            where = (f"the last good checkpoint (step {self.checkpoint_step}) is kept in {self.run_dir.checkpoint_file}"
-                     if self.checkpoint_step is not None else "no checkpoint had been written yet")
-            message = f"{e}; stopping: {where}. Try a lower --train.lr or more --train.warmup_steps."
-            self.write_summary("diverged", message=message)
-            raise NonFiniteLossError(message) from None
-        except KeyboardInterrupt:
+            raise self.diverged(e) from None
+        except (KeyboardInterrupt, Exception) as e:
             bar.close()
-            message = (f"interrupted at step {p.step}; continue from the checkpoint of step {self.checkpoint_step} "
-                       f"with: hyla resume {self.run_dir.path}")
-            if self.ctx.is_main:
-                tqdm.write(message)
-            self.write_summary("interrupted", message=message)
-            raise
-        except Exception as e:
-            bar.close()
-            self.write_summary("failed", message=f"{type(e).__name__}: {e}")
+            self.record_stop(e)
             raise
         finally:
-            if self.log is not None:
-                self.log.close()
+            self.close()
 
-    def train_step(self, step: int) -> None:
-        tick = time.perf_counter()
-        loss, self.last_pred, self.last_batch = self.trainer.step(step)
+    def record_step(self, step: int, loss: torch.Tensor, pred: torch.Tensor, batch, elapsed: float) -> None:
+        """Account for update number `step`, which took `elapsed` seconds: loss, last batch, timing."""
         self.pending.append(loss)
+        self.last_pred, self.last_batch = pred, batch
         self.progress.step = step + 1
         if step > self.first_step:  # the session's first step includes compilation and warm-up
-            elapsed = time.perf_counter() - tick
             self.progress.train_time += elapsed
             self.progress.timed_steps += 1
             self.window_time += elapsed
             self.window_timed_steps += 1
+
+    def after_step(self, force_checkpoint: bool = False) -> dict | None:
+        """What is due after an update: the training record, an evaluation, an analysis, and a
+        checkpoint (when due, or forced: a stop). Returns the progress bar's postfix when a
+        training record was written."""
+        t, p = self.cfg.train, self.progress
+        done, postfix = p.step, None
+        if done % t.log_every == 0 or done == t.steps:
+            postfix = self.log_training()
+        if t.eval_every and done % t.eval_every == 0 and done < t.steps:
+            p.last_eval = {"step": done, **self.evaluate_all(t.eval_samples)}
+        if t.analysis_every and done % t.analysis_every == 0:
+            self.analyze()
+        if force_checkpoint or self.checkpoint_due():
+            self.save()
+        return postfix
+
+    def checkpoint_due(self) -> bool:
+        return self.progress.step % self.cfg.train.checkpoint_every == 0 or self.progress.step == self.end
 
     def reduce_losses(self) -> None:
         """Move this rank's pending losses, averaged over ranks, into the progress windows."""
@@ -387,7 +409,7 @@ class TrainingLoop:
         if self.ctx.is_main:
             progress = replace(self.progress, metrics_rows=self.log.rows, wall_time=self.wall_time())
             self.run_dir.save_checkpoint({**self.trainer.state(), "progress": asdict(progress), "config": asdict(self.cfg),
-                                      "numerics": numerics(self.cfg, self.ctx)})
+                                          "numerics": self.numerics})
         self.checkpoint_step = self.progress.step
 
     def finish(self) -> Path:
@@ -404,6 +426,29 @@ class TrainingLoop:
                 tqdm.write(_final_line(result, self.task.metric_name))
         distributed.barrier(self.ctx)  # ranks leave together: none tears down while rank 0 still writes
         return self.run_dir.path
+
+    def diverged(self, error: NonFiniteLossError) -> NonFiniteLossError:
+        """Write the "diverged" summary; return the error to raise, saying what is kept."""
+        where = (f"the last good checkpoint (step {self.checkpoint_step}) is kept in {self.run_dir.checkpoint_file}"
+                 if self.checkpoint_step is not None else "no checkpoint had been written yet")
+        message = f"{error}; stopping: {where}. Try a lower --train.lr or more --train.warmup_steps."
+        self.write_summary("diverged", message=message)
+        return NonFiniteLossError(message)
+
+    def record_stop(self, error: BaseException) -> None:
+        """Write the summary of a session ended by a stop (KeyboardInterrupt) or by an error."""
+        if not isinstance(error, KeyboardInterrupt):
+            self.write_summary("failed", message=f"{type(error).__name__}: {error}")
+            return
+        message = (f"interrupted at step {self.progress.step}; continue from the checkpoint of step "
+                   f"{self.checkpoint_step} with: hyla resume {self.run_dir.path}")
+        if self.ctx.is_main:
+            tqdm.write(message)
+        self.write_summary("interrupted", message=message)
+
+    def close(self) -> None:
+        if self.log is not None:
+            self.log.close()
 
     def write(self, step: int, split: str, record: dict) -> None:
         if self.log is not None:
@@ -434,7 +479,7 @@ class TrainingLoop:
         cfg, run = self.cfg, self.run_dir
         run.path.mkdir(parents=True, exist_ok=True)
         run.write_config(cfg)
-        write_json(run.env_file, environment(numerics(cfg, self.ctx)))
+        write_json(run.env_file, environment(self.numerics))
         if cfg.resume:
             run.truncate_metrics(self.progress.metrics_rows)
         model = self.trainer.model
@@ -477,7 +522,7 @@ def _resume_state(cfg: ExperimentConfig, run: RunDir, ctx: DistContext) -> dict 
 
 
 def _warn_if_numerics_changed(saved: dict, now: dict, run: RunDir) -> None:
-    changed = {k: (saved.get(k), now[k]) for k in now if saved.get(k) != now[k]}
+    changed = {k: (saved.get(k), now.get(k)) for k in {**saved, **now} if saved.get(k) != now.get(k)}
     if changed:
         what = ", ".join(f"{k} {b} (was {a})" for k, (a, b) in changed.items())
         warnings.warn(f"resuming {run.path} with {what}: the result will not be bit-identical to an uninterrupted "
