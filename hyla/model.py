@@ -52,7 +52,8 @@ class ModelConfig:
     num_outputs: int = 1
     """the model reads the last num_outputs positions; 0 = every position"""
     paper_init: bool = True
-    """truncated-normal fan-in ("lecun normal") kernels and zero biases, as the authors' Flax code"""
+    """initialize as the authors' Flax code: kernels truncated normal with variance 1/fan_in ("lecun
+    normal"), zero biases; position tables and token embeddings normal with variance 1/(feature axis)"""
 
     def scaled(self, width_multiplier: int) -> "ModelConfig":
         """Scale D, H, qk_dim, v_dim and the MLP width together (paper Fig. 4)."""
@@ -122,7 +123,7 @@ class Transformer(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
         self.final_norm = nn.LayerNorm(cfg.dim, eps=LAYERNORM_EPS)
         if cfg.paper_init:
-            self.apply(_lecun_normal_init)
+            self._paper_init()
 
     def forward(self, x: torch.Tensor, return_latents: bool = False, kv_caches: list[dict] | None = None,
                 dropout_masks: list[torch.Tensor] | None = None):
@@ -205,11 +206,32 @@ class Transformer(nn.Module):
         load_model(model, str(folder / PRETRAINED_WEIGHTS))
         return model.eval()
 
+    def _paper_init(self) -> None:
+        """The initializers of the authors' Flax model (its modules keep Flax's defaults).
 
-def _lecun_normal_init(module: nn.Module) -> None:
-    if isinstance(module, nn.Linear):
-        # Flax's lecun_normal: truncated at 2 std, std rescaled so the truncated variance is 1/fan_in.
-        std = 1.0 / math.sqrt(module.in_features) / 0.87962566103423978
-        nn.init.trunc_normal_(module.weight, std=std, a=-2 * std, b=2 * std)
-        if module.bias is not None:
-            nn.init.zeros_(module.bias)
+        Dense kernels: `lecun_normal` = variance_scaling(1, "fan_in", "truncated_normal"): normal
+        truncated at +-2 std, rescaled so that the truncated variance is exactly 1/fan_in; biases 0.
+        Embedding tables: Flax's `default_embed_init` = variance_scaling(1, "fan_in", "normal",
+        out_axis=0), whose fan_in is the size of the table's second axis in the authors' layout:
+        `[H, num_buckets]` for a position table (std 1/sqrt(num_buckets)), `[vocab, D]` for the token
+        embedding (std 1/sqrt(D)). LayerNorm: scale 1, bias 0 (PyTorch's defaults too).
+        """
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                _lecun_normal_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, RelativePositionBias):
+                nn.init.normal_(module.table.weight, std=1.0 / math.sqrt(module.num_buckets))  # [buckets, H]
+        if self.cfg.vocab_size > 0:
+            nn.init.normal_(self.embed.weight, std=1.0 / math.sqrt(self.cfg.dim))  # [vocab, D]
+
+
+# std of a standard normal truncated to [-2, 2]: sqrt(1 - 4 phi(2) / (2 Phi(2) - 1))
+_TRUNCATED_NORMAL_STD = 0.87962566103423978
+
+
+def _lecun_normal_(weight: torch.Tensor) -> None:
+    """weight [out, in]: truncated at 2 std, std rescaled so the truncated variance is 1/fan_in."""
+    std = 1.0 / math.sqrt(weight.shape[1]) / _TRUNCATED_NORMAL_STD
+    nn.init.trunc_normal_(weight, std=std, a=-2 * std, b=2 * std)

@@ -59,7 +59,7 @@ def test_train_rejects_bad_values_with_a_message(tmp_path, capsys):
 
 
 def test_print_config_is_resolved(capsys):
-    assert main(["train", "--preset", "raven_cpu", "--print-config"]) == 0
+    assert main(["train", "--preset", "raven_3x3_4features", "--print-config"]) == 0
     cfg = json.loads(capsys.readouterr().out)
     assert cfg["task"] == "sraven" and cfg["model"]["seq_len"] == 36 and cfg["model"]["num_outputs"] == 4
 

@@ -33,12 +33,14 @@ class RelativePositionBias(nn.Module):
     """bias [1, H, Tq, Tk] for queries at positions offset..offset+Tq-1 and keys at 0..Tk-1.
 
     num_buckets = max_distance = max_len (the paper's choice). Longer sequences raise an error.
+    The table is `[num_buckets, H]` (the authors' Flax table is its transpose, `[H, num_buckets]`).
     """
 
     def __init__(self, num_heads: int, max_len: int, bidirectional: bool = False):
         super().__init__()
         self.max_len, self.bidirectional = max_len, bidirectional
-        self.table = nn.Embedding(max_len, num_heads)
+        self.num_buckets = max_len
+        self.table = nn.Embedding(self.num_buckets, num_heads)
 
     def forward(self, q_len: int, k_len: int, offset: int = 0) -> torch.Tensor:
         if offset + q_len > self.max_len or k_len > self.max_len:
@@ -49,5 +51,5 @@ class RelativePositionBias(nn.Module):
         device = self.table.weight.device
         query = torch.arange(offset, offset + q_len, device=device)[:, None]
         key = torch.arange(k_len, device=device)[None, :]
-        buckets = relative_position_bucket(key - query, self.bidirectional, self.max_len, self.max_len)
+        buckets = relative_position_bucket(key - query, self.bidirectional, self.num_buckets, self.max_len)
         return self.table(buckets).permute(2, 0, 1).unsqueeze(0)  # [1, H, Tq, Tk]

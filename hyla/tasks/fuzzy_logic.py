@@ -10,9 +10,12 @@ order) never appear in training. K-combinations of the remaining ("seen") terms 
 with the seed and the first `frac_held_out` of them form `ood`; the rest are the training tasks
 (`train`, and `valid` = fresh samples of them). `novel_terms` = K-combinations of unseen terms.
 
-Analysis variants of every split: `<split>_fixed_context` (one set of context inputs, drawn per
-step, shared by all sequences of the batch; the query input varies) and `<split>_fixed_query`
-(one query input shared by all sequences; the context varies).
+Analysis variants of every split: `<split>_fixed_context` (one set of context inputs shared by
+all sequences of the batch; the query input varies) and `<split>_fixed_query` (one query input
+shared by all sequences; the context varies). `fixed_inputs` says where the shared inputs come
+from: "per_batch" (default) draws them with each batch, so they differ between splits and steps;
+"per_seed" draws them once from the seed, so every split and step shares them, as in the authors'
+code (their probe of held-out tasks then sees the same query point as the one it was fit on).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from .base import Batch, Task, held_out_count, make_generator
 
 _TASK_SPLITS = ("train", "valid", "ood", "novel_terms")
 _INPUT_VARIANTS = ("", "_fixed_context", "_fixed_query")
+FIXED_INPUTS = ("per_batch", "per_seed")
 
 
 def _lexicographic_rank(combination: list[int], num_items: int) -> int:
@@ -60,14 +64,16 @@ class FuzzyLogic(Task):
 
     def __init__(self, num_variables: int = 4, num_terms: int = 2, seq_len: int = 16,
                  frac_held_out: float = 0.5, frac_unseen_terms: float = 0.25, seed: int = 0,
-                 device: torch.device | str = "cpu"):
+                 device: torch.device | str = "cpu", fixed_inputs: str = "per_batch"):
+        if fixed_inputs not in FIXED_INPUTS:
+            raise ValueError(f"fixed_inputs must be one of {', '.join(FIXED_INPUTS)}, got {fixed_inputs!r}")
         if num_variables < 1 or num_terms < 1:
             raise ValueError("num_variables and num_terms must be positive")
         if seq_len < 2:
             raise ValueError("seq_len must be at least 2 (context plus query)")
         self.num_variables, self.num_terms, self.seq_len = num_variables, num_terms, seq_len
         self.frac_held_out, self.frac_unseen_terms = frac_held_out, frac_unseen_terms
-        self.seed, self.device = seed, torch.device(device)
+        self.seed, self.device, self.fixed_inputs = seed, torch.device(device), fixed_inputs
         self.input_dim = num_variables + 1
         self.splits = tuple(s + v for s in _TASK_SPLITS for v in _INPUT_VARIANTS)
 
@@ -129,12 +135,13 @@ class FuzzyLogic(Task):
         T, L = self.seq_len, self.num_variables
         if variant == "":
             return torch.rand(L, B, T, generator=generator)
+        shared = generator if self.fixed_inputs == "per_batch" else make_generator(self.seed, self.name, "fixed")
         if variant == "_fixed_context":
-            context = torch.rand(L, 1, T - 1, generator=generator).expand(-1, B, -1)
+            context = torch.rand(L, 1, T - 1, generator=shared).expand(-1, B, -1)
             query = torch.rand(L, B, 1, generator=generator)
         else:  # "_fixed_query"
             context = torch.rand(L, B, T - 1, generator=generator)
-            query = torch.rand(L, 1, 1, generator=generator).expand(-1, B, -1)
+            query = torch.rand(L, 1, 1, generator=shared).expand(-1, B, -1)
         return torch.cat([context, query], dim=2)
 
     def loss(self, pred: torch.Tensor, batch: Batch) -> torch.Tensor:

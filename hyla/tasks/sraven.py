@@ -15,7 +15,11 @@ follows one rule along each row (all arithmetic mod F); the rules, in the paper'
 
 A task's rule assignment is a multiset of K rules (330 for K=4); `frac_ood` of the multisets,
 chosen with the seed, are held out for `ood`. A sample draws a multiset of its split and a
-random assignment of that multiset to the K features. With `permute=True` every column of the
+random assignment of that multiset to the K features (`rule_order="random"`); with
+`rule_order="sorted"` feature j gets the j-th smallest rule of the multiset, as in the authors'
+code. On permuted splits the two give the same distribution of grids (the column permutations
+hide the order); on `*_unpermuted` splits "sorted" ties the rule to the feature position (the
+authors' latent analysis probes the last feature, which then always holds the largest rule). With `permute=True` every column of the
 grid shows its features in its own random order (the same in all three rows), so the model must
 also find which features correspond across columns: `panels[b, r, c, j] = unpermuted[b, r, c,
 perm[b, c, j]]`. The `*_unpermuted` splits switch that off.
@@ -38,6 +42,7 @@ from .base import Batch, Task, held_out_count, make_generator
 NUM_RULES = 8
 DISTRIBUTE_THREE = 7
 _SPLITS = ("train", "valid", "ood", "train_unpermuted", "valid_unpermuted", "ood_unpermuted")
+RULE_ORDERS = ("random", "sorted")
 
 # Rules 0-6 are affine in two values (u, v) drawn per row and feature: a row is
 # (u, a1*u + b1*v + c1, a2*u + b2*v + c2) mod F. One row of (a1, b1, c1, a2, b2, c2) per rule.
@@ -91,7 +96,9 @@ class SRaven(Task):
 
     def __init__(self, num_features: int = 4, num_values: int = 8, grid_size: int = 3,
                  permute: bool = True, frac_ood: float = 0.25, seed: int = 0,
-                 device: torch.device | str = "cpu"):
+                 device: torch.device | str = "cpu", rule_order: str = "random"):
+        if rule_order not in RULE_ORDERS:
+            raise ValueError(f"rule_order must be one of {', '.join(RULE_ORDERS)}, got {rule_order!r}")
         if grid_size != 3:
             raise ValueError(f"SRaven supports only the paper's 3x3 grid (grid_size=3), got "
                              f"{grid_size}: addition, subtraction and distribute-three are rules "
@@ -103,7 +110,7 @@ class SRaven(Task):
         if num_features < 1:
             raise ValueError("num_features must be positive")
         self.num_features, self.num_values, self.grid_size = num_features, num_values, grid_size
-        self.permute, self.frac_ood, self.seed = permute, frac_ood, seed
+        self.permute, self.frac_ood, self.seed, self.rule_order = permute, frac_ood, seed, rule_order
         self.device = torch.device(device)
         self.splits = _SPLITS
         self.input_dim = self.output_dim = num_values
@@ -148,9 +155,9 @@ class SRaven(Task):
         B, K, F = batch_size, self.num_features, self.num_values
         rule_set_index = rule_set_indices[torch.randint(len(rule_set_indices), (B,),
                                                         generator=generator)]
-        # a random assignment of the multiset's rules to the features
-        assignment = torch.rand(B, K, generator=generator).argsort(dim=1)
-        rules = self.all_rule_sets[rule_set_index].gather(1, assignment)  # [B, K]
+        rules = self.all_rule_sets[rule_set_index]  # [B, K], sorted
+        if self.rule_order == "random":  # a random assignment of the multiset's rules to the features
+            rules = rules.gather(1, torch.rand(B, K, generator=generator).argsort(dim=1))
 
         # a row code per row and feature; distribute-three uses one 3-subset per task and feature
         is_distributed = (rules == DISTRIBUTE_THREE)[:, None, :]  # [B, 1, K]

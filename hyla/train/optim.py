@@ -1,4 +1,4 @@
-"""AdamW with decay on matrices only, and the warmup + cosine learning-rate schedule (as the authors' run script builds them: docs/paper_fidelity.md)."""
+"""AdamW with decay on matrices only, and the authors' warmup + cosine learning-rate schedule."""
 
 from __future__ import annotations
 
@@ -23,15 +23,20 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 
 
 def lr_multiplier(step: int, steps: int, warmup_steps: int, final_fraction: float) -> float:
-    """Learning rate of update `step` (0-based) relative to the peak.
+    """Learning rate of update `step` (0-based) relative to the peak: the authors' schedule.
 
-    Linear warmup from 0 over `warmup_steps` updates, then cosine decay reaching `final_fraction`
-    at `steps` (optax.warmup_cosine_decay_schedule with init 0 and end final_fraction * peak).
+    Their run script calls `optax.warmup_cosine_decay_schedule(init_value=0, peak_value=lr,
+    warmup_steps=W, decay_steps=steps - W, end_value=final_fraction * lr)`. optax counts
+    `decay_steps` from step 0, warmup included, so the cosine lasts `steps - 2W` updates:
+    linear warmup 0 -> 1 over W updates, cosine 1 -> final_fraction until update `steps - W`, then
+    final_fraction for the last W updates. With 1,000 steps and W = 100: 0.55 at update 500,
+    final_fraction from update 900 on. (When steps <= 2W the rate drops to final_fraction right
+    after the warmup, where optax would refuse a non-positive cosine length.)
     """
     if step < warmup_steps:
         return step / warmup_steps
-    decay_steps = steps - warmup_steps
-    progress = min(1.0, (step - warmup_steps) / decay_steps) if decay_steps > 0 else 1.0
+    cosine_steps = steps - 2 * warmup_steps
+    progress = min(1.0, (step - warmup_steps) / cosine_steps) if cosine_steps > 0 else 1.0
     return final_fraction + (1.0 - final_fraction) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 

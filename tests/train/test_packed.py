@@ -23,8 +23,11 @@ from hyla.train import NonFiniteLossError, RunDir, load_run, train
 from hyla.train import checkpoint as ckpt
 from hyla.train.packed import plan_packs, train_packed
 
-# A member against its solo run: float32 rounding of batched vs solo kernels, over 20 steps.
-RTOL, ATOL = 1e-4, 1e-5
+# A member against its solo run: float32 rounding of batched vs solo kernels, over 20 steps. Weights
+# agree to RTOL / ATOL. Gradients (hence Adam's moments and the logged gradient norm) are less well
+# conditioned: early in training the RMS-head normalization of small scores amplifies rounding
+# (up to 3e-4 relative seen with the paper initialization): they are compared to GRAD_RTOL.
+RTOL, ATOL, GRAD_RTOL = 1e-4, 1e-5, 1e-3
 
 
 def member_configs(tmp_path, **train_overrides):
@@ -53,8 +56,9 @@ def assert_close_run(a, b) -> None:
     """Weights, optimizer state, metrics records and summary equal to float32 rounding (timing aside)."""
     state_a, state_b = (ckpt.load(r / "checkpoints" / "latest.pt") for r in (a, b))
     assert state_a["progress"]["step"] == state_b["progress"]["step"]
-    for key in ("model", "optimizer", "scheduler"):
+    for key in ("model", "scheduler"):
         torch.testing.assert_close(state_a[key], state_b[key], rtol=RTOL, atol=ATOL, msg=key)
+    torch.testing.assert_close(state_a["optimizer"], state_b["optimizer"], rtol=GRAD_RTOL, atol=10 * ATOL)
     rows_a, rows_b = ([without_timing(json.loads(line)) for line in (r / "metrics.jsonl").read_text().splitlines()]
                       for r in (a, b))
     assert_close_values(rows_a, rows_b, "metrics.jsonl")
@@ -74,7 +78,8 @@ def assert_close_values(x, y, where: str) -> None:
         for i, (u, v) in enumerate(zip(x, y)):
             assert_close_values(u, v, f"{where}[{i}]")
     elif isinstance(x, float):
-        assert y == pytest.approx(x, rel=RTOL, abs=ATOL), where
+        rtol = GRAD_RTOL if where.endswith("grad_norm") else RTOL
+        assert y == pytest.approx(x, rel=rtol, abs=ATOL), where
     else:
         assert x == y, where
 

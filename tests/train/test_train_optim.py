@@ -1,4 +1,4 @@
-"""Learning-rate schedule and weight-decay grouping (docs/paper_fidelity.md)."""
+"""Learning-rate schedule (the authors' optax schedule) and weight-decay grouping."""
 
 import math
 
@@ -10,16 +10,56 @@ from hyla.model import ModelConfig, Transformer
 from hyla.train.optim import lr_multiplier, make_optimizer, parameter_groups
 
 
-def test_schedule_warms_up_from_zero_then_decays_to_a_tenth():
-    steps, warmup = 1000, 100
-    values = [lr_multiplier(s, steps, warmup, 0.1) for s in range(steps + 1)]
-    assert values[0] == 0.0
-    assert values[50] == pytest.approx(0.5)
-    assert values[warmup] == pytest.approx(1.0)
-    assert values[steps] == pytest.approx(0.1)
-    assert all(b <= a + 1e-12 for a, b in zip(values[warmup:], values[warmup + 1:]))  # monotone decay
-    assert values[(steps + warmup) // 2] == pytest.approx(0.55)  # cosine midpoint
+def optax_warmup_cosine_decay(step, init_value, peak_value, warmup_steps, decay_steps, end_value):
+    """optax.warmup_cosine_decay_schedule as its documentation defines it, written out here
+    independently of hyla: `join_schedules([linear_schedule(init_value, peak_value, warmup_steps),
+    cosine_decay_schedule(peak_value, decay_steps - warmup_steps, alpha=end_value / peak_value)],
+    boundaries=[warmup_steps])`; join_schedules hands step - boundary to the later schedule;
+    cosine_decay_schedule(init, n, alpha)(t) = init * ((1 - alpha) * 0.5 * (1 + cos(pi * min(t, n) / n)) + alpha)."""
+    if step < warmup_steps:
+        return init_value + (peak_value - init_value) * step / warmup_steps
+    alpha = end_value / peak_value
+    n = decay_steps - warmup_steps
+    t = min(step - warmup_steps, n)
+    return peak_value * ((1 - alpha) * 0.5 * (1 + math.cos(math.pi * t / n)) + alpha)
+
+
+def authors_schedule(steps, warmup, lr=1.0):
+    """The authors' run script: decay_steps = train_steps - warmup_steps, end 0.1 * lr."""
+    return [optax_warmup_cosine_decay(s, 0.0, lr, warmup, steps - warmup, 0.1 * lr) for s in range(steps + 1)]
+
+
+@pytest.mark.parametrize("steps, warmup", [(1000, 100), (50_000, 100), (156_250, 1000), (39_000, 1000), (3000, 100)])
+def test_schedule_is_the_authors_optax_schedule(steps, warmup):
+    expected = authors_schedule(steps, warmup)
+    stride = max(1, steps // 2000)  # every step of the short schedules, a dense grid of the long ones
+    for step in list(range(0, steps + 1, stride)) + [warmup - 1, warmup, steps - warmup - 1, steps - warmup, steps]:
+        assert lr_multiplier(step, steps, warmup, 0.1) == pytest.approx(expected[step], abs=1e-12), step
+
+
+def test_schedule_landmarks_at_1000_steps_with_warmup_100():
+    values = [lr_multiplier(s, 1000, 100, 0.1) for s in range(1001)]
+    assert values[0] == 0.0 and values[50] == pytest.approx(0.5) and values[100] == pytest.approx(1.0)
+    assert values[500] == pytest.approx(0.55)  # the cosine midpoint: (100 + 900) / 2
+    assert all(v == pytest.approx(0.1) for v in values[900:])  # flat for the last warmup_steps updates
+    assert values[899] > 0.1
+    assert all(b <= a + 1e-12 for a, b in zip(values[100:], values[101:]))  # monotone decay
     assert max(values) == pytest.approx(1.0)
+
+
+def test_schedule_matches_optax_itself():
+    optax = pytest.importorskip("optax")
+    for steps, warmup in [(1000, 100), (3000, 100), (20_000, 1000)]:
+        schedule = optax.warmup_cosine_decay_schedule(
+            init_value=0.0, peak_value=1e-3, warmup_steps=warmup, decay_steps=steps - warmup, end_value=1e-4)
+        for step in range(0, steps + 1, 7):
+            assert 1e-3 * lr_multiplier(step, steps, warmup, 0.1) == pytest.approx(float(schedule(step)), rel=1e-5,
+                                                                                    abs=1e-10)
+
+
+def test_schedule_without_room_for_a_cosine_drops_to_the_end_value_after_warmup():
+    assert lr_multiplier(5, 10, 10, 0.1) == pytest.approx(0.5)  # still warming up
+    assert lr_multiplier(10, 15, 10, 0.1) == pytest.approx(0.1)
 
 
 def test_scheduler_drives_the_optimizer_lr():
