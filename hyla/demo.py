@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from hyla.configs import PRESETS, ConfigError, check_positive, get_preset, parse_options
+from hyla.configs import PRESETS, ConfigError, TrainConfig, check_positive, get_preset, parse_options
 from hyla.jsonio import read_jsonl, write_json
 from hyla.ops.mixers import canonical_mixer_name
 from hyla.plots import plot_curves
+from hyla.sweep import SweepSpec, run_sweep
 from hyla.tables import markdown_table
 
 DEFAULT_PRESET = "logic_cpu"
@@ -45,7 +46,7 @@ class DemoOptions:
     """runs trained at the same time, as separate processes (0: all of them; on 2 cores this beats one run at a
     time with 2 threads)"""
     threads: int | None = None
-    """threads per run (default: 1 when runs go in parallel, else one per core)"""
+    """threads per run (default: the cores divided by the runs at a time)"""
     compile: bool = False
     """torch.compile the models"""
     eval_samples: int | None = None
@@ -72,151 +73,63 @@ def main(argv: list[str]) -> int:
     args = parse_options(DemoOptions, argv, "hyla demo")
     out = Path(args.out or f"runs/demo-{time.strftime('%Y%m%d-%H%M%S')}")
     base = get_preset(args.preset)
-    train_cfg = base.train
-    if args.steps is not None:
-        scale = args.steps / train_cfg.steps
-        train_cfg = replace(train_cfg, steps=args.steps, warmup_steps=min(train_cfg.warmup_steps, max(1, args.steps // 10)),
-                            eval_every=max(1, round(train_cfg.eval_every * scale)),
-                            log_every=max(1, min(train_cfg.log_every, args.steps // 10 or 1)),
-                            checkpoint_every=max(1, round(train_cfg.checkpoint_every * scale)))
-    if args.eval_samples is not None:
-        train_cfg = replace(train_cfg, eval_samples=args.eval_samples)
-    if args.final_eval_samples is not None:
-        train_cfg = replace(train_cfg, final_eval_samples=args.final_eval_samples)
-    parallel = args.parallel or len(args.mixers)
-    threads = args.threads if args.threads is not None else (1 if parallel > 1 else 0)
-    train_cfg = replace(train_cfg, threads=threads, compile=args.compile, progress=False)
-    configs = {mixer: replace(base, seed=args.seed, out_dir=str(out), name=mixer, train=train_cfg,
-                              model=replace(base.model, mixer=mixer)) for mixer in args.mixers}
-    print(f"hyla demo: {', '.join(args.mixers)} on {args.preset} ({base.task}), {train_cfg.steps} steps each, "
-          f"{parallel} at a time -> {out}")
+    spec = SweepSpec(name="demo", preset=args.preset, out_dir=str(out), seeds=[args.seed],
+                     overrides=train_overrides(base.train, args), grid=[{"model.mixer": args.mixers}],
+                     parallel=args.parallel or len(args.mixers))
+    steps = spec.overrides.get("train.steps", base.train.steps)
+    print(f"hyla demo: {', '.join(args.mixers)} on {args.preset} ({base.task}), {steps} steps each, "
+          f"{spec.parallel} at a time -> {out}")
 
     start = time.perf_counter()
     try:
-        codes = run_all(configs, out, parallel, progress=args.progress)
+        codes = run_sweep(spec, progress=args.progress)
     except KeyboardInterrupt:
         print(f"\ninterrupted; the runs keep their checkpoints: run `hyla demo --out {out}` with the same "
               "settings to continue", file=sys.stderr)
         return 130
     wall = time.perf_counter() - start
     failed = {m: c for m, c in codes.items() if c != 0}
-    for mixer, code in failed.items():
-        print(f"{mixer}: training exited with code {code}; see {out / (mixer + '.log')}", file=sys.stderr)
-
-    rows = collect_rows(out, args.mixers)
+    run_names = {run.overrides["model.mixer"]: run.name for run in spec.runs()}
+    rows = collect_rows(out, run_names)
     metric = rows[0]["metric_name"] if rows else "r2"
     table = comparison_table(rows, metric)
     reading = describe_ordering(rows, metric)
-    note = (f"{parallel} runs trained at a time, {threads if threads > 0 else 'auto'} thread(s) each; steps/s is "
-            "each run's own rate under that sharing." if parallel > 1 else "")
-    report = {"preset": args.preset, "steps": train_cfg.steps, "seed": args.seed, "wall_time_s": wall,
-              "parallel": parallel, "metric": metric, "rows": rows, "reading": reading,
+    note = (f"{spec.parallel} runs trained at a time; steps/s is each run's own rate under that sharing."
+            if spec.parallel > 1 else "")
+    report = {"preset": args.preset, "steps": steps, "seed": args.seed, "wall_time_s": wall,
+              "parallel": spec.parallel, "metric": metric, "rows": rows, "reading": reading,
               "load_average": os.getloadavg()}
     write_json(out / "demo.json", report)
-    (out / "demo.md").write_text(f"# hyla demo: {args.preset}, {train_cfg.steps} steps, seed {args.seed}\n\n"
+    (out / "demo.md").write_text(f"# hyla demo: {args.preset}, {steps} steps, seed {args.seed}\n\n"
                                  f"{table}\n\n{reading}\n\n{note}\nTotal wall time {wall:.0f} s.\n")
-    plot_curves(out / "curves.png", {m: [read_jsonl(out / m / "metrics.jsonl")] for m in args.mixers}, metric)
+    plot_curves(out / "curves.png", {m: [read_jsonl(out / name / "metrics.jsonl")] for m, name in run_names.items()},
+                metric)
     print("\n" + table + "\n\n" + reading + ("\n" + note if note else ""))
     print(f"\nwrote {out / 'demo.md'}, {out / 'demo.json'}, {out / 'curves.png'} ({wall:.0f} s)")
     return 1 if failed else 0
 
 
-def run_all(configs: dict, out: Path, parallel: int, progress: bool = True) -> dict[str, int]:
-    """Train every config (skipping finished runs, resuming interrupted ones), `parallel` at a time
-    as `hyla train` subprocesses; progress is read from each run's metrics.jsonl."""
-    from hyla.configs import config_to_dict
-    from hyla.train.run_dir import RunDir
-
-    out.mkdir(parents=True, exist_ok=True)
-    pending, running, codes = list(configs), {}, {}
-    bars = RunProgress({mixer: cfg.train.steps for mixer, cfg in configs.items()}, progress)
-    try:
-        while pending or running:
-            while pending and len(running) < parallel:
-                mixer = pending.pop(0)
-                run = RunDir(out / mixer)
-                if run.read_summary().get("status") == "completed":
-                    codes[mixer] = 0
-                    bars.finished(mixer, configs[mixer].train.steps, 0)
-                    continue
-                config_file = out / f"{mixer}.config.json"
-                write_json(config_file, config_to_dict(configs[mixer]))
-                command = [sys.executable, "-m", "hyla.cli"] + (
-                    ["resume", str(run.path)] if run.checkpoint_file.exists() else ["train", "--config", str(config_file)])
-                log = open(out / f"{mixer}.log", "a")
-                running[mixer] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), log)
-            time.sleep(0.5)
-            for mixer in list(running):
-                process, log = running[mixer]
-                bars.update(mixer, last_train_step(out / mixer))
-                if process.poll() is not None:
-                    codes[mixer] = process.returncode
-                    log.close()
-                    del running[mixer]
-                    bars.finished(mixer, last_train_step(out / mixer), process.returncode)
-    except KeyboardInterrupt:
-        # the children got the same Ctrl-C (same process group): let them checkpoint and exit
-        for process, log in running.values():
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.terminate()
-            log.close()
-        raise
-    finally:
-        bars.close()
-    return codes
+def train_overrides(train: TrainConfig, args: DemoOptions) -> dict[str, Any]:
+    """The sweep overrides of the preset's training settings that the demo's options ask for."""
+    overrides: dict[str, Any] = {"train.compile": args.compile}
+    if args.steps is not None:
+        scale = args.steps / train.steps
+        overrides.update({"train.steps": args.steps,
+                          "train.warmup_steps": min(train.warmup_steps, max(1, args.steps // 10)),
+                          "train.eval_every": max(1, round(train.eval_every * scale)),
+                          "train.log_every": max(1, min(train.log_every, args.steps // 10 or 1)),
+                          "train.checkpoint_every": max(1, round(train.checkpoint_every * scale))})
+    for name in ("eval_samples", "final_eval_samples", "threads"):
+        if getattr(args, name) is not None:
+            overrides[f"train.{name}"] = getattr(args, name)
+    return overrides
 
 
-class RunProgress:
-    """One progress bar per run on a terminal. Elsewhere (a log file, CI) bars redrawn in place
-    would garble the output, so each run gets one line when it finishes instead."""
-
-    def __init__(self, total_steps: dict[str, int], enabled: bool = True):
-        self.as_lines = enabled and not sys.stderr.isatty()
-        self.bars = {}
-        if enabled and not self.as_lines:
-            from tqdm.auto import tqdm
-
-            self.bars = {mixer: tqdm(total=total, desc=f"{mixer:>8}", position=position, unit="step",
-                                     dynamic_ncols=True, leave=True)
-                         for position, (mixer, total) in enumerate(total_steps.items())}
-
-    def update(self, mixer: str, step: int) -> None:
-        bar = self.bars.get(mixer)
-        if bar is not None and step > bar.n:
-            bar.update(step - bar.n)
-
-    def finished(self, mixer: str, step: int, code: int) -> None:
-        self.update(mixer, step)
-        if self.as_lines:
-            outcome = "finished" if code == 0 else f"exited with code {code}"
-            print(f"{mixer}: {outcome} at step {step}", file=sys.stderr, flush=True)
-
-    def close(self) -> None:
-        for bar in self.bars.values():
-            bar.close()
-
-
-def last_train_step(run: Path) -> int:
-    """The step of the last training record in run/metrics.jsonl (0 if none)."""
-    try:
-        lines = (run / "metrics.jsonl").read_text().splitlines()
-    except OSError:
-        return 0
-    for line in reversed(lines):
-        if '"split": "train"' in line:
-            try:
-                return json.loads(line)["step"]
-            except json.JSONDecodeError:  # the line being written right now
-                continue
-    return 0
-
-
-def collect_rows(out: Path, mixers: list[str]) -> list[dict]:
+def collect_rows(out: Path, run_names: dict[str, str]) -> list[dict]:
+    """{mixer: run folder name} -> one row per finished or stopped run."""
     rows = []
-    for mixer in mixers:
-        summary_file = out / mixer / "summary.json"
+    for mixer, name in run_names.items():
+        summary_file = out / name / "summary.json"
         if not summary_file.exists():
             continue
         s = json.loads(summary_file.read_text())

@@ -43,14 +43,13 @@ import socket
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from tyro.conf import Positional
-from tqdm import tqdm
 
 SPEC_KEYS = ("name", "preset", "out_dir", "seeds", "overrides", "grid", "parallel", "slurm")
 
@@ -265,8 +264,9 @@ def _todo(spec: SweepSpec) -> list[Run]:
     return [r for r in spec.runs() if states[r.name] not in ("completed", "running", "queued")]
 
 
-def run_sweep(spec: SweepSpec, dry_run: bool = False) -> dict[str, int]:
-    """Train every run of the sweep that is not complete, here; returns {run name: exit code}."""
+def run_sweep(spec: SweepSpec, dry_run: bool = False, progress: bool = True) -> dict[str, int]:
+    """Train every run of the sweep that is not complete, here, `spec.parallel` at a time (each a
+    `hyla` subprocess); returns {run name: exit code}. Progress is read from the runs' metrics.jsonl."""
     out = Path(spec.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     runs, todo = spec.runs(), _todo(spec)
@@ -277,20 +277,77 @@ def run_sweep(spec: SweepSpec, dry_run: bool = False) -> dict[str, int]:
         for r in todo:
             print(" ".join(run_command(spec, r, threads)))
         return {}
-
-    def launch(run: Run) -> tuple[str, int]:
-        return run.name, RunJob(spec, run, threads)()
-
     codes = {}
-    with ThreadPoolExecutor(max_workers=max(1, spec.parallel)) as pool, tqdm(total=len(todo), unit="run") as bar:
-        for name, code in pool.map(launch, todo):
-            codes[name] = code
-            bar.set_postfix_str(f"{name}: {'ok' if code == 0 else f'exit {code}'}")
-            bar.update()
+    bars = RunProgress({r.name: run_steps(spec, r) for r in todo}, progress)
+    with ThreadPoolExecutor(max_workers=max(1, spec.parallel)) as pool:
+        running = {pool.submit(RunJob(spec, r, threads)): r.name for r in todo}
+        try:
+            while running:
+                finished, _ = wait(running, timeout=0.5)
+                for future in finished:
+                    name = running.pop(future)
+                    codes[name] = future.result()
+                    bars.finished(name, last_train_step(out / name), codes[name])
+                for name in running.values():
+                    bars.update(name, last_train_step(out / name))
+        finally:  # on Ctrl-C the runs got it too: the pool waits while they checkpoint and exit
+            bars.close()
     failed = {n: c for n, c in codes.items() if c != 0}
     if failed:
         print(f"{len(failed)} runs failed (see their .log files): {', '.join(failed)}", file=sys.stderr)
     return codes
+
+
+def run_steps(spec: SweepSpec, run: Run) -> int:
+    """The number of training steps of a run of the sweep."""
+    from hyla.configs import get_preset
+
+    return int(run.overrides.get("train.steps", get_preset(spec.preset).train.steps))
+
+
+class RunProgress:
+    """One progress bar per run (steps) on a terminal. Elsewhere (a log file, CI) bars redrawn in place
+    would garble the output, so each run gets one line when it finishes instead."""
+
+    def __init__(self, total_steps: dict[str, int], enabled: bool = True):
+        self.as_lines = enabled and not sys.stderr.isatty()
+        self.bars = {}
+        if enabled and not self.as_lines:
+            from tqdm.auto import tqdm
+
+            self.bars = {name: tqdm(total=total, desc=name, position=position, unit="step",
+                                   dynamic_ncols=True, leave=True)
+                         for position, (name, total) in enumerate(total_steps.items())}
+
+    def update(self, name: str, step: int) -> None:
+        bar = self.bars.get(name)
+        if bar is not None and step > bar.n:
+            bar.update(step - bar.n)
+
+    def finished(self, name: str, step: int, code: int) -> None:
+        self.update(name, step)
+        if self.as_lines:
+            outcome = "finished" if code == 0 else f"exited with code {code}"
+            print(f"{name}: {outcome} at step {step}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        for bar in self.bars.values():
+            bar.close()
+
+
+def last_train_step(run: Path) -> int:
+    """The step of the last training record in run/metrics.jsonl (0 if none)."""
+    try:
+        lines = (run / "metrics.jsonl").read_text().splitlines()
+    except OSError:
+        return 0
+    for line in reversed(lines):
+        if '"split": "train"' in line:
+            try:
+                return json.loads(line)["step"]
+            except json.JSONDecodeError:  # the line being written right now
+                continue
+    return 0
 
 
 def run_packed_sweep(spec: SweepSpec, size: int, dry_run: bool = False) -> dict[str, int]:

@@ -1,8 +1,8 @@
-"""`hyla demo`'s progress output: bars on a terminal, one line per finished run elsewhere."""
+"""The progress of `hyla sweep` and `hyla demo`: bars on a terminal, one line per finished run elsewhere."""
 
 import sys
 
-from hyla.demo import RunProgress
+from hyla.sweep import RunProgress
 
 
 def test_progress_is_one_line_per_finished_run_when_not_a_terminal(capsys):
