@@ -488,52 +488,48 @@ def raven_cpu() -> ExperimentConfig:
 # ============================================================================= language-modeling presets
 
 
+def _language_model(text: TextConfig, num_layers: int, dim: int, num_heads: int, mlp_dim: int,
+                    attention_dropout: float = 0.0, **train) -> ExperimentConfig:
+    """A decoder-only model as in the authors' language-modeling code: SwiGLU, qk_dim = v_dim = dim,
+    one-directional relative position bias, their initialization; AdamW lr 1e-3, weight decay 0.1."""
+    return ExperimentConfig(
+        task="text", text=text,
+        model=ModelConfig(num_layers=num_layers, dim=dim, num_heads=num_heads, qk_dim=dim, v_dim=dim, mlp_dim=mlp_dim,
+                          feedforward="swiglu", mixer="softmax", attention_dropout=attention_dropout,
+                          bidirectional_position=False, paper_init=True),
+        train=TrainConfig(lr=1e-3, weight_decay=0.1, **train),
+    )
+
+
 @preset
 def wiki_wikitext103() -> ExperimentConfig:
     """authors' code: WikiText-103, BPE 6144, seq_len 128; 8 layers D=128 H=16, SwiGLU; ~5 epochs (39k steps)"""
-    return ExperimentConfig(
-        task="text",
-        text=TextConfig(corpus="hf:wikitext:wikitext-103-raw-v1", seq_len=128, vocab_size=6144),
-        # attention dropout 0.1: the authors' model default, which their WikiText config keeps
-        model=ModelConfig(num_layers=8, dim=128, num_heads=16, qk_dim=128, v_dim=128, mlp_dim=256,
-                          feedforward="swiglu", mixer="softmax", attention_dropout=0.1,
-                          bidirectional_position=False, paper_init=True),
-        # 5 epochs of ~128M tokens at 128 x 128 tokens a step; valid (~2k windows) in full at the end
-        train=TrainConfig(steps=39_000, batch_size=128, lr=1e-3, weight_decay=0.1, warmup_steps=1000,
-                          eval_every=2000, eval_samples=2048, final_eval_samples=2048, eval_batch_size=256,
-                          checkpoint_every=2000),
-    )
+    # attention dropout 0.1: the authors' model default, which their WikiText config keeps;
+    # 5 epochs of ~128M tokens at 128 x 128 tokens a step; valid (~2k windows) in full at the end
+    return _language_model(TextConfig(corpus="hf:wikitext:wikitext-103-raw-v1", seq_len=128, vocab_size=6144),
+                           num_layers=8, dim=128, num_heads=16, mlp_dim=256, attention_dropout=0.1,
+                           steps=39_000, batch_size=128, warmup_steps=1000, eval_every=2000, eval_samples=2048,
+                           final_eval_samples=2048, eval_batch_size=256, checkpoint_every=2000)
 
 
 @preset
 def lm_c4_50m() -> ExperimentConfig:
     """GPU: C4 (streamed, first 30 GB of text), 32k BPE, seq_len 512; 6 layers D=512 H=8 SwiGLU (~51M parameters)"""
-    return ExperimentConfig(
-        task="text",
-        text=TextConfig(corpus="hf:allenai/c4:en", seq_len=512, vocab_size=32_768, max_chars=30_000_000_000),
-        model=ModelConfig(num_layers=6, dim=512, num_heads=8, qk_dim=512, v_dim=512, mlp_dim=3072,
-                          feedforward="swiglu", mixer="softmax", attention_dropout=0.0,
-                          bidirectional_position=False, paper_init=True),
-        train=TrainConfig(steps=50_000, batch_size=256, lr=1e-3, weight_decay=0.1, warmup_steps=2000,
-                          eval_every=2500, eval_samples=2048, final_eval_samples=8192, eval_batch_size=128,
-                          checkpoint_every=2500, compile=True),
-    )
+    return _language_model(TextConfig(corpus="hf:allenai/c4:en", seq_len=512, vocab_size=32_768,
+                                      max_chars=30_000_000_000),
+                           num_layers=6, dim=512, num_heads=8, mlp_dim=3072,
+                           steps=50_000, batch_size=256, warmup_steps=2000, eval_every=2500, eval_samples=2048,
+                           final_eval_samples=8192, eval_batch_size=128, checkpoint_every=2500, compile=True)
 
 
 @preset
 def lm_cpu() -> ExperimentConfig:
     """CPU (~15 min): the Python docs shipped with Python (0.65M tokens), BPE 2048, seq_len 64; 4 layers D=128 H=8"""
-    return ExperimentConfig(
-        task="text",
-        text=TextConfig(corpus="builtin:python_docs", seq_len=64, vocab_size=2048),
-        model=ModelConfig(num_layers=4, dim=128, num_heads=8, qk_dim=128, v_dim=128, mlp_dim=256,
-                          feedforward="swiglu", mixer="softmax", attention_dropout=0.0,
-                          bidirectional_position=False, paper_init=True),
-        # valid holds 522 windows of 64 tokens: 512 of them are evaluated every time
-        train=TrainConfig(steps=3000, batch_size=16, lr=1e-3, weight_decay=0.1, warmup_steps=100,
-                          eval_every=250, eval_samples=512, final_eval_samples=512, eval_batch_size=128,
-                          log_every=50, checkpoint_every=250),
-    )
+    # valid holds 522 windows of 64 tokens: 512 of them are evaluated every time
+    return _language_model(TextConfig(corpus="builtin:python_docs", seq_len=64, vocab_size=2048),
+                           num_layers=4, dim=128, num_heads=8, mlp_dim=256,
+                           steps=3000, batch_size=16, warmup_steps=100, eval_every=250, eval_samples=512,
+                           final_eval_samples=512, eval_batch_size=128, log_every=50, checkpoint_every=250)
 
 
 # ============================================================================= end of language-modeling presets
