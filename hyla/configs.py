@@ -166,7 +166,8 @@ class TrainConfig:
     weight_decay: float = 0.1
     """AdamW decay, applied to tensors with >= 2 dims only"""
     warmup_steps: int = 100
-    """linear warmup from 0 to lr, then cosine decay to final_lr_fraction * lr"""
+    """linear warmup from 0 to lr, then cosine decay reaching final_lr_fraction * lr at step steps - warmup_steps
+    (the authors' optax schedule), constant after"""
     final_lr_fraction: float = 0.1
     beta1: float = 0.9
     beta2: float = 0.999
