@@ -7,7 +7,6 @@ Trains one model per mixer with the same data, seed and budget, then writes a co
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -16,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from hyla.configs import PRESETS, ConfigError, TrainConfig, check_positive, get_preset, parse_options
-from hyla.jsonio import read_jsonl, write_json
+from hyla.jsonio import write_json
 from hyla.ops.mixers import canonical_mixer_name
 from hyla.plots import plot_curves
 from hyla.sweep import SweepSpec, run_sweep
+from hyla.train.run_dir import RunDir
 from hyla.tables import markdown_table
 
 DEFAULT_PRESET = "logic_cpu"
@@ -102,8 +102,7 @@ def main(argv: list[str]) -> int:
     write_json(out / "demo.json", report)
     (out / "demo.md").write_text(f"# hyla demo: {args.preset}, {steps} steps, seed {args.seed}\n\n"
                                  f"{table}\n\n{reading}\n\n{note}\nTotal wall time {wall:.0f} s.\n")
-    plot_curves(out / "curves.png", {m: [read_jsonl(out / name / "metrics.jsonl")] for m, name in run_names.items()},
-                metric)
+    plot_curves(out / "curves.png", {m: [RunDir(out / name).read_metrics()] for m, name in run_names.items()}, metric)
     print("\n" + table + "\n\n" + reading + ("\n" + note if note else ""))
     print(f"\nwrote {out / 'demo.md'}, {out / 'demo.json'}, {out / 'curves.png'} ({wall:.0f} s)")
     return 1 if failed else 0
@@ -129,10 +128,9 @@ def collect_rows(out: Path, run_names: dict[str, str]) -> list[dict]:
     """{mixer: run folder name} -> one row per finished or stopped run."""
     rows = []
     for mixer, name in run_names.items():
-        summary_file = out / name / "summary.json"
-        if not summary_file.exists():
+        s = RunDir(out / name).read_summary()
+        if not s:
             continue
-        s = json.loads(summary_file.read_text())
         rows.append({"mixer": mixer, "status": s["status"], "metric_name": s["metric_name"],
                      "final": s.get("final", {}), "train_loss": s.get("train_loss"),
                      "steps_per_second": s.get("steps_per_second"), "wall_time_s": s.get("wall_time_s"),

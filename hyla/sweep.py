@@ -51,6 +51,8 @@ from typing import Any, Literal
 import yaml
 from tyro.conf import Positional
 
+from hyla.train.run_dir import RunDir
+
 SPEC_KEYS = ("name", "preset", "out_dir", "seeds", "overrides", "grid", "parallel", "slurm")
 
 
@@ -119,7 +121,7 @@ def run_command(spec: SweepSpec, run: Run, threads: int) -> list[str]:
     """The `hyla` command line that trains (or resumes) one run of the sweep."""
     run_dir = Path(spec.out_dir) / run.name
     hyla = [sys.executable, "-m", "hyla.cli"]
-    if (run_dir / "checkpoints" / "latest.pt").exists():
+    if RunDir(run_dir).checkpoint_file.exists():
         return hyla + ["resume", str(run_dir), "--train.no-progress", "--train.threads", str(threads)]
     return hyla + ["train"] + train_args(spec, run, threads)
 
@@ -136,10 +138,10 @@ def train_args(spec: SweepSpec, run: Run, threads: int) -> list[str]:
 def run_status(run_dir: Path) -> str:
     """summary.json's status (completed | stopped | interrupted | diverged | failed), else partial
     (a checkpoint, no summary: killed) or new."""
-    summary = run_dir / "summary.json"
-    if summary.exists():
-        return json.loads(summary.read_text()).get("status", "new")
-    return "partial" if (run_dir / "checkpoints" / "latest.pt").exists() else "new"
+    run = RunDir(run_dir)
+    if run.summary_file.exists():
+        return run.read_summary().get("status", "new")
+    return "partial" if run.checkpoint_file.exists() else "new"
 
 
 def _marker(spec: SweepSpec, run: Run, kind: str) -> Path:
@@ -176,7 +178,7 @@ def sweep_status(spec: SweepSpec) -> dict[str, str]:
     out, states = Path(spec.out_dir), {}
     for run in spec.runs():
         status = run_status(out / run.name)
-        job, summary = _marker(spec, run, "job"), out / run.name / "summary.json"
+        job, summary = _marker(spec, run, "job"), RunDir(out / run.name).summary_file
         if _running(_marker(spec, run, "running")):
             status = "running"
         elif job.exists() and (not summary.exists() or job.stat().st_mtime > summary.stat().st_mtime):
@@ -193,8 +195,7 @@ def print_status(spec: SweepSpec) -> dict[str, int]:
     states = sweep_status(spec)
     width = max(map(len, states), default=0)
     for name, state in states.items():
-        summary_file = Path(spec.out_dir) / name / "summary.json"
-        summary = json.loads(summary_file.read_text()) if summary_file.exists() else {}
+        summary = RunDir(Path(spec.out_dir) / name).read_summary()
         progress = f"step {summary['step']}/{summary['steps']}" if "step" in summary and state != "running" else ""
         print(f"{name:<{width}}  {STATUS_GROUPS.get(state, 'pending'):<8} {state:<12} {progress}".rstrip())
     counts = {group: 0 for group in ("done", "running", "pending", "failed")}
@@ -338,7 +339,7 @@ class RunProgress:
 def last_train_step(run: Path) -> int:
     """The step of the last training record in run/metrics.jsonl (0 if none)."""
     try:
-        lines = (run / "metrics.jsonl").read_text().splitlines()
+        lines = RunDir(run).metrics_file.read_text().splitlines()
     except OSError:
         return 0
     for line in reversed(lines):

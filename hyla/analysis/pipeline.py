@@ -11,7 +11,6 @@ were collected (held-out tasks: compositional generalization of the decoder, pap
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -341,15 +340,13 @@ def analyze_run(run_dir: str | Path, splits=None, num_samples: int = 4096, devic
     device: where the model runs to collect the codes (cpu | cuda | cuda:N | auto)."""
     import torch
 
-    from hyla.train import load_run  # train depends on the model; analysis only needs it here
+    from hyla.train import load_run_at_step  # train depends on the model; analysis only needs it here
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    cfg, model, task = load_run(run_dir, task=("fuzzy_logic", "sraven"))
-    metadata = {"path": str(Path(run_dir).resolve()), "task": cfg.task, "mixer": cfg.model.mixer, "seed": cfg.seed}
-    summary = Path(run_dir) / "summary.json"
-    if summary.exists():
-        metadata["checkpoint_step"] = json.loads(summary.read_text()).get("checkpoint_step")
+    cfg, model, task, step = load_run_at_step(run_dir, task=("fuzzy_logic", "sraven"))
+    metadata = {"path": str(Path(run_dir).resolve()), "task": cfg.task, "mixer": cfg.model.mixer, "seed": cfg.seed,
+                "checkpoint_step": step}
     return analyze(model.to(device), task, Path(run_dir) / "analysis", splits=splits, num_samples=num_samples,
                    metadata=metadata, **kwargs)
 
