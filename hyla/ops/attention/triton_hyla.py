@@ -214,6 +214,8 @@ def _hyla_forward_kernel(
 # ----------------------------------------------------------------------------- backward
 
 
+# Its parameter list repeats the forward kernel's: a @triton.jit function takes each pointer,
+# stride and constexpr as its own argument (no packing them into a shared structure).
 @triton.jit
 def _hyla_backward_kernel(
     q_ptr, k_ptr, v_ptr, bias_ptr, mask_ptr, drop_ptr, grad_out_ptr,
