@@ -14,13 +14,12 @@ size of every file, so a run can say exactly what it trained on.
 from __future__ import annotations
 
 import argparse
-import ast
 import importlib.metadata
 import importlib.util
 import json
 from pathlib import Path
 
-from hyla.tasks.text import open_corpus
+from hyla.tasks.text import open_corpus, source_docstrings
 
 PACKAGES = ("numpy", "torch", "scipy", "sklearn", "matplotlib", "pandas", "sympy")
 DISTRIBUTIONS = {"sklearn": "scikit-learn"}
@@ -31,21 +30,8 @@ def package_docstrings(package: str) -> list[str]:
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         return []
-    documents = []
-    for root in spec.submodule_search_locations:
-        for file in sorted(Path(root).rglob("*.py")):
-            if {"tests", "test", "testing"} & set(file.relative_to(root).parts):
-                continue
-            try:
-                tree = ast.parse(file.read_text(encoding="utf-8"))
-            except (SyntaxError, UnicodeDecodeError, ValueError):
-                continue
-            for node in ast.walk(tree):
-                if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-                    docstring = ast.get_docstring(node)
-                    if docstring and len(docstring) >= 100:
-                        documents.append(docstring)
-    return documents
+    return [doc for root in spec.submodule_search_locations
+            for doc in source_docstrings(Path(root), {"tests", "test", "testing"})]
 
 
 def main(argv=None):

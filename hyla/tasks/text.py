@@ -157,9 +157,15 @@ def _builtin_documents(name: str) -> list[str]:
     if name == "pydoc_topics":
         return documents
     stdlib = Path(sysconfig.get_paths()["stdlib"])
-    skipped = {"test", "tests", "idle_test", "site-packages", "dist-packages"}
-    for file in sorted(stdlib.rglob("*.py")):
-        if skipped & set(file.relative_to(stdlib).parts):
+    return documents + source_docstrings(stdlib, {"test", "tests", "idle_test", "site-packages", "dist-packages"})
+
+
+def source_docstrings(root: Path, skipped: set[str]) -> list[str]:
+    """The docstrings of >= 100 characters (one-liners such as "Return self." are left out) of every
+    module, class and function in the .py files below `root`, except in folders named in `skipped`."""
+    documents = []
+    for file in sorted(root.rglob("*.py")):
+        if skipped & set(file.relative_to(root).parts):
             continue
         try:
             tree = ast.parse(file.read_text(encoding="utf-8"))
@@ -168,7 +174,7 @@ def _builtin_documents(name: str) -> list[str]:
         for node in ast.walk(tree):
             if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
                 docstring = ast.get_docstring(node)
-                if docstring and len(docstring) >= 100:  # skip one-liners such as "Return self."
+                if docstring and len(docstring) >= 100:
                     documents.append(docstring)
     return documents
 
