@@ -25,8 +25,8 @@ saves a checkpoint, and the job is requeued and resumes from it.
 
 `--pack N` (local launcher) trains runs that share an architecture (same task, model and batch
 size; seeds, learning rates and the like may differ) as packs of up to N runs, each pack one
-batched model in this process (hyla.train.packed), one pack at a time; every run still writes its
-own run folder, and a stopped pack is packed again and resumes exactly.
+batched model (hyla.train.packed), `parallel` packs at a time, each in a process of its own; every
+run still writes its own run folder, and a stopped pack is packed again and resumes exactly.
 
 `hyla sweep SPEC --status` shows each run as done, running, pending (not started, queued, or
 stopped and resumable) or failed, from the run folders: summary.json's status, and
@@ -37,13 +37,14 @@ from __future__ import annotations
 
 import itertools
 import json
+import multiprocessing
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -353,38 +354,50 @@ def last_train_step(run: Path) -> int:
 
 def run_packed_sweep(spec: SweepSpec, size: int, dry_run: bool = False) -> dict[str, int]:
     """Train the runs that are not complete in packs of at most `size` runs that share an
-    architecture (hyla.train.packed: one batched model per pack), one pack at a time in this
-    process; returns {run name: exit code}. A stopped pack is packed again and resumes exactly."""
+    architecture (hyla.train.packed: one batched model per pack), `spec.parallel` packs at a time,
+    each in a process of its own; returns {run name: exit code}. A stopped pack is packed again and
+    resumes exactly."""
     from hyla.train.commands import parse_train_args
-    from hyla.train.packed import plan_packs, train_packed
+    from hyla.train.packed import plan_packs
 
     out = Path(spec.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     runs, todo = spec.runs(), {run.name: run for run in _todo(spec)}
-    threads = os.cpu_count() or 1
+    threads = max(1, (os.cpu_count() or 1) // max(1, spec.parallel))
     # resume=True: a run with a checkpoint continues from it, a new one starts
     packs = plan_packs([replace(parse_train_args(train_args(spec, run, threads))[0], resume=True)
                         for run in todo.values()], size)
     print(f"sweep {spec.name}: {len(runs)} runs, {len(runs) - len(todo)} complete or under way, {len(todo)} to run "
-          f"in {len(packs)} packs of at most {size}, one pack at a time ({threads} threads) in {out}")
-    codes = {}
+          f"in {len(packs)} packs of at most {size}, {spec.parallel} at a time ({threads} threads each) in {out}")
     for pack in packs:
-        names = [cfg.name for cfg in pack]
-        print(f"pack: {', '.join(names)}", flush=True)
-        if dry_run:
-            continue
-        markers = [_marker(spec, todo[name], "running") for name in names]
+        print(f"pack: {', '.join(cfg.name for cfg in pack)}", flush=True)
+    if dry_run:
+        return {}
+    markers = [_marker(spec, todo[cfg.name], "running") for pack in packs for cfg in pack]
+    for marker in markers:
+        _write_marker(marker, pid=os.getpid())
+    # a fresh interpreter per worker: forking a process whose OpenMP threads are running can hang
+    context = multiprocessing.get_context("spawn")
+    try:
+        with ProcessPoolExecutor(max_workers=max(1, spec.parallel), mp_context=context) as pool:
+            for pack, error in zip(packs, pool.map(_train_pack, packs)):
+                if error:  # reported; the members' summaries say more, and a rerun resumes them
+                    print(f"pack {', '.join(cfg.name for cfg in pack)}: {error}", file=sys.stderr)
+    finally:
         for marker in markers:
-            _write_marker(marker, pid=os.getpid())
-        try:
-            train_packed(pack)
-        except Exception as e:  # noqa: BLE001 - reported; the members' summaries say more, a rerun resumes them
-            print(f"pack {', '.join(names)}: {type(e).__name__}: {e}", file=sys.stderr)
-        finally:
-            for marker in markers:
-                marker.unlink(missing_ok=True)
-        codes.update({name: 0 if run_status(out / name) == "completed" else 1 for name in names})
-    return codes
+            marker.unlink(missing_ok=True)
+    return {cfg.name: 0 if run_status(out / cfg.name) == "completed" else 1 for pack in packs for cfg in pack}
+
+
+def _train_pack(pack: list) -> str:
+    """Train one pack (in a worker process); "" or the error it ended with."""
+    from hyla.train.packed import train_packed
+
+    try:
+        train_packed(pack)
+    except Exception as e:  # noqa: BLE001 - the error of one pack must not stop the others
+        return f"{type(e).__name__}: {e}"
+    return ""
 
 
 def slurm_executor(spec: SweepSpec):
@@ -435,12 +448,13 @@ class SweepOptions:
     status: bool = False
     """show which runs are done, running, pending and failed, and exit"""
     parallel: int | None = None
-    """runs at once with the local launcher (overrides the file)"""
+    """runs at once with the local launcher, or with --pack packs at once, each in its own process (overrides
+    the file)"""
     out_dir: str | None = None
     """overrides the file's out_dir"""
     pack: int | None = None
-    """train runs that share an architecture as packs of up to N (one batched model each), one pack at a
-    time, local launcher"""
+    """train runs that share an architecture as packs of up to N (one batched model each), --parallel packs at
+    a time, local launcher"""
     dry_run: bool = False
     """print the commands, run nothing"""
 

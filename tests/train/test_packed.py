@@ -9,11 +9,18 @@ the pack), dropout on.
 import json
 import signal
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
 from helpers_train import tiny_config
-from test_exact_resume import CrashAt, SignalAt, assert_same_run, stop_with, without_timing
+from test_exact_resume import (
+    CrashAt,
+    SignalAt,
+    assert_same_run,
+    stop_with,
+    without_timing,
+)
 
 from hyla.configs import ConfigError, build_task, resolve_model
 from hyla.model import Transformer
@@ -207,6 +214,21 @@ def test_sweep_packs_compatible_runs(tmp_path, capsys):
     assert all(run_status(tmp_path / name) == "completed" for name in codes)
     assert not list(tmp_path.glob("*.running"))
     assert run_packed_sweep(spec, 2) == {}  # nothing left to run
+
+
+def test_parallel_packed_sweep_equals_the_sequential_one(tmp_path):
+    """`--parallel 2 --pack 2`: two processes, each training packs; same runs, same weights."""
+    tiny = {"train.steps": 4, "train.warmup_steps": 1, "train.eval_every": 0, "train.eval_samples": 64,
+            "train.final_eval_samples": 64, "train.log_every": 2, "train.threads": 1, "model.num_layers": 1,
+            "model.dim": 16, "model.mlp_dim": 16}
+    specs = [SweepSpec(name="tiny", preset="logic_cpu", out_dir=str(tmp_path / name), seeds=[0, 1], overrides=tiny,
+                       grid=[{"model.mixer": ["softmax", "hyla"]}], parallel=parallel)
+             for name, parallel in (("sequential", 1), ("parallel", 2))]
+    codes = [run_packed_sweep(spec, 2) for spec in specs]
+    assert codes[0] == codes[1] == dict.fromkeys((run.name for run in specs[0].runs()), 0)
+    for name in codes[0]:
+        a, b = (ckpt.load(Path(spec.out_dir) / name / "checkpoints" / "latest.pt")["model"] for spec in specs)
+        assert all(torch.equal(a[k], b[k]) for k in a), name
 
 
 def test_drawn_dropout_masks_are_the_ones_a_training_forward_draws(tmp_path):
