@@ -1,7 +1,8 @@
 """Checkpoints that are safe to open and survive a crash at any moment.
 
 Safe: a checkpoint holds tensors and plain containers of numbers and strings only (the config as a
-plain dict, the RNG state as a byte tensor), so it loads with `torch.load(weights_only=True)`,
+plain dict; no RNG state: every random draw is seeded from (seed, step)), so it loads with
+`torch.load(weights_only=True)`,
 which never runs code from the file. A file that needs more (an arbitrary pickled object, or the
 previous format, which pickled numpy's RNG state) is refused with `CheckpointError`.
 
@@ -78,20 +79,6 @@ def load_latest(latest: Path, previous: Path, map_location: str | torch.device =
             return load(previous, map_location), previous, note
         except CheckpointError as second:
             raise CheckpointError(f"{error}; the previous checkpoint is unusable too: {second}") from None
-
-
-def rng_state() -> dict[str, Any]:
-    """The RNG state training depends on (torch's generators), as tensors."""
-    state = {"cpu": torch.get_rng_state()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["cpu"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 PLAIN_TYPES = (str, int, float, bool, type(None), torch.Tensor)
