@@ -2,8 +2,7 @@
 
 Safe: a checkpoint holds tensors and plain containers of numbers and strings only (the config as a
 plain dict; no RNG state: every random draw is seeded from (seed, step)), so it loads with
-`torch.load(weights_only=True)`,
-which never runs code from the file. A file that needs more (an arbitrary pickled object, or the
+`torch.load(weights_only=True)`, which never runs code from the file. A file that needs more (an arbitrary pickled object, or the
 previous format, which pickled numpy's RNG state) is refused with `CheckpointError`.
 
 Durable: `save` writes a temporary file, flushes it to disk, renames the current `latest.pt` to
