@@ -1,10 +1,14 @@
 """Throughput of the task generators: samples per second per task, split and batch size.
 
     python benchmarks/bench_tasks.py [--out benchmarks/results/tasks.json] [--threads N]
+    python benchmarks/bench_tasks.py --headline --threads 1 --out /tmp/headline.json
 
-Each measurement generates batches of consecutive steps for at least `--min-time` seconds. The
-generators run on the CPU (see hyla/tasks/base.py), so this is also their speed on a GPU
-machine. A batch must regenerate identically before its split is timed.
+Each measurement generates batches of consecutive steps for at least `--min-time` seconds, on
+`--device` (batches are generated on the task's device, see hyla/tasks/base.py). A batch must
+regenerate identically before its split is timed. `--headline` times only the two training
+cases that matter most, in batches per second: fuzzy logic (batch 128, seq_len 32) and SRAVEN
+(the raven_3x3_4features task, batch 128), `train` split. It uses only the public task API, so
+the same script can time two versions of hyla side by side.
 
 Two rates are reported: samples per wall-clock second, and samples per CPU-second used by this
 process. On a shared machine the second is the steadier one (with `--threads 1` it is close to
@@ -48,17 +52,39 @@ def check_reproducible(task, split: str) -> None:
         raise RuntimeError(f"{task.name}/{split}: a batch did not regenerate identically")
 
 
+def headline(device: str, min_time: float) -> list[dict]:
+    """Batches per second of the two training cases of `--headline`."""
+    cases = [("fuzzy_logic", FuzzyLogic(seq_len=32, device=device)), ("sraven", SRaven(device=device))]
+    results = []
+    for name, task in cases:
+        check_reproducible(task, "train")
+        rates = samples_per_second(lambda step: task.batch("train", 128, step), 1, min_time)
+        results.append({"task": name, "split": "train", "batch_size": 128,
+                        "batches_per_s": round(rates[0], 1), "batches_per_cpu_s": round(rates[1], 1)})
+        print(f"{name:<12} batch 128: {rates[0]:>10,.1f} batches/s {rates[1]:>10,.1f} batches/cpu-s")
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/tasks.json"))
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[128, 4096])
     parser.add_argument("--min-time", type=float, default=1.0, help="seconds per measurement")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--headline", action="store_true",
+                        help="only fuzzy logic (batch 128, seq_len 32) and SRAVEN (batch 128), in batches/s")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    info = {"torch": torch.__version__, "threads": torch.get_num_threads(), "device": args.device,
+            "cpu_count": os.cpu_count(), "machine": platform.processor() or platform.machine()}
+    if args.headline:
+        results = headline(args.device, args.min_time)
+        write(args.out, {**info, "load_average": os.getloadavg(), "results": results})
+        return
 
-    cases = [(FuzzyLogic(seq_len=16), FUZZY_SPLITS), (SRaven(), SRAVEN_SPLITS)]
+    cases = [(FuzzyLogic(seq_len=16, device=args.device), FUZZY_SPLITS), (SRaven(device=args.device), SRAVEN_SPLITS)]
     results = []
 
     def record(task_name: str, split: str, batch_size: int, rates: tuple[float, float]) -> None:
@@ -81,12 +107,13 @@ def main() -> None:
             batch_size, args.min_time)
         record("sraven", "valid+ambiguity", batch_size, rates)
 
-    report = {"torch": torch.__version__, "threads": torch.get_num_threads(),
-              "cpu_count": os.cpu_count(), "machine": platform.processor() or platform.machine(),
-              "load_average": os.getloadavg(), "results": results}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    write(args.out, {**info, "load_average": os.getloadavg(), "results": results})
+
+
+def write(path: Path, report: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import typing
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Callable
 
+import torch
 import tyro
 
 from hyla.model import ModelConfig
@@ -34,8 +35,9 @@ class ConfigError(ValueError):
 class TaskConfig:
     """Base of the per-task settings. Subclasses are dataclasses implementing `build`."""
 
-    def build(self, seed: int):
-        """The task object (`.batch`, `.loss`, `.metrics`, `.eval_splits`, ...)."""
+    def build(self, seed: int, device: str | torch.device = "cpu"):
+        """The task object (`.batch`, `.loss`, `.metrics`, `.eval_splits`, ...), generating its
+        batches on `device`."""
         raise NotImplementedError
 
     def validate(self) -> None:
@@ -60,11 +62,11 @@ class FuzzyLogicConfig(TaskConfig):
     """where the shared inputs of the *_fixed_context / *_fixed_query analysis splits come from:
     per_batch (drawn with every batch) | per_seed (one draw for all splits and steps, the authors' code)"""
 
-    def build(self, seed: int):
+    def build(self, seed: int, device: str | torch.device = "cpu"):
         from hyla.tasks.fuzzy_logic import FuzzyLogic
 
         return FuzzyLogic(self.num_variables, self.num_terms, self.seq_len, self.frac_held_out,
-                          self.frac_unseen_terms, seed, fixed_inputs=self.fixed_inputs)
+                          self.frac_unseen_terms, seed, device, fixed_inputs=self.fixed_inputs)
 
     def validate(self) -> None:
         _check(self.num_variables >= 1, "fuzzy_logic.num_variables", self.num_variables, "must be >= 1")
@@ -95,11 +97,11 @@ class SRavenConfig(TaskConfig):
     """how a multiset's rules are assigned to the features: random | sorted (feature j gets the j-th
     smallest rule, the authors' code; matters only on the *_unpermuted analysis splits)"""
 
-    def build(self, seed: int):
+    def build(self, seed: int, device: str | torch.device = "cpu"):
         from hyla.tasks.sraven import SRaven
 
         return SRaven(self.num_features, self.num_values, self.grid_size, self.permute, self.frac_ood, seed,
-                      rule_order=self.rule_order)
+                      device, rule_order=self.rule_order)
 
     def validate(self) -> None:
         _check(self.num_features >= 1, "sraven.num_features", self.num_features, "must be >= 1")
@@ -135,11 +137,11 @@ class TextConfig(TaskConfig):
     cache_dir: str = ""
     """where tokenizers and token streams are cached (empty: $HYLA_CACHE/text or ~/.cache/hyla/text)"""
 
-    def build(self, seed: int):
+    def build(self, seed: int, device: str | torch.device = "cpu"):
         from hyla.tasks.text import Text
 
         return Text(self.corpus, self.seq_len, self.vocab_size, self.valid_fraction, seed,
-                    self.cache_dir or None, self.max_chars or None)
+                    self.cache_dir or None, self.max_chars or None, device)
 
     def validate(self) -> None:
         _check(bool(self.corpus), "text.corpus", self.corpus, "must name a corpus")
@@ -253,8 +255,9 @@ def task_names() -> tuple[str, ...]:
                  if isinstance(hints[f.name], type) and issubclass(hints[f.name], TaskConfig))
 
 
-def build_task(cfg: ExperimentConfig):
-    return cfg.task_config.build(cfg.seed)
+def build_task(cfg: ExperimentConfig, device: str | torch.device = "cpu"):
+    """The task of `cfg`, generating its batches on `device`."""
+    return cfg.task_config.build(cfg.seed, device)
 
 
 def resolve_model(model: ModelConfig, task) -> ModelConfig:

@@ -1,13 +1,14 @@
 """What the task generators share: the batch container, reproducible random streams, sharding.
 
-Every batch is a pure function of (seed, task, split, step): the generator is seeded from a
-stable hash of those four values, so any batch can be regenerated, a resumed run sees exactly
-the batches it would have seen, and `valid` never repeats a `train` batch (different stream).
+Every batch is a pure function of (seed, task, split, step): its random numbers come from a
+`RandomStream` (hyla.tasks.random) keyed by a stable hash of those four values, so any batch can
+be regenerated, a resumed run sees exactly the batches it would have seen, and `valid` never
+repeats a `train` batch (different stream).
 
-Data-parallel ranks all generate the same GLOBAL batch and keep their own slice of it, so a
-run's data (and hence its result) does not depend on the number of ranks. Sampling always runs
-on the CPU with a CPU generator, because the random streams of CUDA and CPU differ: a batch is
-the same on every machine; it is moved to the task's device at the end.
+The stream is counter-based and made of integer tensor ops, so batches are generated directly on
+the task's device and are bit for bit the same on every device. Data-parallel ranks compute only
+their own rows of the GLOBAL batch (the counters of a row do not depend on the other rows), so a
+run's data (and hence its result) does not depend on the number of ranks.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import math
 from typing import NamedTuple
 
 import torch
+
+from .random import RandomStream
 
 
 class Batch(NamedTuple):
@@ -47,11 +50,6 @@ def stable_seed(*parts: int | str) -> int:
     return int.from_bytes(digest, "little") >> 1
 
 
-def make_generator(*parts: int | str) -> torch.Generator:
-    """A CPU generator seeded from `stable_seed(*parts)`."""
-    return torch.Generator().manual_seed(stable_seed(*parts))
-
-
 def held_out_count(num_items: int, fraction: float) -> int:
     """floor(num_items * fraction), as the authors' code does (66 * 0.7 -> 46); the tiny
     tolerance keeps products such as 100 * 0.29 = 28.999... from losing an item."""
@@ -64,8 +62,9 @@ class Task:
     """Base of the task generators: split checking, seeding, sharding and device placement.
 
     Subclasses set `name`, `splits`, `seed`, `device`, implement
-    `_generate(split, batch_size, generator) -> Batch` for the global batch, and provide
-    `loss(pred, batch) -> scalar` and `metrics(pred, batch) -> dict of [B] tensors`.
+    `_generate(split, step, batch_size, rows) -> Batch` (rows `rows[0]:rows[1]` of the global
+    batch of `batch_size` samples, on `device`, random numbers from `self.stream(split, step)`),
+    and provide `loss(pred, batch) -> scalar` and `metrics(pred, batch) -> dict of [B] tensors`.
     """
 
     name: str
@@ -76,7 +75,7 @@ class Task:
     def batch(self, split: str, batch_size: int, step: int, rank: int = 0,
               world_size: int = 1) -> Batch:
         """Rank `rank`'s share (rows `[rank*B/W, (rank+1)*B/W)`) of the global batch of
-        `batch_size` samples of `split` at `step`."""
+        `batch_size` samples of `split` at `step`, generated on the task's device."""
         self.check_split(split)
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
@@ -86,14 +85,12 @@ class Task:
         if batch_size % world_size:
             raise ValueError(f"global batch_size {batch_size} is not divisible by "
                              f"world_size {world_size}")
-        batch = self._generate(split, batch_size, make_generator(self.seed, self.name, split, step))
-        if world_size > 1:
-            per_rank = batch_size // world_size
-            # clone so that a rank does not keep the whole global batch alive through a view
-            batch = batch.rows(rank * per_rank, (rank + 1) * per_rank)
-            batch = Batch(batch.x.clone(), batch.y.clone(),
-                          {key: value.clone() for key, value in batch.info.items()})
-        return batch.to(self.device)
+        per_rank = batch_size // world_size
+        return self._generate(split, step, batch_size, (rank * per_rank, (rank + 1) * per_rank))
+
+    def stream(self, split: str, step: int) -> RandomStream:
+        """The random numbers of batch `step` of `split`, on the task's device."""
+        return RandomStream(stable_seed(self.seed, self.name, split, step), self.device)
 
     def check_split(self, split: str) -> None:
         if split not in self.splits:
@@ -105,5 +102,5 @@ class Task:
         a per-sample mean cannot express); the base adds none."""
         return dict(mean_metrics)
 
-    def _generate(self, split: str, batch_size: int, generator: torch.Generator) -> Batch:
+    def _generate(self, split: str, step: int, batch_size: int, rows: tuple[int, int]) -> Batch:
         raise NotImplementedError

@@ -26,7 +26,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .base import Batch, Task, held_out_count, make_generator
+from .base import Batch, Task, held_out_count, stable_seed
+from .random import RandomStream
 
 _TASK_SPLITS = ("train", "valid", "ood", "novel_terms")
 _INPUT_VARIANTS = ("", "_fixed_context", "_fixed_query")
@@ -47,7 +48,7 @@ def _lexicographic_rank(combination: list[int], num_items: int) -> int:
 class FuzzyLogic(Task):
     """In-context fuzzy logic regression.
 
-    Batches are returned on `device` (they are sampled on the CPU, see `hyla.tasks.base`).
+    Batches are generated on `device` (the same bits on every device, see `hyla.tasks.base`).
     `batch(split, B, step)` returns
       x `[B, seq_len, L+1]` float: tokens concat(x, f(x)), the last token's f(x) set to 0;
       y `[B, 1]` float: f(x) of the last token;
@@ -83,46 +84,48 @@ class FuzzyLogic(Task):
                             dtype=torch.long).reshape(-1, num_terms)
         novel = torch.tensor(list(itertools.combinations(range(num_seen, num_all), num_terms)),
                              dtype=torch.long).reshape(-1, num_terms)
-        order = torch.randperm(len(seen), generator=make_generator(seed, self.name, "tasks"))
+        order = RandomStream(stable_seed(seed, self.name, "tasks")).permutations((len(seen),))
         shuffled = seen[order]
         num_ood = held_out_count(len(seen), frac_held_out)
         train, ood = _sorted_rows(shuffled[num_ood:]), _sorted_rows(shuffled[:num_ood])
-        self._split_tasks = {"train": train, "valid": train, "ood": ood, "novel_terms": novel}
+        split_tasks = {"train": train, "valid": train, "ood": ood, "novel_terms": novel}
         self._task_index = {
             split: torch.tensor([_lexicographic_rank(row, num_all) for row in tasks.tolist()],
-                                dtype=torch.long)
-            for split, tasks in self._split_tasks.items()}
+                                dtype=torch.long, device=self.device)
+            for split, tasks in split_tasks.items()}
+        self._split_tasks = {split: tasks.to(self.device) for split, tasks in split_tasks.items()}
         # digits[t, i] = digit of variable i in term t (variable 0 most significant)
         shifts = torch.arange(num_variables - 1, -1, -1)
-        self._digits = (torch.arange(num_all)[:, None] >> shifts) & 1  # [2^L, L]
+        self._digits = ((torch.arange(num_all)[:, None] >> shifts) & 1).to(self.device)  # [2^L, L]
         self.eval_splits = tuple(s for s in ("valid", "ood", "novel_terms")
                                  if len(self._split_tasks[s]))
 
     def split_tasks(self, split: str) -> torch.Tensor:
         """The tasks of `split` as sorted term indices, rows in lexicographic order: `[N, K]`
-        long (N = 0 for an empty split)."""
+        long on the task's device (N = 0 for an empty split)."""
         self.check_split(split)
         return self._split_tasks[_parse(split)[0]].clone()
 
-    def _generate(self, split: str, batch_size: int, generator: torch.Generator) -> Batch:
+    def _generate(self, split: str, step: int, batch_size: int, rows: tuple[int, int]) -> Batch:
         task_split, variant = _parse(split)
         tasks = self._split_tasks[task_split]
         if len(tasks) == 0:
             raise ValueError(f"split {split!r} has no tasks (num_variables={self.num_variables}, "
                              f"num_terms={self.num_terms}, frac_held_out={self.frac_held_out}, "
                              f"frac_unseen_terms={self.frac_unseen_terms})")
-        B, T, L = batch_size, self.seq_len, self.num_variables
-        choice = torch.randint(len(tasks), (B,), generator=generator)
+        B, T, L = rows[1] - rows[0], self.seq_len, self.num_variables  # B: this rank's rows
+        stream = self.stream(split, step)
+        choice = stream.integers(len(tasks), (batch_size,), rows)
         term_indices = tasks[choice]  # [B, K]
         terms = self._digits[term_indices]  # [B, K, L]
-        inputs = self._inputs(variant, B, generator)  # [L, B, T]
+        inputs = self._inputs(variant, batch_size, rows, stream).transpose(0, 1).contiguous()  # [L, B, T]
 
         # With x in [0, 1] and digit d in {0, 1} the literal is 1 - |x - d|, so
         # f = max_k min_i (1 - |x_i - d_ki|) = 1 - min_k max_i |x_i - d_ki|. Variables lead the
         # layout so that both reductions run over outer dimensions (several times faster).
         digits = terms.permute(1, 2, 0)[..., None].float()  # [K, L, B, 1]
         targets = 1.0 - (inputs - digits).abs_().amax(dim=1).amin(dim=0)  # [B, T]
-        x = torch.empty(B, T, L + 1)
+        x = torch.empty(B, T, L + 1, device=self.device)
         x[..., :L] = inputs.permute(1, 2, 0)
         x[..., L] = targets
         x[:, -1, L] = 0.0
@@ -130,18 +133,21 @@ class FuzzyLogic(Task):
                 "task_index": self._task_index[task_split][choice], "targets": targets}
         return Batch(x, targets[:, -1:].clone(), info)
 
-    def _inputs(self, variant: str, B: int, generator: torch.Generator) -> torch.Tensor:
-        """Inputs `[L, B, seq_len]` (variables first): context tokens, then the query token."""
-        T, L = self.seq_len, self.num_variables
+    def _inputs(self, variant: str, batch_size: int, rows: tuple[int, int],
+                stream: RandomStream) -> torch.Tensor:
+        """Inputs `[B, L, seq_len]` of rows `rows` of the global batch: context tokens, then the
+        query token. Inputs shared by the whole batch are drawn once (`[1, L, T']`)."""
+        T, L, B = self.seq_len, self.num_variables, rows[1] - rows[0]
         if variant == "":
-            return torch.rand(L, B, T, generator=generator)
-        shared = generator if self.fixed_inputs == "per_batch" else make_generator(self.seed, self.name, "fixed")
+            return stream.uniform((batch_size, L, T), rows)
+        shared = stream if self.fixed_inputs == "per_batch" else RandomStream(
+            stable_seed(self.seed, self.name, "fixed"), self.device)
         if variant == "_fixed_context":
-            context = torch.rand(L, 1, T - 1, generator=shared).expand(-1, B, -1)
-            query = torch.rand(L, B, 1, generator=generator)
+            context = shared.uniform((1, L, T - 1)).expand(B, -1, -1)
+            query = stream.uniform((batch_size, L, 1), rows)
         else:  # "_fixed_query"
-            context = torch.rand(L, B, T - 1, generator=generator)
-            query = torch.rand(L, 1, 1, generator=shared).expand(-1, B, -1)
+            context = stream.uniform((batch_size, L, T - 1), rows)
+            query = shared.uniform((1, L, 1)).expand(B, -1, -1)
         return torch.cat([context, query], dim=2)
 
     def loss(self, pred: torch.Tensor, batch: Batch) -> torch.Tensor:

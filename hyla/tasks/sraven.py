@@ -37,7 +37,8 @@ import math
 import torch
 
 from .ambiguity import is_ambiguous
-from .base import Batch, Task, held_out_count, make_generator
+from .base import Batch, Task, held_out_count, stable_seed
+from .random import RandomStream
 
 NUM_RULES = 8
 DISTRIBUTE_THREE = 7
@@ -80,7 +81,8 @@ def _rule_rows(num_values: int) -> torch.Tensor:
 class SRaven(Task):
     """Symbolic Raven progressive matrices.
 
-    Batches are returned on `device` (they are sampled on the CPU, see `hyla.tasks.base`).
+    Batches are generated on `device` (the same bits on every device, see `hyla.tasks.base`);
+    `all_rule_sets` and `split_tasks` live there too.
     `batch(split, B, step)` returns
       x `[B, 9K, F]` float: the 8 context panels row-major, each as K one-hot tokens, then K
         all-zero query tokens;
@@ -118,24 +120,25 @@ class SRaven(Task):
         self.seq_len = grid_size * grid_size * num_features
 
         self.all_rule_sets = torch.tensor(
-            list(itertools.combinations_with_replacement(range(NUM_RULES), num_features)))
-        order = torch.randperm(len(self.all_rule_sets),
-                               generator=make_generator(seed, self.name, "tasks"))
-        num_ood = held_out_count(len(self.all_rule_sets), frac_ood)
-        ood, train = order[:num_ood].sort().values, order[num_ood:].sort().values
+            list(itertools.combinations_with_replacement(range(NUM_RULES), num_features)),
+            device=self.device)
+        num_sets = len(self.all_rule_sets)
+        order = RandomStream(stable_seed(seed, self.name, "tasks")).permutations((num_sets,))
+        num_ood = held_out_count(num_sets, frac_ood)
+        ood, train = (indices.sort().values.to(self.device) for indices in (order[:num_ood], order[num_ood:]))
         self._rule_set_indices = {"train": train, "valid": train, "ood": ood}
         self.eval_splits = ("valid", "ood") if num_ood else ("valid",)
 
         rows = _rule_rows(num_values)
         self._codes_per_rule = rows.shape[1]
-        self._rule_rows = rows.flatten()  # [NUM_RULES * M * 3]: value = rule, code, column
+        self._rule_rows = rows.flatten().to(self.device)  # [NUM_RULES * M * 3]: value = rule, code, column
         self._num_subsets = math.comb(num_values, 3)
         # one-hot rows of the values plus an all-zero row (index F) for the query tokens
-        self._one_hot = torch.cat([torch.eye(num_values), torch.zeros(1, num_values)])
+        self._one_hot = torch.cat([torch.eye(num_values), torch.zeros(1, num_values)]).to(self.device)
 
     def split_tasks(self, split: str) -> torch.Tensor:
         """The rule multisets of `split` (sorted rule indices, rows in lexicographic order):
-        `[N, K]` long (N = 0 for an empty split)."""
+        `[N, K]` long on the task's device (N = 0 for an empty split)."""
         self.check_split(split)
         return self.all_rule_sets[self._rule_set_indices[_task_split(split)]]
 
@@ -148,22 +151,22 @@ class SRaven(Task):
             batch.info["ambiguous"] = is_ambiguous(batch.info["panels"], self.num_values)
         return batch
 
-    def _generate(self, split: str, batch_size: int, generator: torch.Generator) -> Batch:
+    def _generate(self, split: str, step: int, batch_size: int, rows: tuple[int, int]) -> Batch:
         rule_set_indices = self._rule_set_indices[_task_split(split)]
         if len(rule_set_indices) == 0:
             raise ValueError(f"split {split!r} has no rule sets (frac_ood={self.frac_ood})")
-        B, K, F = batch_size, self.num_features, self.num_values
-        rule_set_index = rule_set_indices[torch.randint(len(rule_set_indices), (B,),
-                                                        generator=generator)]
+        B, K, F = rows[1] - rows[0], self.num_features, self.num_values  # B: this rank's rows
+        stream, device = self.stream(split, step), self.device
+        rule_set_index = rule_set_indices[stream.integers(len(rule_set_indices), (batch_size,), rows)]
         rules = self.all_rule_sets[rule_set_index]  # [B, K], sorted
         if self.rule_order == "random":  # a random assignment of the multiset's rules to the features
-            rules = rules.gather(1, torch.rand(B, K, generator=generator).argsort(dim=1))
+            rules = rules.gather(1, stream.permutations((batch_size, K), rows))
 
         # a row code per row and feature; distribute-three uses one 3-subset per task and feature
         is_distributed = (rules == DISTRIBUTE_THREE)[:, None, :]  # [B, 1, K]
-        affine_code = torch.randint(F * F, (B, 3, K), generator=generator)
-        subset = torch.randint(self._num_subsets, (B, 1, K), generator=generator)
-        ordering = torch.randint(6, (B, 3, K), generator=generator)
+        affine_code = stream.integers(F * F, (batch_size, 3, K), rows)
+        subset = stream.integers(self._num_subsets, (batch_size, 1, K), rows)
+        ordering = stream.integers(6, (batch_size, 3, K), rows)
         code = torch.where(is_distributed, subset * 6 + ordering, affine_code)
         row_start = (rules[:, None, :] * self._codes_per_rule + code) * 3  # [B, rows, K]
 
@@ -171,11 +174,11 @@ class SRaven(Task):
         # that feature perm[b, c, j] follows
         shown_start = row_start[:, :, None, :].expand(B, 3, 3, K)  # [B, rows, cols, K]
         if self.permute and not split.endswith("_unpermuted"):
-            perm = torch.rand(B, 3, K, generator=generator).argsort(dim=2)  # [B, cols, K]
+            perm = stream.permutations((batch_size, 3, K), rows)  # [B, cols, K]
             shown_start = shown_start.gather(3, perm[:, None].expand(B, 3, 3, K))
         else:
-            perm = torch.arange(K).expand(B, 3, K)
-        value_index = shown_start + torch.arange(3)[:, None]  # + column
+            perm = torch.arange(K, device=device).expand(B, 3, K)
+        value_index = shown_start + torch.arange(3, device=device)[:, None]  # + column
         panels = self._rule_rows.index_select(0, value_index.flatten()).view(B, 3, 3, K)
 
         tokens = panels.reshape(B, 9 * K).clone()

@@ -23,10 +23,12 @@ own `validation` split for hf sources that have one); `train` is everything befo
 tokenizer is trained on `train` only, so nothing of `valid` leaks into training.
 
 Batches (x [B, seq_len] long, y [B, seq_len] = x shifted by one): `train` rows are random windows
-of seq_len + 1 tokens, drawn from a generator seeded by (seed, split, step); `valid` tiles the
-validation stream into consecutive windows (stride seq_len), so steps 0, 1, … cover it exactly
-once (`num_windows("valid")` windows) before wrapping around. Both are pure functions of
-(seed, split, step); rank r of W keeps rows r·B/W … (r+1)·B/W of the global batch.
+of seq_len + 1 tokens, their starts drawn from the task's `RandomStream` for (seed, split, step);
+`valid` tiles the validation stream into consecutive windows (stride seq_len), so steps 0, 1, …
+cover it exactly once (`num_windows("valid")` windows) before wrapping around. Both are pure
+functions of (seed, split, step); rank r of W computes rows r·B/W … (r+1)·B/W of the global batch.
+The token streams are copied to the task's device once (2 bytes per token, 4 past 65,536 tokens;
+on the CPU they stay memory-mapped) and windows are gathered there.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 
-from hyla.tasks.base import Batch, Task, make_generator
+from hyla.tasks.base import Batch, Task
 from hyla.tasks.tokenizer import encode_documents, end_of_text_id, load_or_train_bpe
 
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text")
@@ -284,7 +286,9 @@ def prepare_corpus(source: str, vocab_size: int, valid_fraction: float = 0.05,
         (folder / f"corpus-bpe-{vocab_size}.json").write_text(json.dumps(meta, indent=1))
     tokenizer = Tokenizer.from_file(str(tokenizer_path))
     dtype = _token_dtype(tokenizer.get_vocab_size())
-    streams = {split: np.memmap(path, dtype=dtype, mode="r") if path.stat().st_size else np.zeros(0, dtype)
+    # copy-on-write: a writable mapping (torch.from_numpy warns about read-only arrays) that
+    # never writes to the file
+    streams = {split: np.memmap(path, dtype=dtype, mode="c") if path.stat().st_size else np.zeros(0, dtype)
                for split, path in stream_paths.items()}
     return TokenizedCorpus(tokenizer, streams["train"], streams["valid"], folder)
 
@@ -347,6 +351,7 @@ class Text(Task):
         prepared = prepare_corpus(corpus, vocab_size, valid_fraction, cache_dir, max_chars)
         self.tokenizer = prepared.tokenizer
         self.streams = {"train": prepared.train, "valid": prepared.valid}
+        self._tokens = {split: _device_tokens(stream, self.device) for split, stream in self.streams.items()}
         self.cache_folder = prepared.folder
         self.vocab_size = self.output_dim = self.tokenizer.get_vocab_size()
         self.end_of_text = end_of_text_id(self.tokenizer)
@@ -361,23 +366,17 @@ class Text(Task):
         n = len(self.streams[split])
         return n - self.seq_len if split == "train" else (n - 1) // self.seq_len
 
-    def batch(self, split: str, batch_size: int, step: int, rank: int = 0, world_size: int = 1) -> Batch:
-        self.check_split(split)
-        if batch_size < 1 or world_size < 1 or not 0 <= rank < world_size or batch_size % world_size:
-            raise ValueError(f"need batch_size >= 1 divisible by world_size and 0 <= rank < world_size, "
-                             f"got batch_size={batch_size}, rank={rank}, world_size={world_size}")
+    def _generate(self, split: str, step: int, batch_size: int, rows: tuple[int, int]) -> Batch:
         if split == "train":
-            generator = make_generator(self.seed, self.name, split, step)
-            starts = torch.randint(0, self.num_windows(split), (batch_size,), generator=generator)
+            starts = self.stream(split, step).integers(self.num_windows(split), (batch_size,), rows)
         else:
-            windows = torch.arange(step * batch_size, (step + 1) * batch_size) % self.num_windows(split)
+            first = step * batch_size
+            windows = torch.arange(first + rows[0], first + rows[1], device=self.device) % self.num_windows(split)
             starts = windows * self.seq_len
-        per_rank = batch_size // world_size
-        starts = starts[rank * per_rank:(rank + 1) * per_rank]
-        offsets = starts.numpy()[:, None] + np.arange(self.seq_len + 1)  # [B, T + 1]
-        windows = torch.from_numpy(self.streams[split][offsets].astype(np.int64))
-        batch = Batch(windows[:, :-1], windows[:, 1:], {"start": starts})
-        return batch.to(self.device)
+        tokens, width = self._tokens[split], 8 * self.streams[split].dtype.itemsize
+        offsets = starts[:, None] + torch.arange(self.seq_len + 1, device=self.device)  # [B, T + 1]
+        windows = tokens[offsets].long() & ((1 << width) - 1)  # the unsigned ids back from their signed view
+        return Batch(windows[:, :-1], windows[:, 1:], {"start": starts})
 
     def loss(self, pred: torch.Tensor, batch: Batch) -> torch.Tensor:
         """Mean next-token cross-entropy; pred: logits [B, T, V]."""
@@ -401,3 +400,10 @@ class Text(Task):
             raise ValueError(f"the model has a vocabulary of {vocab_size} tokens but the tokenizer of "
                              f"{self.corpus!r} has {self.vocab_size} ({self.cache_folder}): "
                              "the run was trained with another tokenizer or vocab_size")
+
+
+def _device_tokens(stream: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A token stream (uint16 or uint32 ids) as a tensor on `device` holding the same bits in the
+    signed type of that width (which every device can index); on the CPU it shares the mapping."""
+    signed = stream.view(np.int16 if stream.dtype.itemsize == 2 else np.int32)
+    return torch.from_numpy(signed).to(device)

@@ -253,7 +253,7 @@ def open_session(cfg: ExperimentConfig, ctx: DistContext, analysis_hook: Analysi
                  packed: bool = False) -> tuple[RunDir, TrainingLoop | None]:
     """The run folder of `cfg` (new, or resumed from its checkpoint) and a loop ready to train it;
     no loop when the run is already complete. `packed`: the loop's steps come from a pack."""
-    task = build_task(cfg)
+    task = build_task(cfg, ctx.device)  # batches are generated on the training device
     cfg = replace(cfg, model=resolve_model(cfg.model, task))
     cfg, run = _name_run(cfg, ctx)
     state = _resume_state(cfg, run, ctx)
