@@ -93,7 +93,7 @@ def stop_with(monkeypatch, wrap):
     import hyla.train.loop as loop
 
     build = loop.build_task
-    monkeypatch.setattr(loop, "build_task", lambda cfg: wrap(build(cfg)))
+    monkeypatch.setattr(loop, "build_task", lambda cfg, device: wrap(build(cfg, device)))
     return lambda: monkeypatch.setattr(loop, "build_task", build)
 
 

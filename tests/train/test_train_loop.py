@@ -82,7 +82,7 @@ def test_an_interrupt_inside_a_step_resumes_from_the_last_checkpoint(tmp_path, m
 
     full = train(tiny_config(tmp_path, name="full", steps=20))
     build = loop.build_task
-    monkeypatch.setattr(loop, "build_task", lambda cfg: _InterruptAt(build(cfg), 13))
+    monkeypatch.setattr(loop, "build_task", lambda cfg, device: _InterruptAt(build(cfg, device), 13))
     with pytest.raises(KeyboardInterrupt):
         train(tiny_config(tmp_path, name="killed", steps=20))
     killed = tmp_path / "killed"
@@ -128,7 +128,7 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monk
     import hyla.train.loop as loop
 
     build = loop.build_task
-    monkeypatch.setattr(loop, "build_task", lambda cfg: _NanFrom(build(cfg), 7))
+    monkeypatch.setattr(loop, "build_task", lambda cfg, device: _NanFrom(build(cfg, device), 7))
     with pytest.raises(NonFiniteLossError, match="non-finite") as exc:
         train(tiny_config(tmp_path, steps=40))
     assert "last good checkpoint (step 5)" in str(exc.value)
