@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from .base import Batch, Task, held_out_count, stable_seed
-from .random import RandomStream
+from .random import RandomStream, integers, permutations, uniform
 
 _TASK_SPLITS = ("train", "valid", "ood", "novel_terms")
 _INPUT_VARIANTS = ("", "_fixed_context", "_fixed_query")
@@ -84,7 +84,7 @@ class FuzzyLogic(Task):
                             dtype=torch.long).reshape(-1, num_terms)
         novel = torch.tensor(list(itertools.combinations(range(num_seen, num_all), num_terms)),
                              dtype=torch.long).reshape(-1, num_terms)
-        order = RandomStream(stable_seed(seed, self.name, "tasks")).permutations((len(seen),))
+        order = permutations(RandomStream(stable_seed(seed, self.name, "tasks")).bits((len(seen),)))
         shuffled = seen[order]
         num_ood = held_out_count(len(seen), frac_held_out)
         train, ood = _sorted_rows(shuffled[num_ood:]), _sorted_rows(shuffled[:num_ood])
@@ -115,10 +115,12 @@ class FuzzyLogic(Task):
                              f"frac_unseen_terms={self.frac_unseen_terms})")
         B, T, L = rows[1] - rows[0], self.seq_len, self.num_variables  # B: this rank's rows
         stream = self.stream(split, step)
-        choice = stream.integers(len(tasks), (batch_size,), rows)
+        per_sample = stream.bits((batch_size, 1 + L * T), rows)  # one draw: the task, the inputs
+        choice = integers(per_sample[:, 0], len(tasks))
         term_indices = tasks[choice]  # [B, K]
         terms = self._digits[term_indices]  # [B, K, L]
-        inputs = self._inputs(variant, batch_size, rows, stream).transpose(0, 1).contiguous()  # [L, B, T]
+        own_inputs = uniform(per_sample[:, 1:]).view(B, L, T)
+        inputs = self._inputs(variant, own_inputs, stream).transpose(0, 1).contiguous()  # [L, B, T]
 
         # With x in [0, 1] and digit d in {0, 1} the literal is 1 - |x - d|, so
         # f = max_k min_i (1 - |x_i - d_ki|) = 1 - min_k max_i |x_i - d_ki|. Variables lead the
@@ -133,22 +135,17 @@ class FuzzyLogic(Task):
                 "task_index": self._task_index[task_split][choice], "targets": targets}
         return Batch(x, targets[:, -1:].clone(), info)
 
-    def _inputs(self, variant: str, batch_size: int, rows: tuple[int, int],
-                stream: RandomStream) -> torch.Tensor:
-        """Inputs `[B, L, seq_len]` of rows `rows` of the global batch: context tokens, then the
-        query token. Inputs shared by the whole batch are drawn once (`[1, L, T']`)."""
-        T, L, B = self.seq_len, self.num_variables, rows[1] - rows[0]
+    def _inputs(self, variant: str, own: torch.Tensor, stream: RandomStream) -> torch.Tensor:
+        """Inputs `[B, L, seq_len]` (context tokens, then the query token) from each sample's
+        own inputs `own [B, L, seq_len]` and, for the fixed variants, inputs shared by the batch."""
         if variant == "":
-            return stream.uniform((batch_size, L, T), rows)
-        shared = stream if self.fixed_inputs == "per_batch" else RandomStream(
+            return own
+        shared_stream = stream if self.fixed_inputs == "per_batch" else RandomStream(
             stable_seed(self.seed, self.name, "fixed"), self.device)
+        shared = uniform(shared_stream.bits((1, self.num_variables, self.seq_len))).expand_as(own)
         if variant == "_fixed_context":
-            context = shared.uniform((1, L, T - 1)).expand(B, -1, -1)
-            query = stream.uniform((batch_size, L, 1), rows)
-        else:  # "_fixed_query"
-            context = stream.uniform((batch_size, L, T - 1), rows)
-            query = shared.uniform((1, L, 1)).expand(B, -1, -1)
-        return torch.cat([context, query], dim=2)
+            return torch.cat([shared[..., :-1], own[..., -1:]], dim=2)
+        return torch.cat([own[..., :-1], shared[..., -1:]], dim=2)  # "_fixed_query"
 
     def loss(self, pred: torch.Tensor, batch: Batch) -> torch.Tensor:
         """MSE of the prediction `[B, 1, 1]` at the query; computed in float32."""

@@ -67,11 +67,14 @@ def splitmix64(key: int, counters: torch.Tensor) -> torch.Tensor:
 
 
 class RandomStream:
-    """Random numbers for one batch (or one piece of setup), drawn on `device`.
+    """The random bits of one batch (or one piece of setup), drawn on `device`.
 
     key: any integer (use `hyla.tasks.base.stable_seed(...)` of what the numbers are for).
-    Each method draws a tensor of the full `shape` (or its `rows=(start, stop)` slice of the
-    first dimension) and advances the stream past the full shape.
+    `bits` draws a tensor of the full `shape` (or its `rows=(start, stop)` slice of the first
+    dimension) and advances the stream past the full shape; `uniform`, `integers` and
+    `permutations` turn bits into the numbers a task needs. Drawing everything a batch needs in
+    one `bits` call and converting slices of it keeps the op count low (each draw costs about a
+    dozen tensor ops, whatever its size).
     """
 
     def __init__(self, key: int, device: torch.device | str = "cpu"):
@@ -92,31 +95,32 @@ class RandomStream:
         self.offset += math.prod(shape)
         return splitmix64(self.key, counters).view(stop - start, *shape[1:])
 
-    def uniform(self, shape: tuple[int, ...], rows: tuple[int, int] | None = None) -> torch.Tensor:
-        """float32 uniform on [0, 1): the top 24 bits times 2^-24, so every value is exact."""
-        top = _logical_shift_right(self.bits(shape, rows), 40)
-        return top.to(torch.float32).mul_(2.0 ** -24)
 
-    def integers(self, n: int, shape: tuple[int, ...],
-                 rows: tuple[int, int] | None = None) -> torch.Tensor:
-        """int64 uniform on {0, ..., n-1}: floor(r * n / 2^62) of 62 random bits r, computed
-        exactly in int64 with 31-bit limbs. Each value has probability floor or ceil of
-        2^62 / n over 2^62: a relative bias below n / 2^62 (under 1e-9 for n < 4e9)."""
-        if not 1 <= n <= MAX_INTEGERS_N:
-            raise ValueError(f"integers needs 1 <= n <= 2^62, got {n}")
-        r = _logical_shift_right(self.bits(shape, rows), 2)  # 62 bits
-        low_mask = (1 << 31) - 1
-        r_high, r_low = r >> 31, r & low_mask  # both < 2^31
-        n_high, n_low = n >> 31, n & low_mask
-        # r*n / 2^62 = r_high*n_high + (middle * 2^31 + r_low*n_low) / 2^62; every product
-        # below is < 2^62 and every sum < 2^63, so nothing overflows
-        middle = r_high * n_low + r_low * n_high
-        result = (middle + ((r_low * n_low) >> 31)) >> 31
-        return result + r_high * n_high if n_high else result
+def uniform(bits: torch.Tensor) -> torch.Tensor:
+    """float32 uniform on [0, 1) from random bits: the top 24 bits times 2^-24, so every value
+    is exact."""
+    return _logical_shift_right(bits, 40).to(torch.float32).mul_(2.0 ** -24)
 
-    def permutations(self, shape: tuple[int, ...],
-                     rows: tuple[int, int] | None = None) -> torch.Tensor:
-        """int64 random permutations of 0..shape[-1]-1 along the last dimension: the stable
-        argsort of 64 random bits per element (ties, of probability ~ shape[-1]^2 / 2^65,
-        keep index order on every device)."""
-        return self.bits(shape, rows).argsort(dim=-1, stable=True)
+
+def integers(bits: torch.Tensor, n: int) -> torch.Tensor:
+    """int64 uniform on {0, ..., n-1} from random bits: floor(r * n / 2^62) of their top 62 bits
+    r, computed exactly in int64 with 31-bit limbs. Each value has probability floor or ceil of
+    2^62 / n over 2^62: a relative bias below n / 2^62 (under 1e-9 for n < 4e9)."""
+    if not 1 <= n <= MAX_INTEGERS_N:
+        raise ValueError(f"integers needs 1 <= n <= 2^62, got {n}")
+    r = _logical_shift_right(bits, 2)  # 62 bits
+    low_mask = (1 << 31) - 1
+    r_high, r_low = r >> 31, r & low_mask  # both < 2^31
+    n_high, n_low = n >> 31, n & low_mask
+    # r*n / 2^62 = r_high*n_high + (middle * 2^31 + r_low*n_low) / 2^62; every product below is
+    # < 2^62 and every sum < 2^63, so nothing overflows
+    middle = r_high * n_low + r_low * n_high if n_high else r_high * n_low
+    result = (middle + ((r_low * n_low) >> 31)) >> 31
+    return result + r_high * n_high if n_high else result
+
+
+def permutations(bits: torch.Tensor) -> torch.Tensor:
+    """int64 random permutations of 0..k-1 along the last dimension (size k) from random bits:
+    their stable argsort (ties, of probability ~ k^2 / 2^65, keep index order on every
+    device)."""
+    return bits.argsort(dim=-1, stable=True)

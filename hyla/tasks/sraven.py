@@ -38,7 +38,7 @@ import torch
 
 from .ambiguity import is_ambiguous
 from .base import Batch, Task, held_out_count, stable_seed
-from .random import RandomStream
+from .random import RandomStream, integers, permutations
 
 NUM_RULES = 8
 DISTRIBUTE_THREE = 7
@@ -123,7 +123,7 @@ class SRaven(Task):
             list(itertools.combinations_with_replacement(range(NUM_RULES), num_features)),
             device=self.device)
         num_sets = len(self.all_rule_sets)
-        order = RandomStream(stable_seed(seed, self.name, "tasks")).permutations((num_sets,))
+        order = permutations(RandomStream(stable_seed(seed, self.name, "tasks")).bits((num_sets,)))
         num_ood = held_out_count(num_sets, frac_ood)
         ood, train = (indices.sort().values.to(self.device) for indices in (order[:num_ood], order[num_ood:]))
         self._rule_set_indices = {"train": train, "valid": train, "ood": ood}
@@ -156,17 +156,21 @@ class SRaven(Task):
         if len(rule_set_indices) == 0:
             raise ValueError(f"split {split!r} has no rule sets (frac_ood={self.frac_ood})")
         B, K, F = rows[1] - rows[0], self.num_features, self.num_values  # B: this rank's rows
-        stream, device = self.stream(split, step), self.device
-        rule_set_index = rule_set_indices[stream.integers(len(rule_set_indices), (batch_size,), rows)]
+        device = self.device
+        # one draw holds every random number of a sample (fewer tensor ops than one draw each)
+        per_sample = self.stream(split, step).bits((batch_size, 1 + 8 * K), rows)
+        choice, rule_keys, row_draws, subset_draws, perm_keys = per_sample.split([1, K, 3 * K, K, 3 * K], dim=1)
+        rule_set_index = rule_set_indices[integers(choice[:, 0], len(rule_set_indices))]
         rules = self.all_rule_sets[rule_set_index]  # [B, K], sorted
         if self.rule_order == "random":  # a random assignment of the multiset's rules to the features
-            rules = rules.gather(1, stream.permutations((batch_size, K), rows))
+            rules = rules.gather(1, permutations(rule_keys))
 
-        # a row code per row and feature; distribute-three uses one 3-subset per task and feature
+        # a row code per row and feature; distribute-three uses one 3-subset per task and feature.
+        # One integer uniform on [0, 6 F^2) is an independent pair (affine code, ordering).
         is_distributed = (rules == DISTRIBUTE_THREE)[:, None, :]  # [B, 1, K]
-        affine_code = stream.integers(F * F, (batch_size, 3, K), rows)
-        subset = stream.integers(self._num_subsets, (batch_size, 1, K), rows)
-        ordering = stream.integers(6, (batch_size, 3, K), rows)
+        row_value = integers(row_draws, 6 * F * F).reshape(B, 3, K)
+        affine_code, ordering = row_value % (F * F), row_value // (F * F)
+        subset = integers(subset_draws, self._num_subsets)[:, None, :]  # [B, 1, K]
         code = torch.where(is_distributed, subset * 6 + ordering, affine_code)
         row_start = (rules[:, None, :] * self._codes_per_rule + code) * 3  # [B, rows, K]
 
@@ -174,7 +178,7 @@ class SRaven(Task):
         # that feature perm[b, c, j] follows
         shown_start = row_start[:, :, None, :].expand(B, 3, 3, K)  # [B, rows, cols, K]
         if self.permute and not split.endswith("_unpermuted"):
-            perm = stream.permutations((batch_size, 3, K), rows)  # [B, cols, K]
+            perm = permutations(perm_keys.reshape(B, 3, K))  # [B, cols, K]
             shown_start = shown_start.gather(3, perm[:, None].expand(B, 3, 3, K))
         else:
             perm = torch.arange(K, device=device).expand(B, 3, K)

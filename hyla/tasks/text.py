@@ -50,6 +50,7 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 
 from hyla.tasks.base import Batch, Task
+from hyla.tasks.random import integers
 from hyla.tasks.tokenizer import encode_documents, end_of_text_id, load_or_train_bpe
 
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text")
@@ -368,7 +369,7 @@ class Text(Task):
 
     def _generate(self, split: str, step: int, batch_size: int, rows: tuple[int, int]) -> Batch:
         if split == "train":
-            starts = self.stream(split, step).integers(self.num_windows(split), (batch_size,), rows)
+            starts = integers(self.stream(split, step).bits((batch_size,), rows), self.num_windows(split))
         else:
             first = step * batch_size
             windows = torch.arange(first + rows[0], first + rows[1], device=self.device) % self.num_windows(split)

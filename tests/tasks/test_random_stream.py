@@ -12,7 +12,7 @@ import torch
 
 from hyla.tasks import FuzzyLogic, SRaven, Text
 from hyla.tasks.base import stable_seed
-from hyla.tasks.random import MAX_INTEGERS_N, RandomStream
+from hyla.tasks.random import MAX_INTEGERS_N, RandomStream, integers, permutations, uniform
 
 MASK64 = 2 ** 64 - 1
 
@@ -49,29 +49,32 @@ def test_bits_equal_the_python_reference(key):
 
 def test_rows_are_the_slice_of_the_full_draw_and_advance_the_stream_fully():
     whole, parts = RandomStream(7), [RandomStream(7) for _ in range(4)]
-    expected = [whole.uniform((8, 3, 5)), whole.integers(10, (8, 2)), whole.permutations((8, 6))]
+    expected = [whole.bits((8, 3, 5)), whole.bits((8, 2)), whole.bits((8,))]
     for rank, stream in enumerate(parts):
         rows = (2 * rank, 2 * rank + 2)
-        drawn = [stream.uniform((8, 3, 5), rows), stream.integers(10, (8, 2), rows),
-                 stream.permutations((8, 6), rows)]
+        drawn = [stream.bits((8, 3, 5), rows), stream.bits((8, 2), rows), stream.bits((8,), rows)]
         for full, part in zip(expected, drawn):
             assert torch.equal(part, full[rows[0]:rows[1]])
-    assert RandomStream(7).uniform((8, 3, 5), (3, 3)).shape == (0, 3, 5)
+    assert RandomStream(7).bits((8, 3, 5), (3, 3)).shape == (0, 3, 5)
     with pytest.raises(ValueError, match="outside"):
-        RandomStream(7).uniform((8, 2), (6, 9))
+        RandomStream(7).bits((8, 2), (6, 9))
+    with pytest.raises(ValueError, match="shape"):
+        RandomStream(7).bits(())
 
 
 def test_uniform_is_the_top_24_bits():
-    bits, uniform = RandomStream(11).bits((4096,)), RandomStream(11).uniform((4096,))
-    assert uniform.dtype == torch.float32
-    assert [int(u * 2 ** 24) for u in uniform.tolist()] == [b >> 40 for b in unsigned(bits)]
-    assert uniform.min() >= 0 and uniform.max() < 1
+    bits = RandomStream(11).bits((4096,))
+    values = uniform(bits)
+    assert values.dtype == torch.float32
+    assert [int(u * 2 ** 24) for u in values.tolist()] == [b >> 40 for b in unsigned(bits)]
+    assert values.min() >= 0 and values.max() < 1
 
 
 @pytest.mark.parametrize("n", [1, 2, 6, 330, 2 ** 31 - 1, 2 ** 31, 2 ** 31 + 1, 7_500_000_019, 3 << 59,
                                MAX_INTEGERS_N])
 def test_integers_are_floor_of_r_times_n_over_2_to_the_62(n):
-    bits, values = RandomStream(5).bits((2000,)), RandomStream(5).integers(n, (2000,))
+    bits = RandomStream(5).bits((2000,))
+    values = integers(bits, n)
     assert values.dtype == torch.int64
     assert values.tolist() == [((b >> 2) * n) >> 62 for b in unsigned(bits)]
     assert values.min() >= 0 and values.max() < n
@@ -80,15 +83,16 @@ def test_integers_are_floor_of_r_times_n_over_2_to_the_62(n):
 def test_integers_reject_bad_n():
     for n in (0, -3, MAX_INTEGERS_N + 1):
         with pytest.raises(ValueError, match="1 <= n"):
-            RandomStream(0).integers(n, (4,))
+            integers(RandomStream(0).bits((4,)), n)
 
 
 def test_permutations_are_permutations_that_sort_the_random_bits():
-    perms = RandomStream(3).permutations((500, 3, 7))
+    bits = RandomStream(3).bits((500, 3, 7))
+    perms = permutations(bits)
     assert torch.equal(perms.sort(dim=-1).values, torch.arange(7).expand(500, 3, 7))
-    ordered = RandomStream(3).bits((500, 3, 7)).gather(-1, perms)
+    ordered = bits.gather(-1, perms)
     assert (ordered[..., 1:] > ordered[..., :-1]).all()
-    assert torch.equal(RandomStream(0).permutations((0,)), torch.zeros(0, dtype=torch.long))
+    assert torch.equal(permutations(RandomStream(0).bits((0,))), torch.zeros(0, dtype=torch.long))
 
 
 def chi_square(counts: torch.Tensor) -> float:
@@ -104,7 +108,7 @@ def check_chi_square(counts: torch.Tensor) -> None:
 
 
 def test_uniform_statistics():
-    u = RandomStream(stable_seed("statistics")).uniform((200_000,)).double()
+    u = uniform(RandomStream(stable_seed("statistics")).bits((200_000,))).double()
     n = len(u)
     assert abs(u.mean().item() - 0.5) < 5 * math.sqrt(1 / 12 / n)
     assert abs(u.var().item() - 1 / 12) < 5 * math.sqrt(1 / 180 / n)
@@ -120,11 +124,11 @@ def test_every_bit_is_fair():
 
 def test_integer_and_permutation_statistics():
     stream = RandomStream(stable_seed("integers"))
-    check_chi_square(torch.bincount(stream.integers(6, (60_000,)), minlength=6))
-    check_chi_square(torch.bincount(stream.integers(330, (99_000,)), minlength=330))
+    check_chi_square(torch.bincount(integers(stream.bits((60_000,)), 6), minlength=6))
+    check_chi_square(torch.bincount(integers(stream.bits((99_000,)), 330), minlength=330))
     big = 7_500_000_019  # > 2^32: the windows of a C4-sized corpus
-    check_chi_square(torch.bincount(stream.integers(big, (50_000,)) * 50 // big, minlength=50))
-    perms = stream.permutations((60_000, 3))
+    check_chi_square(torch.bincount(integers(stream.bits((50_000,)), big) * 50 // big, minlength=50))
+    perms = permutations(stream.bits((60_000, 3)))
     codes = perms[:, 0] * 3 + perms[:, 1]  # which of the 6 permutations
     check_chi_square(torch.bincount(codes, minlength=9)[[1, 2, 3, 5, 6, 7]])
 
@@ -137,10 +141,10 @@ def test_no_correlation_between_neighbouring_draws_calls_and_keys():
     n = 100_000
     bound = 5 / math.sqrt(n)
     stream = RandomStream(12345)
-    first, second = stream.uniform((n,)), stream.uniform((n,))
+    first, second = uniform(stream.bits((n,))), uniform(stream.bits((n,)))
     assert abs(correlation(first[:-1], first[1:])) < bound  # neighbouring counters
     assert abs(correlation(first, second)) < bound  # successive calls
-    neighbour_key = RandomStream(12346).uniform((n,))  # keys one apart: states one apart
+    neighbour_key = uniform(RandomStream(12346).bits((n,)))  # keys one apart: states one apart
     assert abs(correlation(first, neighbour_key)) < bound
     assert (first == neighbour_key).float().mean() < 1e-3
     # the same count of equal pairs as independent 24-bit draws would give (~n / 2^24)
@@ -220,8 +224,8 @@ def test_batches_are_made_on_the_task_device():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_batches_are_bit_identical_to_cpu_batches(corpus, tasks):
-    draws = [lambda s: s.bits((3, 1000)), lambda s: s.uniform((5000,)),
-             lambda s: s.integers(7_500_000_019, (5000,)), lambda s: s.permutations((500, 9))]
+    draws = [lambda s: s.bits((3, 1000)), lambda s: uniform(s.bits((5000,))),
+             lambda s: integers(s.bits((5000,)), 7_500_000_019), lambda s: permutations(s.bits((500, 9)))]
     for draw in draws:
         assert torch.equal(draw(RandomStream(99, "cuda")).cpu(), draw(RandomStream(99)))
     for on_cuda, on_cpu in zip(make_tasks(corpus, "cuda"), tasks):
