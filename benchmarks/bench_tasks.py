@@ -2,13 +2,18 @@
 
     python benchmarks/bench_tasks.py [--out benchmarks/results/tasks.json] [--threads N]
     python benchmarks/bench_tasks.py --headline --threads 1 --out /tmp/headline.json
+    python benchmarks/bench_tasks.py --headline --threads 1 --compare-with OLD --rounds 6 \
+        --out benchmarks/results/tasks_headline_compare.json
 
 Each measurement generates batches of consecutive steps for at least `--min-time` seconds, on
 `--device` (batches are generated on the task's device, see hyla/tasks/base.py). A batch must
 regenerate identically before its split is timed. `--headline` times only the two training
 cases that matter most, in batches per second: fuzzy logic (batch 128, seq_len 32) and SRAVEN
 (the raven_3x3_4features task, batch 128), `train` split. It uses only the public task API, so
-the same script can time two versions of hyla side by side.
+the same script can time two versions of hyla side by side: `--compare-with OLD` (a folder
+holding another version's `hyla` package, e.g. `git archive REF hyla | tar -x -C OLD`) runs the
+headline cases alternately in a subprocess on OLD and on this checkout, `--rounds` times, so that
+both see the same machine load, and reports the median ratio new / old.
 
 Two rates are reported: samples per wall-clock second, and samples per CPU-second used by this
 process. On a shared machine the second is the steadier one (with `--threads 1` it is close to
@@ -24,11 +29,16 @@ import argparse
 import json
 import os
 import platform
+import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
 import torch
 
+import hyla
 from hyla.tasks import FuzzyLogic, SRaven
 
 FUZZY_SPLITS = ("train", "valid", "ood", "novel_terms", "valid_fixed_context", "valid_fixed_query")
@@ -65,6 +75,32 @@ def headline(device: str, min_time: float) -> list[dict]:
     return results
 
 
+def compare(old: Path, rounds: int, passed: list[str]) -> dict:
+    """Median headline rates of `old`'s hyla and of this checkout's, measured alternately."""
+    trees = {"old": old.resolve(), "new": Path(__file__).resolve().parents[1]}
+    runs: dict[str, list[list[dict]]] = {"old": [], "new": []}
+    with tempfile.TemporaryDirectory() as folder:
+        for index in range(rounds):
+            for name, tree in trees.items():
+                out = Path(folder) / f"{name}-{index}.json"
+                env = {**os.environ, "PYTHONPATH": str(tree)}
+                subprocess.run([sys.executable, __file__, "--headline", *passed, "--out", str(out)],
+                               env=env, check=True, stdout=subprocess.DEVNULL)
+                report = json.loads(out.read_text())
+                if Path(report["hyla"]) != tree / "hyla":
+                    raise RuntimeError(f"timed {report['hyla']} instead of {tree / 'hyla'}")
+                runs[name].append(report["results"])
+    summary = []
+    for case, first in enumerate(runs["new"][0]):
+        rates = {name: [results[case]["batches_per_cpu_s"] for results in runs[name]] for name in runs}
+        summary.append({"task": first["task"], "batch_size": first["batch_size"],
+                        "old_batches_per_cpu_s": rates["old"], "new_batches_per_cpu_s": rates["new"],
+                        "median_ratio_new_over_old": round(statistics.median(
+                            n / o for n, o in zip(rates["new"], rates["old"])), 3)})
+        print(f"{first['task']:<12} new/old batches per CPU-second: {summary[-1]['median_ratio_new_over_old']}")
+    return {"old": str(trees["old"]), "new": str(trees["new"]), "rounds": rounds, "results": summary}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/tasks.json"))
@@ -74,11 +110,22 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--headline", action="store_true",
                         help="only fuzzy logic (batch 128, seq_len 32) and SRAVEN (batch 128), in batches/s")
+    parser.add_argument("--compare-with", type=Path, default=None,
+                        help="with --headline: a folder holding another version's hyla package")
+    parser.add_argument("--rounds", type=int, default=6, help="alternations for --compare-with")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    info = {"torch": torch.__version__, "threads": torch.get_num_threads(), "device": args.device,
+    info = {"hyla": str(Path(hyla.__file__).parent), "torch": torch.__version__,
+            "threads": torch.get_num_threads(), "device": args.device,
             "cpu_count": os.cpu_count(), "machine": platform.processor() or platform.machine()}
+    if args.compare_with is not None:
+        passed = ["--threads", str(torch.get_num_threads()), "--min-time", str(args.min_time),
+                  "--device", args.device]
+        load_before = os.getloadavg()
+        report = compare(args.compare_with, args.rounds, passed)
+        write(args.out, {**info, "load_average": [load_before, os.getloadavg()], **report})
+        return
     if args.headline:
         results = headline(args.device, args.min_time)
         write(args.out, {**info, "load_average": os.getloadavg(), "results": results})
