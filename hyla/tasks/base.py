@@ -63,7 +63,7 @@ class Task:
 
     Subclasses set `name`, `splits`, `seed`, `device`, implement
     `_generate(split, step, batch_size, rows) -> Batch` (rows `rows[0]:rows[1]` of the global
-    batch of `batch_size` samples, on `device`, random numbers from `self.stream(split, step)`),
+    batch of `batch_size` samples, on `device`, random numbers from `self.random_stream(split, step)`),
     and provide `loss(pred, batch) -> scalar` and `metrics(pred, batch) -> dict of [B] tensors`.
     """
 
@@ -88,7 +88,7 @@ class Task:
         per_rank = batch_size // world_size
         return self._generate(split, step, batch_size, (rank * per_rank, (rank + 1) * per_rank))
 
-    def stream(self, split: str, step: int) -> RandomStream:
+    def random_stream(self, split: str, step: int) -> RandomStream:
         """The random numbers of batch `step` of `split`, on the task's device."""
         return RandomStream(stable_seed(self.seed, self.name, split, step), self.device)
 

@@ -114,7 +114,7 @@ class FuzzyLogic(Task):
                              f"num_terms={self.num_terms}, frac_held_out={self.frac_held_out}, "
                              f"frac_unseen_terms={self.frac_unseen_terms})")
         B, T, L = rows[1] - rows[0], self.seq_len, self.num_variables  # B: this rank's rows
-        stream = self.stream(split, step)
+        stream = self.random_stream(split, step)
         per_sample = stream.bits((batch_size, 1 + L * T), rows)  # one draw: the task, the inputs
         choice = integers(per_sample[:, 0], len(tasks))
         term_indices = tasks[choice]  # [B, K]

@@ -14,8 +14,9 @@ seeds the xoshiro generators). Draw c depends on (key, c) alone, so any element 
 can be computed on its own, in any order, on any device. The stream evaluates the formula with
 int64 tensor ops only (wrapping multiply and add, xor, shifts), which are exact on CPU and CUDA
 alike, so a batch is bit for bit the same on every device and thread count; torch's own
-generators cannot give that (CUDA's Philox and the CPU's Mersenne Twister differ). It costs
-about a dozen elementwise int64 operations per number.
+generators cannot give that (CUDA's Philox and the CPU's Mersenne Twister differ). A draw
+costs about a dozen elementwise int64 tensor operations, whatever its size; `uniform`,
+`integers` and `permutations` turn its bits into floats, bounded integers and permutations.
 
 Every draw takes the next block of counters (one per element of its full shape, row-major), so
 successive draws are independent. `rows=(start, stop)` computes only rows start:stop of the
@@ -46,7 +47,7 @@ _GOLDEN_GAMMA = _signed(0x9E3779B97F4A7C15)
 _MIX_1 = _signed(0xBF58476D1CE4E5B9)
 _MIX_2 = _signed(0x94D049BB133111EB)
 MAX_INTEGERS_N = 1 << 62
-"""the largest n that `RandomStream.integers` accepts"""
+"""the largest n that `integers` accepts"""
 
 
 def _logical_shift_right(z: torch.Tensor, shift: int) -> torch.Tensor:

@@ -369,7 +369,7 @@ class Text(Task):
 
     def _generate(self, split: str, step: int, batch_size: int, rows: tuple[int, int]) -> Batch:
         if split == "train":
-            starts = integers(self.stream(split, step).bits((batch_size,), rows), self.num_windows(split))
+            starts = integers(self.random_stream(split, step).bits((batch_size,), rows), self.num_windows(split))
         else:
             first = step * batch_size
             windows = torch.arange(first + rows[0], first + rows[1], device=self.device) % self.num_windows(split)
