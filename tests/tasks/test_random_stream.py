@@ -213,10 +213,10 @@ def test_rank_slices_generated_alone_equal_the_global_batch(tasks, world_size):
         assert_same(batches(task, world_size), batches(task))
 
 
-def test_batches_are_made_on_the_task_device():
+def test_batches_are_made_on_the_task_device(corpus):
     """On the meta device every op of batch generation must run there: a CPU tensor mixed in
     raises, and a batch sampled on the CPU and copied would need real data."""
-    for task in (FuzzyLogic(device="meta"), SRaven(device="meta")):
+    for task in make_tasks(corpus, "meta"):
         for split in task.splits:
             batch = task.batch(split, 8, 0, rank=1, world_size=2)
             assert {t.device.type for t in (batch.x, batch.y, *batch.info.values())} == {"meta"}
