@@ -8,8 +8,8 @@
 Each measurement generates batches of consecutive steps for at least `--min-time` seconds, on
 `--device` (batches are generated on the task's device, see hyla/tasks/base.py). A batch must
 regenerate identically before its split is timed. `--headline` times only the two training
-cases that matter most, in batches per second: fuzzy logic (batch 128, seq_len 32) and SRAVEN
-(the raven_3x3_4features task, batch 128), `train` split. It uses only the public task API, so
+cases that matter most, in batches per second: fuzzy logic (seq_len 32) and SRAVEN (the
+raven_3x3_4features task), `train` split, batch 128 (or `--batch-sizes`). It uses only the public task API, so
 the same script can time two versions of hyla side by side: `--compare-with OLD` (a folder
 holding another version's `hyla` package, e.g. `git archive REF hyla | tar -x -C OLD`) runs the
 headline cases alternately in a subprocess on OLD and on this checkout, `--rounds` times, so that
@@ -62,16 +62,18 @@ def check_reproducible(task, split: str) -> None:
         raise RuntimeError(f"{task.name}/{split}: a batch did not regenerate identically")
 
 
-def headline(device: str, min_time: float) -> list[dict]:
+def headline(device: str, min_time: float, batch_sizes: list[int]) -> list[dict]:
     """Batches per second of the two training cases of `--headline`."""
     cases = [("fuzzy_logic", FuzzyLogic(seq_len=32, device=device)), ("sraven", SRaven(device=device))]
     results = []
     for name, task in cases:
         check_reproducible(task, "train")
-        rates = samples_per_second(lambda step: task.batch("train", 128, step), 1, min_time)
-        results.append({"task": name, "split": "train", "batch_size": 128,
-                        "batches_per_s": round(rates[0], 1), "batches_per_cpu_s": round(rates[1], 1)})
-        print(f"{name:<12} batch 128: {rates[0]:>10,.1f} batches/s {rates[1]:>10,.1f} batches/cpu-s")
+        for batch_size in batch_sizes:
+            rates = samples_per_second(lambda step: task.batch("train", batch_size, step), 1, min_time)
+            results.append({"task": name, "split": "train", "batch_size": batch_size,
+                            "batches_per_s": round(rates[0], 1), "batches_per_cpu_s": round(rates[1], 1)})
+            print(f"{name:<12} batch {batch_size}: {rates[0]:>10,.1f} batches/s "
+                  f"{rates[1]:>10,.1f} batches/cpu-s")
     return results
 
 
@@ -97,7 +99,8 @@ def compare(old: Path, rounds: int, passed: list[str]) -> dict:
                         "old_batches_per_cpu_s": rates["old"], "new_batches_per_cpu_s": rates["new"],
                         "median_ratio_new_over_old": round(statistics.median(
                             n / o for n, o in zip(rates["new"], rates["old"])), 3)})
-        print(f"{first['task']:<12} new/old batches per CPU-second: {summary[-1]['median_ratio_new_over_old']}")
+        print(f"{first['task']:<12} batch {first['batch_size']}: new/old batches per CPU-second "
+              f"{summary[-1]['median_ratio_new_over_old']}")
     return {"old": str(trees["old"]), "new": str(trees["new"]), "rounds": rounds, "results": summary}
 
 
@@ -105,7 +108,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/tasks.json"))
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[128, 4096])
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=None,
+                        help="default: 128 4096 (128 with --headline)")
     parser.add_argument("--min-time", type=float, default=1.0, help="seconds per measurement")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--headline", action="store_true",
@@ -121,13 +125,13 @@ def main() -> None:
             "cpu_count": os.cpu_count(), "machine": platform.processor() or platform.machine()}
     if args.compare_with is not None:
         passed = ["--threads", str(torch.get_num_threads()), "--min-time", str(args.min_time),
-                  "--device", args.device]
+                  "--device", args.device, "--batch-sizes", *map(str, args.batch_sizes or [128])]
         load_before = os.getloadavg()
         report = compare(args.compare_with, args.rounds, passed)
         write(args.out, {**info, "load_average": [load_before, os.getloadavg()], **report})
         return
     if args.headline:
-        results = headline(args.device, args.min_time)
+        results = headline(args.device, args.min_time, args.batch_sizes or [128])
         write(args.out, {**info, "load_average": os.getloadavg(), "results": results})
         return
 
@@ -140,15 +144,16 @@ def main() -> None:
         print(f"{task_name:<12} {split:<22} {batch_size:>6} {rates[0]:>12,.0f} {rates[1]:>14,.0f}")
 
     print(f"{'task':<12} {'split':<22} {'batch':>6} {'samples/s':>12} {'samples/cpu-s':>14}")
+    batch_sizes = args.batch_sizes or [128, 4096]
     for task, splits in cases:
         for split in splits:
             check_reproducible(task, split)
-            for batch_size in args.batch_sizes:
+            for batch_size in batch_sizes:
                 rates = samples_per_second(lambda step: task.batch(split, batch_size, step),
                                            batch_size, args.min_time)
                 record(task.name, split, batch_size, rates)
     sraven = cases[1][0]
-    for batch_size in args.batch_sizes:  # the ambiguity check that evaluation may add
+    for batch_size in batch_sizes:  # the ambiguity check that evaluation may add
         rates = samples_per_second(
             lambda step: sraven.batch("valid", batch_size, step, with_ambiguity=True),
             batch_size, args.min_time)
