@@ -159,7 +159,8 @@ class SRaven(Task):
         device = self.device
         # one draw holds every random number of a sample (fewer tensor ops than one draw each)
         per_sample = self.random_stream(split, step).bits((batch_size, 1 + 8 * K), rows)
-        choice, rule_keys, row_draws, subset_draws, perm_keys = per_sample.split([1, K, 3 * K, K, 3 * K], dim=1)
+        choice, rule_keys, row_draws, subset_draws, perm_keys = per_sample.split(
+            [1, K, 3 * K, K, 3 * K], dim=1)
         rule_set_index = rule_set_indices[integers(choice[:, 0], len(rule_set_indices))]
         rules = self.all_rule_sets[rule_set_index]  # [B, K], sorted
         if self.rule_order == "random":  # a random assignment of the multiset's rules to the features

@@ -374,9 +374,8 @@ class Text(Task):
             first = step * batch_size
             windows = torch.arange(first + rows[0], first + rows[1], device=self.device) % self.num_windows(split)
             starts = windows * self.seq_len
-        tokens, width = self._tokens[split], 8 * self.streams[split].dtype.itemsize
         offsets = starts[:, None] + torch.arange(self.seq_len + 1, device=self.device)  # [B, T + 1]
-        windows = tokens[offsets].long() & ((1 << width) - 1)  # the unsigned ids back from their signed view
+        windows = gather_ids(self._tokens[split], offsets)
         return Batch(windows[:, :-1], windows[:, 1:], {"start": starts})
 
     def loss(self, pred: torch.Tensor, batch: Batch) -> torch.Tensor:
@@ -408,3 +407,9 @@ def _device_tokens(stream: np.ndarray, device: torch.device) -> torch.Tensor:
     signed type of that width (which every device can index); on the CPU it shares the mapping."""
     signed = stream.view(np.int16 if stream.dtype.itemsize == 2 else np.int32)
     return torch.from_numpy(signed).to(device)
+
+
+def gather_ids(tokens: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """The token ids at `offsets` of a stream from `_device_tokens`, as int64 (the bits of the
+    signed values read back as unsigned)."""
+    return tokens[offsets].long() & ((1 << (8 * tokens.element_size())) - 1)

@@ -93,6 +93,15 @@ def test_packing_targets_shift_by_one(task):
         assert batch.y[row, -1] == stream[start + 16]
 
 
+@pytest.mark.parametrize("dtype", [np.uint16, np.uint32])
+def test_ids_past_the_signed_range_survive_the_device_stream(dtype):
+    top = np.iinfo(dtype).max
+    ids = np.array([0, 1, 300, top // 2, top // 2 + 1, top - 1, top], dtype=dtype)
+    tokens = text_module._device_tokens(ids, torch.device("cpu"))
+    offsets = torch.tensor([[6, 0, 4], [3, 5, 2]])
+    assert torch.equal(text_module.gather_ids(tokens, offsets), torch.from_numpy(ids.astype(np.int64))[offsets])
+
+
 def test_batches_are_deterministic_and_seeded(task, corpus, tmp_path):
     a, b = task.batch("train", 8, step=5), task.batch("train", 8, step=5)
     torch.testing.assert_close(a.x, b.x)
