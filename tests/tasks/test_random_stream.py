@@ -155,6 +155,34 @@ def test_no_correlation_between_neighbouring_draws_calls_and_keys():
 # Batches of every task
 
 
+def test_task_draws_are_uniform_where_the_task_definitions_say_so():
+    """What the tasks draw from the stream: fuzzy-logic tasks uniform over the split and inputs
+    uniform on [0, 1); SRAVEN rule sets uniform over the split, column orders uniform over the
+    K! permutations, affine row starts uniform over the F values."""
+    fuzzy = FuzzyLogic()
+    batch = fuzzy.batch("train", 33 * 300, 0)
+    train_index = fuzzy._task_index["train"]  # sorted
+    check_chi_square(torch.bincount(torch.searchsorted(train_index, batch.info["task_index"]),
+                                    minlength=len(train_index)))
+    check_chi_square(torch.bincount((batch.x[..., :4] * 16).long().flatten(), minlength=16))
+
+    sraven = SRaven()
+    info = sraven.batch("train", 248 * 100, 0).info
+    train_sets = sraven._rule_set_indices["train"]  # sorted
+    check_chi_square(torch.bincount(torch.searchsorted(train_sets, info["rule_set_index"]),
+                                    minlength=len(train_sets)))
+    perm = info["perm"].reshape(-1, 4)
+    codes = ((perm[:, 0] * 4 + perm[:, 1]) * 4 + perm[:, 2]) * 4 + perm[:, 3]
+    counts = torch.bincount(codes, minlength=256)
+    assert (counts > 0).sum() == 24
+    check_chi_square(counts[counts > 0])
+    unpermuted = sraven.batch("train_unpermuted", 20_000, 0).info
+    affine = unpermuted["rules"] < 7  # [B, K]
+    starts = unpermuted["panels"][:, 0, 0, :][affine]  # u of row 0 of every affine feature
+    check_chi_square(torch.bincount(starts, minlength=8))
+
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     folder = tmp_path_factory.mktemp("corpus")
