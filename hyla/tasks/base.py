@@ -88,9 +88,10 @@ class Task:
         per_rank = batch_size // world_size
         return self._generate(split, step, batch_size, (rank * per_rank, (rank + 1) * per_rank))
 
-    def random_stream(self, split: str, step: int) -> RandomStream:
-        """The random numbers of batch `step` of `split`, on the task's device."""
-        return RandomStream(stable_seed(self.seed, self.name, split, step), self.device)
+    def random_stream(self, split: str, step: int, device: torch.device | str | None = None) -> RandomStream:
+        """The random numbers of batch `step` of `split`, drawn on `device` (default: the task's);
+        the same numbers on every device."""
+        return RandomStream(stable_seed(self.seed, self.name, split, step), device or self.device)
 
     def check_split(self, split: str) -> None:
         if split not in self.splits:

@@ -27,8 +27,9 @@ of seq_len + 1 tokens, their starts drawn from the task's `RandomStream` for (se
 `valid` tiles the validation stream into consecutive windows (stride seq_len), so steps 0, 1, …
 cover it exactly once (`num_windows("valid")` windows) before wrapping around. Both are pure
 functions of (seed, split, step); rank r of W computes rows r·B/W … (r+1)·B/W of the global batch.
-The token streams are copied to the task's device once (2 bytes per token, 4 past 65,536 tokens;
-on the CPU they stay memory-mapped) and windows are gathered there.
+The token streams stay memory-mapped on the host (a corpus can be far larger than a GPU's
+memory): a batch's window starts are drawn and its windows gathered there, from the same random
+bits as on any device, and only the [B, seq_len + 1] windows are copied to the task's device.
 """
 
 from __future__ import annotations
@@ -352,7 +353,7 @@ class Text(Task):
         prepared = prepare_corpus(corpus, vocab_size, valid_fraction, cache_dir, max_chars)
         self.tokenizer = prepared.tokenizer
         self.streams = {"train": prepared.train, "valid": prepared.valid}
-        self._tokens = {split: _device_tokens(stream, self.device) for split, stream in self.streams.items()}
+        self._tokens = {split: _signed_tokens(stream) for split, stream in self.streams.items()}
         self.cache_folder = prepared.folder
         self.vocab_size = self.output_dim = self.tokenizer.get_vocab_size()
         self.end_of_text = end_of_text_id(self.tokenizer)
@@ -369,14 +370,14 @@ class Text(Task):
 
     def _generate(self, split: str, step: int, batch_size: int, rows: tuple[int, int]) -> Batch:
         if split == "train":
-            starts = integers(self.random_stream(split, step).bits((batch_size,), rows), self.num_windows(split))
+            bits = self.random_stream(split, step, "cpu").bits((batch_size,), rows)
+            starts = integers(bits, self.num_windows(split))
         else:
             first = step * batch_size
-            windows = torch.arange(first + rows[0], first + rows[1], device=self.device) % self.num_windows(split)
-            starts = windows * self.seq_len
-        offsets = starts[:, None] + torch.arange(self.seq_len + 1, device=self.device)  # [B, T + 1]
+            starts = (torch.arange(first + rows[0], first + rows[1]) % self.num_windows(split)) * self.seq_len
+        offsets = starts[:, None] + torch.arange(self.seq_len + 1)  # [B, T + 1]
         windows = gather_ids(self._tokens[split], offsets)
-        return Batch(windows[:, :-1], windows[:, 1:], {"start": starts})
+        return Batch(windows[:, :-1], windows[:, 1:], {"start": starts}).to(self.device)
 
     def loss(self, pred: torch.Tensor, batch: Batch) -> torch.Tensor:
         """Mean next-token cross-entropy; pred: logits [B, T, V]."""
@@ -402,14 +403,13 @@ class Text(Task):
                              "the run was trained with another tokenizer or vocab_size")
 
 
-def _device_tokens(stream: np.ndarray, device: torch.device) -> torch.Tensor:
-    """A token stream (uint16 or uint32 ids) as a tensor on `device` holding the same bits in the
-    signed type of that width (which every device can index); on the CPU it shares the mapping."""
-    signed = stream.view(np.int16 if stream.dtype.itemsize == 2 else np.int32)
-    return torch.from_numpy(signed).to(device)
+def _signed_tokens(stream: np.ndarray) -> torch.Tensor:
+    """A token stream (uint16 or uint32 ids) as a CPU tensor sharing its memory (mapping) and
+    holding the same bits in the signed type of that width (which torch can index)."""
+    return torch.from_numpy(stream.view(np.int16 if stream.dtype.itemsize == 2 else np.int32))
 
 
 def gather_ids(tokens: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
-    """The token ids at `offsets` of a stream from `_device_tokens`, as int64 (the bits of the
+    """The token ids at `offsets` of a stream from `_signed_tokens`, as int64 (the bits of the
     signed values read back as unsigned)."""
     return tokens[offsets].long() & ((1 << (8 * tokens.element_size())) - 1)
