@@ -314,10 +314,10 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT))  # the hyla beside this script, as the `python -m hyla.cli` children use
     if args.pack_worker is not None:
         return pack_worker(args.pack_worker)
-    hyla_variants = variants(args)
     info = machine(args)
     print(f"{info['gpu'] or info['cpu']}, {info['usable_cores']} usable cores, threads {args.threads}, "
           f"load average {info['load_average_start']}", file=sys.stderr)
+    out = args.out or RESULTS / f"vs_authors_{args.device}.json"
     measurements: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="bench_vs_authors_") as tmp:
         driver = Path(tmp) / "authors_driver.py"
@@ -325,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         for repeat in range(args.repeats):
             for preset in args.presets:
                 steps = args.steps or DEFAULT_STEPS[preset]
-                todo = [("hyla", v) for v in hyla_variants] + ([("authors", None)] if args.authors else [])
+                todo = [("hyla", v) for v in variants(args)] + ([("authors", None)] if args.authors else [])
                 for side, variant in todo:
                     m = (measure_hyla(args, preset, variant, steps, Path(tmp)) if side == "hyla"
                          else measure_authors(args, preset, steps, driver))
@@ -334,19 +334,22 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"repeat {repeat} {preset} {side} {m['variant']}: {m['steps_per_second']:.2f} steps/s "
                           f"(process {m['process_wall_s']:.0f} s, load {m['load_average'][0]:.1f})",
                           file=sys.stderr, flush=True)
-    info.update(load_average_end=os.getloadavg(), time_end=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-    rows = ratios(measurements, args.presets, hyla_variants)
+                    write_run(out, record(args, info, measurements))  # so far: a cut-off run keeps its measurements
+    print(record(args, info, measurements)["table"])
+    print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
+def record(args: argparse.Namespace, info: dict, measurements: list[dict]) -> dict:
+    """The JSON entry of this invocation: its setting, the machine, the ratios and every measurement."""
+    info = {**info, "load_average_end": os.getloadavg(), "time_end": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    rows = ratios(measurements, args.presets, variants(args))
     checks = shape_check(measurements)
-    print(report(rows, checks))
     setting = {"threads": args.threads, "omp_wait_policy": info["omp_wait_policy"], "mixer": args.mixer,
                "presets": args.presets, "modes": args.modes, "compile_mode": args.compile_mode, "packs": args.packs,
                "parallel_packs": [f"{p}x{n}" for p, n in args.parallel_packs], "smoke": args.smoke}
-    run = {"command": [sys.executable, *sys.argv], "setting": setting, "machine": info, "summary": rows, "shape_check": checks, "table": report(rows, checks),
-           "measurements": measurements}
-    out = args.out or RESULTS / f"vs_authors_{args.device}.json"
-    write_run(out, run)
-    print(f"wrote {out}", file=sys.stderr)
-    return 0
+    return {"command": [sys.executable, *sys.argv], "setting": setting, "machine": info, "summary": rows,
+            "shape_check": checks, "table": report(rows, checks), "measurements": measurements}
 
 
 def write_run(out: Path, run: dict) -> None:

@@ -199,7 +199,7 @@ class TrainConfig:
     """auto: reduce-overhead (CUDA graphs) on CUDA, default elsewhere"""
     precision: str = "fp32"
     """fp32 | tf32 (TensorFloat-32 matmuls on CUDA) | bf16 (bfloat16 autocast of the forward and loss; weights and
-    optimizer state stay float32); docs/precision.md says what each does to results"""
+    optimizer state stay float32); docs/gpu.md says what each does to results"""
     deterministic: bool = False
     """torch.use_deterministic_algorithms(True)"""
     device: str = "auto"

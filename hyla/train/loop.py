@@ -6,10 +6,10 @@ record, an evaluation, an analysis and a checkpoint (`after_step`); at the end t
 evaluation and `summary.json`. (`hyla.train.packed` steps several runs' loops together.)
 
 What is guaranteed (tests/train/test_exact_resume.py checks each):
-- A run is a pure function of its config and its numerics (threads, device, compile, deterministic
-  mode, world size; recorded in env.json): everything random is a function of (seed, step). The
-  default thread count is a function of the machine (the cores this process may use), never of
-  timing.
+- A run is a pure function of its config and its numerics (threads, device, the compile mode that
+  trained, precision, deterministic mode, world size; recorded in env.json): everything random is
+  a function of (seed, step). The default thread count is a function of the machine (the cores
+  this process may use), never of timing.
 - Exact resume: after SIGINT / SIGTERM (the current step, its records, evaluation and analysis
   finish, then a checkpoint is written), `train.stop_at`, kill -9 or a crash (the run continues from
   its last checkpoint), `hyla resume` ends with the same weights, optimizer state, metrics.jsonl
