@@ -578,6 +578,7 @@ def _resume_state(cfg: ExperimentConfig, run: RunDir, ctx: DistContext) -> dict 
 
 
 def _warn_if_numerics_changed(saved: dict, now: dict, run: RunDir) -> None:
+    saved = {"precision": "fp32", **saved}  # runs from before train.precision existed trained in fp32
     changed = {k: (saved.get(k), now.get(k)) for k in {**saved, **now} if saved.get(k) != now.get(k)}
     if changed:
         what = ", ".join(f"{k} {b} (was {a})" for k, (a, b) in changed.items())

@@ -179,3 +179,12 @@ def test_a_bf16_pack_computes_under_bfloat16_autocast(tmp_path, monkeypatch):
     for run in runs:
         assert json.loads((run / "summary.json").read_text())["status"] == "completed"
         assert numerics_of(run)["precision"] == "bf16"
+
+
+def test_resume_of_a_run_from_before_the_precision_setting(tmp_path):
+    saved = {"threads": 1, "device": "cpu", "compile": False, "compile_mode": None}  # no "precision": fp32
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        loop._warn_if_numerics_changed(saved, {**saved, "precision": "fp32"}, loop.RunDir(tmp_path))
+    with pytest.warns(RuntimeWarning, match="precision bf16 \\(was fp32\\)"):
+        loop._warn_if_numerics_changed(saved, {**saved, "precision": "bf16"}, loop.RunDir(tmp_path))
