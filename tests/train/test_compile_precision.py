@@ -188,3 +188,11 @@ def test_resume_of_a_run_from_before_the_precision_setting(tmp_path):
         loop._warn_if_numerics_changed(saved, {**saved, "precision": "fp32"}, loop.RunDir(tmp_path))
     with pytest.warns(RuntimeWarning, match="precision bf16 \\(was fp32\\)"):
         loop._warn_if_numerics_changed(saved, {**saved, "precision": "bf16"}, loop.RunDir(tmp_path))
+
+
+def test_an_unknown_precision_is_refused_with_the_choices():
+    from hyla.configs import ConfigError
+    from hyla.train.commands import parse_train_args
+
+    with pytest.raises(ConfigError, match="train.precision.*fp32.*tf32.*bf16"):
+        parse_train_args(["--train.precision", "fp16"])
