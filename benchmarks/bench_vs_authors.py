@@ -2,13 +2,14 @@
 
     python benchmarks/bench_vs_authors.py --authors /tmp/authors --jax-python /tmp/jaxvenv/bin/python
     python benchmarks/bench_vs_authors.py                          # hyla only (no --authors)
-    python benchmarks/bench_vs_authors.py --authors A --device cuda --threads 16 --packs 1 3 8 16
+    python benchmarks/bench_vs_authors.py --authors A --device cuda --packs 1 3 8 16 --parallel-packs 2x8 4x8
 
 Both paper presets (fuzzy logic `logic_4var_2term`, SRAVEN `raven_3x3_4features`), batch 128, HYLA
 (`--model.mixer hyla`; the authors' `linear_hypatt`). Every measurement is a fresh process that
 trains `--steps` steps:
-- hyla: the `hyla train` command, eager and/or with `--train.compile`; steps/s is the run's
-  summary.json `steps_per_second` (its first step, which includes compilation, is not timed).
+- hyla: the `hyla train` command, eager and/or with `--train.compile` (`--compile-mode`, default
+  auto: CUDA graphs on CUDA); steps/s is the run's summary.json `steps_per_second` (its first
+  step, which includes compilation, is not timed).
 - authors: their `run.setup` (model, data, optax optimizer exactly as their `run.py` builds them,
   from their ml_collections config), then their jitted `Experiment.train_step` on their data
   loader in a loop; steps/s over steps 2..N, from the end of the first step (compilation) to the
@@ -30,8 +31,8 @@ pinned to the same `--threads` cores (when fewer than the process may use) and h
 intra-op threads. The models' parameter counts are compared (they must match at the paper presets).
 JSON (commands, versions, machine, load average, every measurement) goes to
 benchmarks/results/vs_authors_<device>.json, one entry of its "runs" per setting (threads,
-OMP_WAIT_POLICY, mixer, presets, modes, compile mode, packs; a new run of the same setting replaces
-the old one).
+OMP_WAIT_POLICY, mixer, presets, modes, compile mode, packs, processes x packs, smoke; a new run of
+the same setting replaces the old one), rewritten after every measurement.
 """
 
 from __future__ import annotations
