@@ -113,7 +113,7 @@ def test_cuda_graph_outputs_are_copied_before_the_next_step(monkeypatch):
     task = build_task(cfg)
     cfg = replace(cfg, model=resolve_model(cfg.model, task))
     trainer = Trainer(cfg, task, build_model(cfg), DistContext(0, 1, torch.device("cpu")))
-    loss, pred, _ = trainer.step(0)
+    _, pred, _ = trainer.step(0)
     kept = pred.clone()
     trainer.step(1)
     assert torch.equal(pred, kept) and not pred.isnan().any()  # step 1's replay did not reach it
