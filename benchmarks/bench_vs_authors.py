@@ -2,20 +2,27 @@
 
     python benchmarks/bench_vs_authors.py --authors /tmp/authors --jax-python /tmp/jaxvenv/bin/python
     python benchmarks/bench_vs_authors.py                          # hyla only (no --authors)
-    python benchmarks/bench_vs_authors.py --authors A --device cuda --threads 16 --packs 1 3 8 16
+    python benchmarks/bench_vs_authors.py --authors A --device cuda --packs 1 3 8 16 --parallel-packs 2x8 4x8
 
 Both paper presets (fuzzy logic `logic_4var_2term`, SRAVEN `raven_3x3_4features`), batch 128, HYLA
 (`--model.mixer hyla`; the authors' `linear_hypatt`). Every measurement is a fresh process that
 trains `--steps` steps:
-- hyla: the `hyla train` command, eager and/or with `--train.compile`; steps/s is the run's
-  summary.json `steps_per_second` (its first step, which includes compilation, is not timed).
+- hyla: the `hyla train` command, eager and/or with `--train.compile` (`--compile-mode`, default
+  auto: CUDA graphs on CUDA); steps/s is the run's summary.json `steps_per_second` (its first
+  step, which includes compilation, is not timed).
 - authors: their `run.setup` (model, data, optax optimizer exactly as their `run.py` builds them,
   from their ml_collections config), then their jitted `Experiment.train_step` on their data
   loader in a loop; steps/s over steps 2..N, from the end of the first step (compilation) to the
   end of the last one (`jax.block_until_ready`). A driver, generated at run time in a temporary
   folder, imports their modules; their files are not modified.
-- packs (`--packs`, only when `hyla.train.train_packed` exists): N runs of seeds 0..N-1 trained as
-  one pack (eager); reported as aggregate model-steps/s (N x the pack's steps/s).
+- packs (`--packs`): N runs of seeds 0..N-1 trained as one pack (eager); reported as aggregate
+  model-steps/s (N x the pack's steps/s).
+- processes x packs (`--parallel-packs PxN`): `hyla sweep --pack N --parallel P` over P*N seeds, P
+  processes each training a pack of N at once; aggregate model-steps/s is the sum over the runs of
+  their summaries' rates (each process's rate over its own timed steps, so the processes' start-up
+  is not counted; `wall_model_steps_per_second` divides all model-steps by the command's wall time,
+  start-up and compilation included, a lower bound).
+`--smoke`: the same measurements at toy sizes (3 steps, hyla at batch 16), for a CPU check.
 
 Order: per repeat, per preset, every hyla variant then the authors (A B A B ...), so slow drift of
 a shared machine's load falls on both; each hyla measurement is divided by the authors'
@@ -24,8 +31,8 @@ pinned to the same `--threads` cores (when fewer than the process may use) and h
 intra-op threads. The models' parameter counts are compared (they must match at the paper presets).
 JSON (commands, versions, machine, load average, every measurement) goes to
 benchmarks/results/vs_authors_<device>.json, one entry of its "runs" per setting (threads,
-OMP_WAIT_POLICY, mixer, presets, modes, compile mode, packs; a new run of the same setting replaces
-the old one).
+OMP_WAIT_POLICY, mixer, presets, modes, compile mode, packs, processes x packs, smoke; a new run of
+the same setting replaces the old one), rewritten after every measurement.
 """
 
 from __future__ import annotations
@@ -100,10 +107,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--presets", nargs="+", default=list(AUTHORS_CONFIGS), choices=list(AUTHORS_CONFIGS))
     parser.add_argument("--mixer", default="hyla", choices=list(AUTHORS_MIXERS))
     parser.add_argument("--modes", nargs="+", default=["eager", "compiled"], choices=["eager", "compiled"])
-    parser.add_argument("--compile-mode", default="default", help="hyla's --train.compile-mode for the compiled "
-                        "variant (reduce-overhead: CUDA graphs)")
-    parser.add_argument("--packs", nargs="*", type=int, default=[], help="pack sizes (hyla.train.train_packed; "
-                        "skipped with a note where it does not exist)")
+    parser.add_argument("--compile-mode", default="auto", help="hyla's --train.compile-mode for the compiled "
+                        "variant (auto: reduce-overhead, i.e. CUDA graphs, on CUDA; default on CPU)")
+    parser.add_argument("--packs", nargs="*", type=int, default=[], help="pack sizes (hyla.train.train_packed)")
+    parser.add_argument("--parallel-packs", nargs="*", type=processes_by_pack, default=[], metavar="PxN",
+                        help="P processes each training a pack of N at once (hyla sweep --pack N --parallel P)")
+    parser.add_argument("--smoke", action="store_true", help="toy sizes for a quick CPU check: 3 steps, "
+                        "1 repeat, hyla at batch 16")
     parser.add_argument("--steps", type=int, help=f"steps per measurement (default: {DEFAULT_STEPS})")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -112,6 +122,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, help="JSON (default: benchmarks/results/vs_authors_<device>.json)")
     parser.add_argument("--pack-worker", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.steps, args.repeats = args.steps or 3, 1
     if args.steps is not None and args.steps < 2:
         parser.error("--steps must be >= 2 (the first step is not timed)")
     if args.threads < 1:
@@ -141,32 +153,70 @@ def run_child(command: list[str], threads: int, cwd: Path, env: dict | None = No
     return done.stdout, wall
 
 
-def hyla_flags(args: argparse.Namespace, preset: str, steps: int, name: str, out_dir: Path) -> list[str]:
-    """`hyla train` options of one measurement: the preset, `steps` steps, no evaluation but a
-    minimal final one, one checkpoint at the end."""
-    return ["--preset", preset, "--model.mixer", args.mixer, "--train.steps", str(steps),
-            "--train.eval-every", "0", "--train.final-eval-samples", "128", "--train.eval-batch-size", "128",
-            "--train.checkpoint-every", str(steps), "--train.device", args.device,
-            "--train.threads", str(args.threads), "--train.no-progress", "--out-dir", str(out_dir), "--name", name]
+def processes_by_pack(text: str) -> tuple[int, int]:
+    """"PxN" -> (P, N), both >= 1."""
+    parts = text.lower().split("x")
+    if len(parts) != 2 or not all(p.isdigit() and int(p) >= 1 for p in parts):
+        raise argparse.ArgumentTypeError(f"expected PxN (processes x pack size, e.g. 4x8), got {text!r}")
+    return int(parts[0]), int(parts[1])
+
+
+def hyla_settings(args: argparse.Namespace, steps: int) -> dict:
+    """The `hyla train` settings of one measurement: `steps` steps, no evaluation but a minimal
+    final one, one checkpoint at the end (`--smoke`: batch 16)."""
+    settings = {"model.mixer": args.mixer, "train.steps": steps, "train.eval_every": 0,
+                "train.final_eval_samples": 128, "train.eval_batch_size": 128, "train.checkpoint_every": steps,
+                "train.device": args.device}
+    if args.smoke:
+        settings.update({"train.batch_size": 16, "train.final_eval_samples": 16})
+    return settings
+
+
+def hyla_flags(args: argparse.Namespace, preset: str, steps: int, out_dir: Path) -> list[str]:
+    """`hyla train` options of one measurement (run folder `out_dir/run`)."""
+    from hyla.sweep import override_flags
+
+    flags = [flag for key, value in hyla_settings(args, steps).items() for flag in override_flags(key, value)]
+    return ["--preset", preset, *flags, "--train.threads", str(args.threads), "--train.no-progress",
+            "--out-dir", str(out_dir), "--name", "run"]
+
+
+def sweep_file(args: argparse.Namespace, preset: str, steps: int, runs: int, out_dir: Path) -> Path:
+    """A sweep of `runs` seeds of the measurement's settings, its runs in `out_dir`."""
+    spec = {"name": out_dir.name, "preset": preset, "out_dir": str(out_dir), "seeds": list(range(runs)),
+            "overrides": hyla_settings(args, steps)}
+    path = out_dir.with_suffix(".yaml")
+    path.write_text(json.dumps(spec))  # JSON is YAML
+    return path
+
+
+def hyla_command(args: argparse.Namespace, preset: str, variant: str, steps: int, out_dir: Path) -> list[str]:
+    """The process of one measurement: "eager", "compiled", "pack<N>" or "<P>x<N>" (hyla sweep)."""
+    if "x" in variant:
+        processes, size = processes_by_pack(variant)
+        spec = sweep_file(args, preset, steps, processes * size, out_dir)
+        return [sys.executable, "-m", "hyla.cli", "sweep", str(spec), "--pack", str(size), "--parallel", str(processes)]
+    flags = hyla_flags(args, preset, steps, out_dir)
+    if variant.startswith("pack"):
+        return [sys.executable, str(Path(__file__).resolve()), "--pack-worker", variant[4:], *flags]
+    compiled = ["--train.compile", "--train.compile-mode", args.compile_mode] if variant == "compiled" else []
+    return [sys.executable, "-m", "hyla.cli", "train", *flags, *compiled]
 
 
 def measure_hyla(args: argparse.Namespace, preset: str, variant: str, steps: int, scratch: Path) -> dict:
-    """One hyla measurement: variant "eager", "compiled" or "pack<N>" (aggregate model-steps/s)."""
-    name = f"{preset}-{variant}-{time.monotonic_ns()}"
-    flags = hyla_flags(args, preset, steps, name, scratch)
-    if variant.startswith("pack"):
-        command = [sys.executable, str(Path(__file__).resolve()), "--pack-worker", variant[4:], *flags]
-    else:
-        compiled = ["--train.compile", "--train.compile-mode", args.compile_mode] if variant == "compiled" else []
-        command = [sys.executable, "-m", "hyla.cli", "train", *flags, *compiled]
+    """One hyla measurement: steps/s of a single run, or aggregate model-steps/s of packs."""
+    out_dir = scratch / f"{preset}-{variant}-{time.monotonic_ns()}"
+    command = hyla_command(args, preset, variant, steps, out_dir)
     _, wall = run_child(command, args.threads, ROOT)
-    members = sorted(scratch.glob(name + "*/summary.json"))
+    members = sorted(out_dir.glob("*/summary.json"))
     summaries = [json.loads(path.read_text()) for path in members]
     if not summaries or any(s["status"] != "completed" for s in summaries):
-        raise RuntimeError(f"{' '.join(command)}: the run did not complete ({[s['status'] for s in summaries]})")
+        raise RuntimeError(f"{' '.join(command)}: the runs did not complete ({[s['status'] for s in summaries]})")
+    env = json.loads((members[0].parent / "env.json").read_text())
     return {"side": "hyla", "preset": preset, "variant": variant, "command": command, "process_wall_s": wall,
-            # every member of a pack records the pack's rate
-            "steps_per_second": len(summaries) * summaries[0]["steps_per_second"],
+            # every member of a pack records the pack's rate: the sum is the aggregate model-steps/s
+            "steps_per_second": sum(s["steps_per_second"] for s in summaries),
+            "wall_model_steps_per_second": len(summaries) * steps / wall, "numerics": env["numerics"],
             "num_parameters": summaries[0]["num_parameters"], "train_loss": summaries[0]["train_loss"],
             "batch_size": json.loads((members[0].parent / "config.json").read_text())["train"]["batch_size"],
             "run_wall_time_s": summaries[0]["wall_time_s"], "members": len(summaries)}
@@ -181,7 +231,7 @@ def pack_worker(argv: list[str]) -> int:
 
     size, flags = int(argv[0]), argv[1:]
     cfg, _ = parse_train_args(flags)
-    train_packed([replace(cfg, seed=i, name=f"{cfg.name}-m{i}") for i in range(size)])
+    train_packed([replace(cfg, seed=i, name=f"m{i}") for i in range(size)])
     return 0
 
 
@@ -196,20 +246,8 @@ def measure_authors(args: argparse.Namespace, preset: str, steps: int, driver: P
             "env": platform_env, "process_wall_s": wall, **result}
 
 
-def packs_available() -> bool:
-    import hyla.train
-
-    return hasattr(hyla.train, "train_packed")
-
-
-def variants(args: argparse.Namespace, notes: list[str]) -> list[str]:
-    chosen = list(args.modes)
-    if args.packs:
-        if packs_available():
-            chosen += [f"pack{n}" for n in args.packs]
-        else:
-            notes.append(f"packs {args.packs} skipped: this hyla has no hyla.train.train_packed")
-    return chosen
+def variants(args: argparse.Namespace) -> list[str]:
+    return [*args.modes, *(f"pack{n}" for n in args.packs), *(f"{p}x{n}" for p, n in args.parallel_packs)]
 
 
 def ratios(measurements: list[dict], presets: list[str], hyla_variants: list[str]) -> list[dict]:
@@ -260,8 +298,8 @@ def machine(args: argparse.Namespace) -> dict:
             "load_average_start": os.getloadavg(), "time_start": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
-def report(rows: list[dict], checks: list[str], notes: list[str]) -> str:
-    lines = ["| preset | hyla variant | hyla steps/s | authors steps/s | ratio min | median | max |",
+def report(rows: list[dict], checks: list[str]) -> str:
+    lines = ["| preset | hyla variant | hyla steps/s (packs: model-steps/s) | authors steps/s | ratio min | median | max |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:
         ours = ", ".join(f"{v:.2f}" for v in r["hyla_steps_per_second"])
@@ -269,7 +307,7 @@ def report(rows: list[dict], checks: list[str], notes: list[str]) -> str:
         spread = (f"{r['ratio_min']:.2f} | **{r['ratio_median']:.2f}** | {r['ratio_max']:.2f}" if r["ratios"]
                   else "– | – | –")
         lines.append(f"| {r['preset']} | {r['variant']} | {ours} | {peers} | {spread} |")
-    return "\n".join(lines + [""] + checks + notes)
+    return "\n".join(lines + [""] + checks)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -277,11 +315,10 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT))  # the hyla beside this script, as the `python -m hyla.cli` children use
     if args.pack_worker is not None:
         return pack_worker(args.pack_worker)
-    notes: list[str] = []
-    hyla_variants = variants(args, notes)
     info = machine(args)
     print(f"{info['gpu'] or info['cpu']}, {info['usable_cores']} usable cores, threads {args.threads}, "
           f"load average {info['load_average_start']}", file=sys.stderr)
+    out = args.out or RESULTS / f"vs_authors_{args.device}.json"
     measurements: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="bench_vs_authors_") as tmp:
         driver = Path(tmp) / "authors_driver.py"
@@ -289,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         for repeat in range(args.repeats):
             for preset in args.presets:
                 steps = args.steps or DEFAULT_STEPS[preset]
-                todo = [("hyla", v) for v in hyla_variants] + ([("authors", None)] if args.authors else [])
+                todo = [("hyla", v) for v in variants(args)] + ([("authors", None)] if args.authors else [])
                 for side, variant in todo:
                     m = (measure_hyla(args, preset, variant, steps, Path(tmp)) if side == "hyla"
                          else measure_authors(args, preset, steps, driver))
@@ -298,18 +335,22 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"repeat {repeat} {preset} {side} {m['variant']}: {m['steps_per_second']:.2f} steps/s "
                           f"(process {m['process_wall_s']:.0f} s, load {m['load_average'][0]:.1f})",
                           file=sys.stderr, flush=True)
-    info.update(load_average_end=os.getloadavg(), time_end=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-    rows = ratios(measurements, args.presets, hyla_variants)
-    checks = shape_check(measurements)
-    print(report(rows, checks, notes))
-    setting = {"threads": args.threads, "omp_wait_policy": info["omp_wait_policy"], "mixer": args.mixer,
-               "presets": args.presets, "modes": args.modes, "compile_mode": args.compile_mode, "packs": args.packs}
-    run = {"command": [sys.executable, *sys.argv], "setting": setting, "machine": info, "summary": rows, "shape_check": checks, "notes": notes, "table": report(rows, checks, notes),
-           "measurements": measurements}
-    out = args.out or RESULTS / f"vs_authors_{args.device}.json"
-    write_run(out, run)
+                    write_run(out, record(args, info, measurements))  # so far: a cut-off run keeps its measurements
+    print(record(args, info, measurements)["table"])
     print(f"wrote {out}", file=sys.stderr)
     return 0
+
+
+def record(args: argparse.Namespace, info: dict, measurements: list[dict]) -> dict:
+    """The JSON entry of this invocation: its setting, the machine, the ratios and every measurement."""
+    info = {**info, "load_average_end": os.getloadavg(), "time_end": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    rows = ratios(measurements, args.presets, variants(args))
+    checks = shape_check(measurements)
+    setting = {"threads": args.threads, "omp_wait_policy": info["omp_wait_policy"], "mixer": args.mixer,
+               "presets": args.presets, "modes": args.modes, "compile_mode": args.compile_mode, "packs": args.packs,
+               "parallel_packs": [f"{p}x{n}" for p, n in args.parallel_packs], "smoke": args.smoke}
+    return {"command": [sys.executable, *sys.argv], "setting": setting, "machine": info, "summary": rows,
+            "shape_check": checks, "table": report(rows, checks), "measurements": measurements}
 
 
 def write_run(out: Path, run: dict) -> None:

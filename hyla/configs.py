@@ -154,7 +154,10 @@ class TextConfig(TaskConfig):
 # ============================================================================= end of language modeling
 
 
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+# auto: reduce-overhead (inductor with CUDA graphs) on CUDA, default elsewhere (hyla.train.loop.resolve_compile_mode)
+COMPILE_MODES = ("auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+# fp32: float32 matmuls in full precision; tf32: TensorFloat-32 matmuls on CUDA; bf16: autocast to bfloat16
+PRECISIONS = ("fp32", "tf32", "bf16")
 
 
 @dataclass
@@ -192,8 +195,13 @@ class TrainConfig:
     stop_at: int = 0
     """> 0: end this session at that step with a checkpoint (resume later with `hyla resume`)"""
     compile: bool = False
-    """torch.compile the model (eager fallback with a warning if compilation fails)"""
-    compile_mode: str = "default"
+    """torch.compile the model (recommended on a GPU; a mode that fails falls back to default, then to eager,
+    with a warning)"""
+    compile_mode: str = "auto"
+    """auto: reduce-overhead (CUDA graphs) on CUDA, default elsewhere"""
+    precision: str = "fp32"
+    """fp32 | tf32 (TensorFloat-32 matmuls on CUDA) | bf16 (bfloat16 autocast of the forward and loss; weights and
+    optimizer state stay float32); docs/gpu.md says what each does to results"""
     deterministic: bool = False
     """torch.use_deterministic_algorithms(True)"""
     device: str = "auto"
@@ -237,12 +245,12 @@ class ExperimentConfig:
 
 
 # Settings that may change when a run is resumed: they do not change what the run computes (threads,
-# device and compile settings may change its floating-point rounding: resume warns).
+# device, compile and precision settings may change its floating-point rounding: resume warns).
 RESUMABLE_CHANGES = ("resume", "train.stop_at", "train.progress", "train.tensorboard", "train.wandb", "train.threads",
                      "train.analysis_every", "train.analysis_samples",
                      "train.log_every", "train.eval_every", "train.eval_samples", "train.final_eval_samples",
                      "train.eval_batch_size", "train.checkpoint_every", "train.compile", "train.compile_mode",
-                     "train.device")
+                     "train.device", "train.precision")
 
 # Model fields that are properties of the task, filled in by `resolve_model`.
 TASK_DERIVED_MODEL_FIELDS = ("input_dim", "seq_len", "output_dim", "num_outputs", "vocab_size", "causal")
@@ -355,6 +363,7 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     _check(0.0 <= t.beta1 < 1.0 and 0.0 <= t.beta2 < 1.0, "train.beta1/beta2", (t.beta1, t.beta2), "must lie in [0, 1)")
     _check(t.eps > 0, "train.eps", t.eps, "must be > 0")
     _check_choice("train.compile_mode", t.compile_mode, COMPILE_MODES)
+    _check_choice("train.precision", t.precision, PRECISIONS)
     device = t.device.split(":")[0]
     _check_choice("train.device", device, ("auto", "cpu", "cuda"))
     _check(t.device.count(":") == 0 or (device == "cuda" and t.device.split(":")[1].isdigit()),

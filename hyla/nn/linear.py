@@ -96,7 +96,8 @@ class Linear(nn.Linear):
             _register_compiled_operator()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # (under autocast F.linear, which autocast casts: the oneDNN operator would stay float32)
         if (self.onednn and x.device.type == "cpu" and x.dtype == torch.float32 and self.weight.dtype == torch.float32
-                and x.ndim >= 1 and x.numel() > 0):
+                and x.ndim >= 1 and x.numel() > 0 and not torch.is_autocast_enabled("cpu")):
             return _OneDnnLinear.apply(x, self.weight, self.bias)
         return F.linear(x, self.weight, self.bias)

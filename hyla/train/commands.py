@@ -90,7 +90,7 @@ def train_main(argv: list[str]) -> int:
 RESUME_HELP = """Continue RUN from its latest checkpoint (the previous one if the latest is damaged),
 exactly: the run ends as if it had never stopped. Overrides go on top of the run's config; those
 that would change the trained weights (model, data, optimization, train.steps) are refused.
-Evaluation, logging and checkpoint settings may change; threads, device and compile settings too,
+Evaluation, logging and checkpoint settings may change; threads, device, compile and precision settings too,
 with a warning (the result is then no longer bit-identical). A completed run is left as it is."""
 
 

@@ -6,10 +6,10 @@ record, an evaluation, an analysis and a checkpoint (`after_step`); at the end t
 evaluation and `summary.json`. (`hyla.train.packed` steps several runs' loops together.)
 
 What is guaranteed (tests/train/test_exact_resume.py checks each):
-- A run is a pure function of its config and its numerics (threads, device, compile, deterministic
-  mode, world size; recorded in env.json): everything random is a function of (seed, step). The
-  default thread count is a function of the machine (the cores this process may use), never of
-  timing.
+- A run is a pure function of its config and its numerics (threads, device, the compile mode that
+  trained, precision, deterministic mode, world size; recorded in env.json): everything random is
+  a function of (seed, step). The default thread count is a function of the machine (the cores
+  this process may use), never of timing.
 - Exact resume: after SIGINT / SIGTERM (the current step, its records, evaluation and analysis
   finish, then a checkpoint is written), `train.stop_at`, kill -9 or a crash (the run continues from
   its last checkpoint), `hyla resume` ends with the same weights, optimizer state, metrics.jsonl
@@ -67,11 +67,40 @@ def default_threads(world_size: int = 1) -> int:
     return max(1, cores // local_ranks)
 
 
+# The compile modes that replay CUDA graphs on CUDA: a call's outputs live in a memory pool that the
+# next call overwrites.
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+# torch.set_float32_matmul_precision for each train.precision (bf16 autocasts; what stays float32 is exact)
+MATMUL_PRECISION = {"fp32": "highest", "tf32": "high", "bf16": "highest"}
+
+
+def resolve_compile_mode(mode: str, device: torch.device) -> str:
+    """The torch.compile mode that train.compile_mode names on `device` (auto: CUDA graphs on CUDA)."""
+    if mode != "auto":
+        return mode
+    return "reduce-overhead" if device.type == "cuda" else "default"
+
+
+def compile_fallbacks(cfg: ExperimentConfig, device: torch.device) -> list[str | None]:
+    """The compile modes to try in turn until one trains the first step: the configured mode, then
+    "default", then eager (None)."""
+    if not cfg.train.compile:
+        return [None]
+    return [*dict.fromkeys([resolve_compile_mode(cfg.train.compile_mode, device), "default"]), None]
+
+
+def autocast(precision: str, device: torch.device):
+    """The context of the forward and the loss: bfloat16 autocast for precision bf16, else none."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
 class Trainer:
     """One optimization step at a time: data, forward, backward, AdamW update, schedule.
 
     `model` is the plain module (evaluate and checkpoint it); `self.forward` is what trains: the
     module, wrapped in DistributedDataParallel when there are several ranks, compiled on request.
+    `compile_mode` is the mode in use (None: eager); the first step falls back along
+    `compile_fallbacks` when compiling fails.
     """
 
     def __init__(self, cfg: ExperimentConfig, task, model: nn.Module, ctx: DistContext):
@@ -82,20 +111,28 @@ class Trainer:
             from torch.nn.parallel import DistributedDataParallel
 
             self.eager = DistributedDataParallel(model, device_ids=[ctx.device] if ctx.device.type == "cuda" else None)
-        self.forward = torch.compile(self.eager, mode=cfg.train.compile_mode) if cfg.train.compile else self.eager
-        self.compile_pending = cfg.train.compile
+        self.fallbacks = compile_fallbacks(cfg, ctx.device)
+        self._use_next_compile_mode()
+
+    def _use_next_compile_mode(self) -> None:
+        self.compile_mode = self.fallbacks.pop(0)
+        self.forward = self.eager if self.compile_mode is None else torch.compile(self.eager, mode=self.compile_mode)
 
     def step(self, step: int) -> tuple[torch.Tensor, torch.Tensor, Any]:
         """Update number `step` (0-based). Returns (loss, predictions, batch) of this rank."""
         batch = self.batch(step)
-        if self.compile_pending:
-            self.compile_pending = False
+        while self.fallbacks:  # the first compiled step, until a mode works
             try:
-                return self._update(step, batch)
-            except Exception as e:  # noqa: BLE001 - any compiler failure falls back to eager
-                warnings.warn(f"torch.compile failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
-                              "continuing in eager mode", RuntimeWarning, stacklevel=2)
-                self.forward = self.eager
+                result = self._update(step, batch)
+                self.fallbacks = []
+                return result
+            except Exception as e:  # noqa: BLE001 - any compiler failure falls back
+                failed = self.compile_mode
+                self._use_next_compile_mode()
+                warnings.warn(f"torch.compile failed (mode {failed}: {type(e).__name__}: "
+                              f"{str(e).splitlines()[0] if str(e) else ''}); continuing with "
+                              f"{'mode ' + self.compile_mode if self.compile_mode else 'eager mode'}",
+                              RuntimeWarning, stacklevel=2)
         return self._update(step, batch)
 
     def batch(self, step: int):
@@ -115,12 +152,17 @@ class Trainer:
     def _update(self, step: int, batch):
         self.seed_dropout(step)
         self.optimizer.zero_grad(set_to_none=True)
-        pred = self.forward(batch.x)
-        loss = self.task.loss(pred, batch)
+        graphed = self.compile_mode in CUDA_GRAPH_MODES
+        if graphed:
+            torch.compiler.cudagraph_mark_step_begin()  # this step's replay may reuse the last step's memory
+        with autocast(self.cfg.train.precision, self.ctx.device):
+            pred = self.forward(batch.x)
+            loss = self.task.loss(pred, batch)
         loss.backward()
         self.optimizer.step()
         self.scheduler.step()
-        return loss.detach(), pred.detach(), batch
+        # a CUDA-graph output is overwritten by the next step: the caller keeps a copy
+        return loss.detach(), pred.detach().clone() if graphed else pred.detach(), batch
 
     def grad_norm(self) -> torch.Tensor:
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
@@ -199,22 +241,24 @@ def train(cfg: ExperimentConfig, analysis_hook: AnalysisHook | None = None) -> P
         distributed.teardown(ctx)
 
 
-def numerics(cfg: ExperimentConfig, ctx: DistContext, packed: bool = False) -> dict[str, Any]:
+def numerics(cfg: ExperimentConfig, ctx: DistContext, compile_mode: str | None, packed: bool = False) -> dict[str, Any]:
     """The settings that change floating-point results (recorded in env.json and checkpoints);
-    `packed`: trained in a pack (hyla.train.packed), whose batched kernels round differently."""
-    settings = {"threads": torch.get_num_threads(), "device": str(ctx.device), "compile": cfg.train.compile,
-                "compile_mode": cfg.train.compile_mode if cfg.train.compile else None,
+    `compile_mode`: the torch.compile mode that trains (None: eager); `packed`: trained in a pack
+    (hyla.train.packed), whose batched kernels round differently."""
+    settings = {"threads": torch.get_num_threads(), "device": str(ctx.device), "compile": compile_mode is not None,
+                "compile_mode": compile_mode, "precision": cfg.train.precision,
                 "deterministic": cfg.train.deterministic, "world_size": ctx.world_size, "torch": str(torch.__version__)}
     return {**settings, "packed": True} if packed else settings
 
 
 @contextmanager
 def process_settings(cfg: ExperimentConfig, ctx: DistContext):
-    """Threads, deterministic mode, the compiler flag and the global RNG for the duration of a run,
-    restored afterwards."""
+    """Threads, deterministic mode, float32 matmul precision, the compiler flag and the global RNG for
+    the duration of a run, restored afterwards."""
     threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
-    cublas = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    cublas, matmul = os.environ.get("CUBLAS_WORKSPACE_CONFIG"), torch.get_float32_matmul_precision()
     torch.set_num_threads(cfg.train.threads or default_threads(ctx.world_size))
+    torch.set_float32_matmul_precision(MATMUL_PRECISION[cfg.train.precision])
     if cfg.train.deterministic:
         if ctx.device.type == "cuda" and cublas is None:
             os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"  # deterministic cuBLAS needs it
@@ -225,6 +269,7 @@ def process_settings(cfg: ExperimentConfig, ctx: DistContext):
             yield
     finally:
         torch.set_num_threads(threads)
+        torch.set_float32_matmul_precision(matmul)
         torch.use_deterministic_algorithms(deterministic)
         if cublas is None:
             os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
@@ -270,7 +315,7 @@ def open_session(cfg: ExperimentConfig, ctx: DistContext, analysis_hook: Analysi
     model = build_model(cfg).to(ctx.device)
     trainer = Trainer(cfg, task, model, ctx)
     progress = Progress()
-    settings = numerics(cfg, ctx, packed)
+    settings = numerics(cfg, ctx, trainer.compile_mode, packed)
     if state is not None:
         trainer.load_state(state)
         progress = Progress(**state["progress"])
@@ -329,6 +374,8 @@ class TrainingLoop:
         """Account for update number `step`, which took `elapsed` seconds: loss, last batch, timing."""
         self.pending.append(loss)
         self.last_pred, self.last_batch = pred, batch
+        if step == self.first_step:
+            self._record_compile_outcome()
         self.progress.step = step + 1
         if step > self.first_step:  # the session's first step includes compilation and warm-up
             self.progress.train_time += elapsed
@@ -351,6 +398,15 @@ class TrainingLoop:
         if force_checkpoint or self.checkpoint_due():
             self.save()
         return postfix
+
+    def _record_compile_outcome(self) -> None:
+        """After the session's first step: when compiling fell back, the numerics (env.json, the
+        checkpoints) say what trains."""
+        mode = self.trainer.compile_mode
+        if mode != self.numerics["compile_mode"]:
+            self.numerics = {**self.numerics, "compile": mode is not None, "compile_mode": mode}
+            if self.ctx.is_main:
+                write_json(self.run_dir.env_file, environment(self.numerics))
 
     def checkpoint_due(self) -> bool:
         return self.progress.step % self.cfg.train.checkpoint_every == 0 or self.progress.step == self.end
@@ -522,6 +578,7 @@ def _resume_state(cfg: ExperimentConfig, run: RunDir, ctx: DistContext) -> dict 
 
 
 def _warn_if_numerics_changed(saved: dict, now: dict, run: RunDir) -> None:
+    saved = {"precision": "fp32", **saved}  # runs from before train.precision existed trained in fp32
     changed = {k: (saved.get(k), now.get(k)) for k in {**saved, **now} if saved.get(k) != now.get(k)}
     if changed:
         what = ", ".join(f"{k} {b} (was {a})" for k, (a, b) in changed.items())

@@ -8,7 +8,7 @@ runs with one forward and one backward per step over a member axis (`torch.func.
 device runs a whole table at once.
 
 Members share what fixes the parameter and input shapes (`pack_key`: the task, the model config,
-the batch size) and the process settings (device, threads, deterministic mode). Everything else
+the batch size) and the process settings (device, threads, deterministic mode, precision). Everything else
 may differ: the seed (hence the data, the task split, the initialization and the dropout masks),
 learning rate, weight decay, warmup, steps, evaluation, logging and checkpoint cadence.
 
@@ -66,12 +66,12 @@ from hyla.nn.attention import MultiHeadAttention
 from hyla.nn.linear import Linear
 from hyla.train import distributed
 from hyla.train.loop import (
-    AnalysisHook, NonFiniteLossError, StopSignal, Trainer, TrainingLoop, open_session, process_settings,
+    AnalysisHook, NonFiniteLossError, StopSignal, Trainer, TrainingLoop, autocast, open_session, process_settings,
 )
 from hyla.train.run_dir import RunDir
 
 # Process-wide settings: one value per pack.
-PROCESS_SETTINGS = ("device", "threads", "deterministic")
+PROCESS_SETTINGS = ("device", "threads", "deterministic", "precision")
 
 
 def pack_key(cfg: ExperimentConfig) -> tuple:
@@ -180,8 +180,9 @@ class PackedUpdate:
         params = {name: torch.stack([member[name] for member in members]) for name in self.names}  # [M, ...]
         for trainer in trainers:
             trainer.optimizer.zero_grad(set_to_none=True)
-        preds = self.forward(params, x, masks)  # [M, B, ...]
-        losses = [trainer.task.loss(pred, batch) for trainer, pred, batch in zip(trainers, preds, batches)]
+        with autocast(trainers[0].cfg.train.precision, x.device):
+            preds = self.forward(params, x, masks)  # [M, B, ...]
+            losses = [trainer.task.loss(pred, batch) for trainer, pred, batch in zip(trainers, preds, batches)]
         torch.stack(losses).sum().backward()  # member i's loss reaches member i's parameters only
         for trainer in trainers:
             trainer.optimizer.step()

@@ -152,7 +152,8 @@ def default_run_name(cfg: ExperimentConfig) -> str:
 
 def environment(numerics: dict[str, Any]) -> dict[str, Any]:
     """The machine and software a session ran on, with the settings that change floating-point
-    results (`numerics`: threads, device, compile, deterministic mode, world size, torch version)."""
+    results (`numerics`: threads, device, compile mode, precision, deterministic mode, world size,
+    torch version)."""
     env = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "python": platform.python_version(),

@@ -35,7 +35,7 @@ def test_run_folder_contents(tmp_path):
     env = json.loads((run / "env.json").read_text())
     assert {"torch", "cpu", "git_commit", "numerics"} <= env.keys()
     assert env["numerics"] == {"threads": 1, "device": "cpu", "compile": False, "compile_mode": None,
-                               "deterministic": False, "world_size": 1, "torch": torch.__version__}
+                               "precision": "fp32", "deterministic": False, "world_size": 1, "torch": torch.__version__}
     state = torch.load(run / "checkpoints" / "latest.pt", weights_only=True)
     assert {"model", "optimizer", "scheduler", "progress", "config", "numerics"} <= state.keys()
     assert state["progress"]["step"] == 20

@@ -19,7 +19,7 @@ the same function and is tested against it on outputs AND gradients in float64
 | `triton`    | mlp, CUDA, `triton_covers`; compiling: Dv > POINTWISE_MAX_HEAD_DIM | fused kernels: memory linear in T |
 | `streamed`  | mlp, and B·Tq·Tk·Dv > STREAM_THRESHOLD | memory: [B, Tq, Tk, Dv] exists one key block at a time |
 | `pointwise` | under torch.compile, Dv <= POINTWISE_MAX_HEAD_DIM | inductor fuses it; tiny heads make matmuls slow |
-| `fused`     | mlp, eager, CPU, dropout mask shared by the heads | hand-written backward: fewer passes over memory |
+| `fused`     | mlp, eager, CPU, dropout mask shared by the heads, no autocast | hand-written backward: fewer passes over memory |
 | `naive`     | otherwise (e.g. the linear value network eagerly, CUDA) | the reference; fast enough there |
 
 `return_scores` never changes the choice, so an analysis run (`return_latents=True`) computes the
@@ -134,7 +134,8 @@ def choose_implementation(q, v, k_len: int, value_network: str, dropout_mask, no
         return "streamed"
     if torch.compiler.is_compiling():
         return "pointwise" if v.shape[-1] <= POINTWISE_MAX_HEAD_DIM else "naive"
-    if value_network == "mlp" and q.device.type == "cpu" and fusable(dropout_mask):
+    # (the fused backward computes in its inputs' dtype: under autocast they mix bfloat16 and float32)
+    if value_network == "mlp" and q.device.type == "cpu" and fusable(dropout_mask) and not torch.is_autocast_enabled("cpu"):
         return "fused"
     return "naive"
 
