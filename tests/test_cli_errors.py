@@ -76,6 +76,19 @@ def test_damaged_checkpoints_fall_back_then_fail_cleanly(tmp_path, capsys):
     assert snapshot(run) == before
 
 
+def test_runs_from_the_earlier_random_stream_are_refused(tmp_path, capsys):
+    run = tiny_run(tmp_path)
+    for name in ("latest.pt", "previous.pt"):
+        path = run / "checkpoints" / name
+        if path.exists():
+            state = torch.load(path, weights_only=True)
+            torch.save({**state, "format": 2}, path)
+    before = snapshot(run)
+    for command in (["eval"], ["analyze"], ["resume"], ["export"]):
+        fails_in_one_line(capsys, [*command, str(run)], "earlier random stream")
+    assert snapshot(run) == before
+
+
 class Payload:
     """Unpickling it creates a marker file: the visible side effect of running code from a file."""
 

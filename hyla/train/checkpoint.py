@@ -3,7 +3,9 @@
 Safe: a checkpoint holds tensors and plain containers of numbers and strings only (the config as a
 plain dict; no RNG state: every random draw is seeded from (seed, step)), so it loads with
 `torch.load(weights_only=True)`, which never runs code from the file. A file that needs more (an arbitrary pickled object, or the
-previous format, which pickled numpy's RNG state) is refused with `CheckpointError`.
+format of hyla 0.1, which pickled numpy's RNG state) is refused with `CheckpointError`, and so is a
+checkpoint of a run whose data came from hyla's earlier random stream (format 2): resumed or
+evaluated now, it would see other batches and other held-out tasks.
 
 Durable: `save` writes a temporary file, flushes it to disk, renames the current `latest.pt` to
 `previous.pt` and the new file to `latest.pt`. A crash at any moment leaves at least one complete
@@ -20,7 +22,10 @@ from typing import Any
 
 import torch
 
-FORMAT = 2  # 1: hyla 0.1 (full pickle, numpy and python RNG states)
+# 1: hyla 0.1 (full pickle, numpy and python RNG states); 2: plain data, batches from torch's CPU
+# generator; 3: batches from the counter-based stream (hyla.tasks.random).
+FORMAT = 3
+EARLIER_STREAM_FORMAT = 2
 
 
 class CheckpointError(RuntimeError):
@@ -57,6 +62,10 @@ def load(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]
             "(checkpoints of hyla 0.1 are refused for this reason: re-train, or resume that run with hyla 0.1)") from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError) as e:
         raise CheckpointError(f"{path} is damaged or not a checkpoint ({_first_line(e)})") from None
+    if isinstance(state, dict) and state.get("format") == EARLIER_STREAM_FORMAT:
+        raise CheckpointError(
+            f"{path} is from a run whose batches and held-out tasks came from hyla's earlier random stream; "
+            "this version would resume or evaluate it on other data: use hyla at commit 1f7890a or earlier")
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not a hyla checkpoint of format {FORMAT}")
     return state
