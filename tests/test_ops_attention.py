@@ -12,7 +12,7 @@ import torch
 from torch.testing import assert_close
 
 from hyla.ops import NAMED_MIXERS, attention, attention_naive, attention_pointwise, hyla_fused, hyla_streamed
-from hyla.ops.attention import choose_implementation
+from hyla.ops.attention import choose_implementation, cpp
 from hyla.ops.mixers import ACTIVATIONS, NORMALIZATIONS
 
 FIXTURE = Path(__file__).parent / "fixtures" / "attention_reference.npz"
@@ -24,8 +24,12 @@ def axes(name: str) -> dict:
     return dict(normalization=mixer.normalization, value_network=mixer.value_network, activation=mixer.activation)
 
 
-def implementations(name: str) -> tuple[str, ...]:
-    return ("naive", "pointwise", "streamed", "fused") if name in MLP_MIXERS else ("naive", "pointwise")
+def implementations(name: str, dtype: torch.dtype = torch.float64) -> tuple[str, ...]:
+    if name not in MLP_MIXERS:
+        return ("naive", "pointwise")
+    mixer = NAMED_MIXERS[name][1]
+    takes_cpp = mixer.normalization in cpp.NORMALIZATIONS and mixer.activation in cpp.ACTIVATIONS and dtype in cpp.DTYPES
+    return ("naive", "pointwise", "streamed", "fused") + ("cpp",) * takes_cpp
 
 
 def causal_mask(q_len: int, k_len: int) -> torch.Tensor:
@@ -147,6 +151,7 @@ def test_auto_streams_hyla_above_the_threshold(monkeypatch):
         calls.append(kwargs)
         return hyla_streamed(*args, **kwargs)
 
+    monkeypatch.setenv(cpp.DISABLE_ENV, "0")  # the C++ kernel, when built, comes before streaming
     q, k, v, bias, mask = random_case(2, 9, 11)
     expected = attention(q, k, v, **axes("hyla"), bias=bias, mask=mask)
     monkeypatch.setitem(module.MLP_ONLY, "streamed", spy)
@@ -233,14 +238,21 @@ def test_every_implementation_returns_the_reference_outputs_codes_and_gradients(
 
 
 @pytest.mark.parametrize("case, expected", [
-    (dict(name="hyla"), "fused"),  # eager CPU HYLA
-    (dict(name="hyla", threshold=0), "streamed"),
-    (dict(name="hyla", per_head_dropout=True), "naive"),  # the fused form folds a mask shared by the heads
+    (dict(name="hyla"), "cpp"),  # CPU HYLA with the C++ kernel built
+    (dict(name="hyla", threshold=0), "cpp"),  # the kernel's memory is linear in T: it never streams
+    (dict(name="hyla", no_cpp=True), "fused"),  # eager CPU HYLA without it
+    (dict(name="hyla", no_cpp=True, threshold=0), "streamed"),
+    (dict(name="hyla", per_head_dropout=True), "naive"),  # cpp and fused fold a mask shared by the heads
+    (dict(name="softmax_hyla"), "fused"),  # softmax: not in the kernel
     (dict(name="linear_rms_head"), "naive"),
 ])
 def test_return_scores_never_changes_the_implementation(case, expected, monkeypatch):
     """Analysis (return_scores=True) runs what training runs, so it sees the same numbers."""
     module = sys.modules["hyla.ops.attention"]
+    if case.get("no_cpp"):
+        monkeypatch.setenv(cpp.DISABLE_ENV, "0")
+    elif expected == "cpp" and not cpp.available():
+        pytest.skip("the C++ kernel did not build on this machine")
     if "threshold" in case:
         monkeypatch.setattr(module, "STREAM_THRESHOLD", case["threshold"])
     called = []
@@ -266,17 +278,23 @@ def test_fused_is_close_to_naive_in_float32_at_the_sraven_size():
         hyla_fused(q, k, v, normalization="none", dropout_mask=torch.ones(1, 16, 36, 36))
 
 
-@pytest.mark.parametrize("value_network", ["linear", "mlp"])
-def test_compiled_auto_takes_the_pointwise_form(value_network):
-    """Under torch.compile `auto` picks the pointwise form for small heads and still matches the reference."""
+@pytest.mark.parametrize("value_network, cpp_kernel, expected", [
+    ("linear", True, "pointwise"), ("mlp", False, "pointwise"), ("mlp", True, "cpp")])
+def test_compiled_auto_takes_the_pointwise_form_or_the_cpp_kernel(value_network, cpp_kernel, expected, monkeypatch):
+    """Under torch.compile `auto` picks the C++ kernel for HYLA when built, else the pointwise form
+    for small heads, and the compiled result matches the reference."""
     from torch._inductor import config as inductor_config
 
+    if not cpp_kernel:
+        monkeypatch.setenv(cpp.DISABLE_ENV, "0")
+    elif not cpp.available():
+        pytest.skip("the C++ kernel did not build on this machine")
     q, k, v, b, _, d, grad = seeded_case((3, 16, 16, 8, 2, 2), torch.float32, True, False, True)
     kwargs = dict(normalization="rms_head", value_network=value_network, bias=b, dropout_mask=d)
     chosen = []
 
     def run(q, k, v):
-        chosen.append(choose_implementation(q, v, k.shape[1], value_network, d))
+        chosen.append(choose_implementation(q, v, k.shape[1], value_network, d, "rms_head", "relu", b))
         return attention(q, k, v, **kwargs)
 
     torch._dynamo.reset()
@@ -285,7 +303,7 @@ def test_compiled_auto_takes_the_pointwise_form(value_network):
         out = torch.compile(run, fullgraph=True)(q, k, v)
         reference, _ = attention_naive(q, k, v, **kwargs)
         assert_same_outputs_and_grads(out, reference, [q, k, v, b], grad, rtol=1e-5, atol=1e-5)
-    assert chosen == ["pointwise"]
+    assert chosen == [expected]
 
 
 # --- 5. every mixer: latent shapes, masks and extreme scores, dtypes ------------------------------
@@ -297,7 +315,7 @@ def test_masked_rows_and_extreme_scores(name, dtype):
     q, k, v, bias, mask = random_case(2, 6, 9, dtype=dtype)
     masked_rows = ~mask.any(-1, keepdim=True).expand(2, 3, 6, 1)  # [B, H, Tq, 1]
     for scale in (1.0, 1e3):
-        for implementation in implementations(name):
+        for implementation in implementations(name, dtype):
             inputs = [(q * scale).requires_grad_(), (k * scale).requires_grad_(), v.clone().requires_grad_()]
             out, a = attention(
                 *inputs, **axes(name), bias=bias, mask=mask, return_scores=True, implementation=implementation
@@ -362,5 +380,5 @@ def test_streamed_needs_the_mlp_value_network():
 
 
 def test_unknown_implementation_lists_valid_choices():
-    with pytest.raises(ValueError, match="auto, naive, pointwise, streamed, fused"):
+    with pytest.raises(ValueError, match="auto, naive, pointwise, cpp, streamed, fused"):
         attention(*qkv(), normalization="softmax", value_network="mlp", implementation="flash")

@@ -19,7 +19,8 @@ def test_version_flag(capsys):
 
 
 def _source_modules() -> set[str]:
-    return {str(p.relative_to(ROOT)) for p in (ROOT / "hyla").rglob("*.py") if "__pycache__" not in p.parts}
+    return {str(p.relative_to(ROOT)) for suffix in ("py", "cpp") for p in (ROOT / "hyla").rglob(f"*.{suffix}")
+            if "__pycache__" not in p.parts}
 
 
 @pytest.mark.slow

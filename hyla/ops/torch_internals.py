@@ -7,6 +7,9 @@ runs at import) and has a public fallback that gives the same values up to float
     softmax grad    torch._softmax_backward_data         ->  p * (g - sum(g p))  (hyla_fused)
     ReLU grad       torch.ops.aten.threshold_backward    ->  g where u > 0       (hyla_fused)
 
+and one private mark, `constant_under_compile` (torch.compiler.assume_constant_result without its
+import of torch._dynamo).
+
 Set the environment variable HYLA_PUBLIC_OPS=1 to use only public operators (the tests run both
 ways). `hyla.nn.Linear` reads it when a layer is built; the attention backward on every call.
 """
@@ -80,3 +83,12 @@ def relu_backward(grad_u: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     if not public_ops_only() and _threshold_backward_works():
         return torch.ops.aten.threshold_backward(grad_u, u, 0)  # one pass instead of two
     return grad_u.masked_fill(u <= 0, 0.0)
+
+
+def constant_under_compile(fn):
+    """Mark `fn` as torch.compiler.assume_constant_result does: torch.compile calls it once while
+    tracing and keeps its result as a constant. Sets the mark directly (the attribute torch's
+    decorator sets) because the decorator imports torch._dynamo (a second, and triton with it) at
+    hyla's import; tests/test_ops_attention.py compiles a call through it with fullgraph=True."""
+    fn._dynamo_marked_constant = True
+    return fn

@@ -52,6 +52,7 @@ from tokenizers import Tokenizer
 
 from hyla.tasks.base import Batch, Task
 from hyla.tasks.random import integers
+from hyla.cache import default_cache_dir
 from hyla.tasks.tokenizer import encode_documents, end_of_text_id, load_or_train_bpe
 
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text")
@@ -59,10 +60,6 @@ BUILTIN_CORPORA = ("python_docs", "pydoc_topics")
 CACHE_FORMAT = 1  # bump when the cached files change meaning
 TOKENIZER_TRAIN_CHARS = 500_000_000
 """the tokenizer is trained on at most the first 500 MB of the train text (C4 is far larger)"""
-
-
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("HYLA_CACHE", Path.home() / ".cache" / "hyla"))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,268 @@
+"""HYLA on the CPU as one C++ kernel (`hyla_cpu.cpp`), forward and backward.
+
+The paper's models have per-head dimensions of 2 and 4, so every PyTorch form of HYLA spends its
+time on tiny matrix products or on passes over the [B, H, Tq, Tk] scores, not on arithmetic. The
+kernel instead takes one batch element per thread and computes each query-key pair in registers,
+along the heads (16 heads: one AVX-512 vector):
+
+    s[h] = <q[:, h], k[:, h]> / sqrt(Dk) + bias[h]            scores of the pair, all heads
+    c    = rsqrt(mean_h s[h]^2 + eps) * dropout               (rms_head; c = dropout for none)
+    z[d] = c * sum_h s[h] v[d, h]                             layer 1, u = act(z)
+    y[q, h, d] += s[h] * c * u[d]                             layer 2, summed over the keys
+
+Masked pairs are skipped (their codes are 0). The backward recomputes the pair from q, k and v
+instead of storing anything of size [B, H, Tq, Tk] (docs in the .cpp file). Same values as
+`attention_naive` up to float rounding; tests/test_cpp_attention.py compares outputs and
+gradients in float64.
+
+The kernel is compiled on first use with the system C++ compiler (`$CXX`, else `c++`) for this
+CPU (`-march=native`, OpenMP), in about 2 s, and cached under `$HYLA_CACHE/kernels` by a key of the
+source, the compiler and the CPU. Without a working compiler, or with HYLA_CPP_KERNEL=0, it is
+unavailable and `attention(implementation="auto")` takes the PyTorch paths.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import math
+import os
+import platform
+import shutil
+import subprocess
+import warnings
+from pathlib import Path
+
+import torch
+
+from hyla.cache import default_cache_dir
+from hyla.ops.attention.common import RMS_EPS
+from hyla.ops.torch_internals import constant_under_compile
+
+SOURCE = Path(__file__).with_name("hyla_cpu.cpp")
+DISABLE_ENV = "HYLA_CPP_KERNEL"
+# Tried in turn: the first set that compiles is used (OpenMP or -march=native may be missing).
+FLAG_SETS = (("-march=native", "-fopenmp"), ("-fopenmp",), ("-march=native",), ())
+BASE_FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC")
+NORMALIZATIONS = ("rms_head", "none")
+ACTIVATIONS = ("relu", "identity")
+DTYPES = (torch.float32, torch.float64)
+MAX_HEADS, MAX_V_DIM = 256, 64  # the kernel's stack arrays (hyla_cpu.cpp)
+
+
+class _Args(ctypes.Structure):
+    """`HylaArgs` of hyla_cpu.cpp, field for field (all 8 bytes wide: no padding)."""
+
+    _fields_ = (
+        [(name, ctypes.c_int64) for name in ("batch", "q_len", "k_len", "heads", "qk_dim", "v_dim")]
+        + [(name, ctypes.c_void_p) for name in ("q", "k", "v", "bias", "dropout", "mask")]
+        + [(name, ctypes.c_int64) for name in ("bias_per_example", "mask_per_example", "dropout_per_example")]
+        + [("scale", ctypes.c_double), ("eps", ctypes.c_double)]
+        + [(name, ctypes.c_int64) for name in ("rms_head", "relu", "threads")]
+        + [(name, ctypes.c_void_p) for name in ("out", "grad_y", "grad_q", "grad_k", "grad_v", "grad_bias")]
+    )
+
+
+def _compiler() -> str | None:
+    return os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+
+
+def _cpu_identity() -> str:
+    """What -march=native depends on: the CPU model and its instruction-set flags."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+        return "\n".join(line for line in info.splitlines()[:40] if line.startswith(("model name", "flags", "Features")))
+    except OSError:
+        return platform.processor() + platform.machine()
+
+
+def _build(compiler: str, target: Path) -> str | None:
+    """Compile SOURCE into `target`; None on success, else the compiler's last error line."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+    error = "no flag set compiled"
+    for flags in FLAG_SETS:
+        command = [compiler, *BASE_FLAGS, *flags, str(SOURCE), "-o", str(partial)]
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        if result.returncode == 0:
+            os.replace(partial, target)  # atomic: concurrent builders each write their own partial
+            return None
+        error = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
+    return error
+
+
+@functools.cache
+def _library() -> ctypes.CDLL | None:
+    compiler = _compiler()
+    if compiler is None:
+        warnings.warn("hyla: no C++ compiler found ($CXX, c++); HYLA on the CPU uses the PyTorch implementations",
+                      stacklevel=3)
+        return None
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=False).stdout
+    key = hashlib.sha256(b"\0".join(x.encode() for x in (SOURCE.read_text(), compiler, version, _cpu_identity(),
+                                                           repr((BASE_FLAGS, FLAG_SETS))))).hexdigest()[:16]
+    target = default_cache_dir() / "kernels" / f"hyla_cpu-{key}.so"
+    if not target.exists():
+        error = _build(compiler, target)
+        if error is not None:
+            warnings.warn(f"hyla: the C++ HYLA kernel did not compile with {compiler} ({error}); "
+                          "HYLA on the CPU uses the PyTorch implementations", stacklevel=3)
+            return None
+    _register_compiled_operators()
+    library = ctypes.CDLL(str(target))
+    for name in ("hyla_forward_f32", "hyla_forward_f64", "hyla_backward_f32", "hyla_backward_f64"):
+        getattr(library, name).argtypes = [ctypes.POINTER(_Args)]
+        getattr(library, name).restype = ctypes.c_int
+    return library
+
+
+
+@constant_under_compile  # torch.compile calls it once while tracing (it may run the compiler)
+def available() -> bool:
+    """Whether the kernel can run here (compiling it on the first call)."""
+    return os.environ.get(DISABLE_ENV, "") != "0" and _library() is not None
+
+
+def _per_pair(t: torch.Tensor, batch: int, q_len: int, k_len: int) -> torch.Tensor:
+    """A tensor broadcastable to [B, 1, Tq, Tk] as [1 or B, Tq, Tk] (expanded, not copied)."""
+    t = t.reshape((1,) * (4 - t.ndim) + tuple(t.shape))
+    return t[:, 0].expand(t.shape[0], q_len, k_len)
+
+
+def covers(q: torch.Tensor, v: torch.Tensor, normalization: str, activation: str, bias: torch.Tensor | None,
+           mask: torch.Tensor | None, dropout_mask: torch.Tensor | None) -> bool:
+    """Whether `hyla_cpp` takes these inputs (without compiling anything)."""
+    batch = q.shape[0]
+
+    def per_pair(t):  # broadcastable to [B, 1, Tq, Tk], with a batch axis of 1 or B
+        return t is None or (t.ndim < 3 or t.shape[-3] == 1) and (t.ndim < 4 or t.shape[0] in (1, batch))
+
+    return (q.device.type == "cpu" and q.dtype in DTYPES and v.dtype == q.dtype
+            and normalization in NORMALIZATIONS and activation in ACTIVATIONS
+            and q.shape[2] <= MAX_HEADS and v.shape[-1] <= MAX_V_DIM
+            and (bias is None or bias.dtype == q.dtype and (bias.ndim < 4 or bias.shape[0] in (1, batch)))
+            and per_pair(mask) and per_pair(dropout_mask))
+
+
+def hyla_cpp(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, normalization: str, activation: str = "relu",
+             bias: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+             dropout_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """HYLA output [B, Tq, H, Dv] (the `mlp` value network), equal to the naive form up to rounding.
+
+    q [B, Tq, H, Dk], k [B, Tk, H, Dk], v [B, Tk, H, Dv]: float32 or float64 CPU tensors;
+    normalization rms_head | none; activation relu | identity; bias broadcastable to
+    [B, H, Tq, Tk]; mask and dropout_mask broadcastable to [B, 1, Tq, Tk] (shared by the heads).
+    """
+    if not covers(q, v, normalization, activation, bias, mask, dropout_mask):
+        raise ValueError("hyla_cpp takes float32/float64 CPU inputs, normalization rms_head or none, activation "
+                         f"relu or identity, at most {MAX_HEADS} heads and value dimension {MAX_V_DIM}, and a "
+                         "mask and dropout mask shared by the heads")
+    if not available():
+        raise RuntimeError(f"the C++ HYLA kernel is not available here (no compiler, or {DISABLE_ENV}=0)")
+    batch, q_len, heads, qk_dim = q.shape
+    k_len = k.shape[1]
+    bias_t = None
+    if bias is not None:
+        bias = bias.reshape((1,) * (4 - bias.ndim) + tuple(bias.shape))
+        bias_t = bias.expand(bias.shape[0], heads, q_len, k_len).permute(0, 2, 3, 1).contiguous()  # [1|B, Tq, Tk, H]
+    mask_t = None if mask is None else _per_pair(mask, batch, q_len, k_len).to(torch.uint8).contiguous()
+    dropout_t = None if dropout_mask is None else _per_pair(dropout_mask, batch, q_len, k_len).to(q.dtype).contiguous()
+    y = _CppHyla.apply(
+        q.transpose(2, 3).contiguous(), k.transpose(2, 3).contiguous(), v.transpose(2, 3).contiguous(),  # [B, T, D, H]
+        bias_t, mask_t, dropout_t, 1.0 / math.sqrt(qk_dim), normalization == "rms_head", activation == "relu")
+    return y.transpose(2, 3)  # [B, Tq, Dv, H] -> [B, Tq, H, Dv]
+
+
+def _arguments(q, k, v, bias, mask, dropout, scale, rms_head, relu) -> _Args:
+    batch, q_len, qk_dim, heads = q.shape
+    def pointer(t):
+        return None if t is None else t.data_ptr()
+
+    def per_example(t):  # 1 when the tensor differs across the batch
+        return int(t is not None and t.shape[0] > 1)
+
+    return _Args(batch, q_len, k.shape[1], heads, qk_dim, v.shape[2], pointer(q), pointer(k), pointer(v),
+                 pointer(bias), pointer(dropout), pointer(mask), per_example(bias), per_example(mask),
+                 per_example(dropout), scale, RMS_EPS, int(rms_head), int(relu), torch.get_num_threads())
+
+
+def _run(direction: str, args: _Args, dtype: torch.dtype) -> None:
+    bits = 32 if dtype == torch.float32 else 64
+    if getattr(_library(), f"hyla_{direction}_f{bits}")(ctypes.byref(args)) != 0:
+        raise ValueError(f"hyla_cpp: at most {MAX_HEADS} heads and value dimension {MAX_V_DIM}")
+
+
+def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None, mask: torch.Tensor | None,
+             dropout: torch.Tensor | None, scale: float, rms_head: bool, relu: bool) -> torch.Tensor:
+    """Kernel layouts: q [B, Tq, Dk, H], k [B, Tk, Dk, H], v [B, Tk, Dv, H] -> y [B, Tq, Dv, H]."""
+    out = q.new_empty(q.shape[0], q.shape[1], v.shape[2], q.shape[3])
+    args = _arguments(q, k, v, bias, mask, dropout, scale, rms_head, relu)
+    args.out = out.data_ptr()
+    _run("forward", args, q.dtype)
+    return out
+
+
+def _backward(grad_y: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
+              mask: torch.Tensor | None, dropout: torch.Tensor | None, scale: float, rms_head: bool,
+              relu: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradients of q, k, v and bias (an empty tensor without a bias), in the kernel layouts."""
+    grad_y = grad_y.contiguous()
+    grad_q, grad_k, grad_v = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    args = _arguments(q, k, v, bias, mask, dropout, scale, rms_head, relu)
+    grad_bias = q.new_empty(0)
+    if bias is not None:  # a shared bias gets one slice per thread, summed here
+        grad_bias = q.new_zeros(bias.shape[0] if bias.shape[0] > 1 else args.threads, *bias.shape[1:])
+        args.grad_bias = grad_bias.data_ptr()
+    args.grad_y, args.grad_q, args.grad_k, args.grad_v = (t.data_ptr() for t in (grad_y, grad_q, grad_k, grad_v))
+    _run("backward", args, q.dtype)
+    if bias is not None and bias.shape[0] == 1:
+        grad_bias = grad_bias.sum(0, keepdim=True)
+    return grad_q, grad_k, grad_v, grad_bias
+
+
+def _forward_shape(q, k, v, bias, mask, dropout, scale, rms_head, relu):
+    return q.new_empty(q.shape[0], q.shape[1], v.shape[2], q.shape[3])
+
+
+def _backward_shape(grad_y, q, k, v, bias, mask, dropout, scale, rms_head, relu):
+    return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
+            q.new_empty(0) if bias is None else torch.empty_like(bias))
+
+
+# Both as opaque operators for torch.compile (it cannot trace a ctypes call), with the low-level
+# torch.library API as hyla.nn.linear does (torch.library.custom_op imports torch._dynamo, and
+# triton with it, on its first call). Registered on first use, once per process.
+_SIGNATURE = "Tensor q, Tensor k, Tensor v, Tensor? bias, Tensor? mask, Tensor? dropout, float scale, bool rms_head, bool relu"
+
+
+def _register_compiled_operators() -> None:
+    if hasattr(torch.ops.hyla, "cpp_forward"):
+        return
+    torch.library.define("hyla::cpp_forward", f"({_SIGNATURE}) -> Tensor")
+    torch.library.impl("hyla::cpp_forward", "CPU", _forward)
+    torch.library.register_fake("hyla::cpp_forward", _forward_shape)
+    torch.library.define("hyla::cpp_backward", f"(Tensor grad_y, {_SIGNATURE}) -> (Tensor, Tensor, Tensor, Tensor)")
+    torch.library.impl("hyla::cpp_backward", "CPU", _backward)
+    torch.library.register_fake("hyla::cpp_backward", _backward_shape)
+
+
+def _operator(name: str):
+    """The kernel call: the registered operator while torch.compile traces, else the function itself."""
+    if torch.compiler.is_compiling():
+        return getattr(torch.ops.hyla, f"cpp_{name}").default
+    return {"forward": _forward, "backward": _backward}[name]
+
+
+class _CppHyla(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, bias, mask, dropout, scale, rms_head, relu):
+        ctx.save_for_backward(q, k, v, bias, mask, dropout)
+        ctx.config = (scale, rms_head, relu)
+        return _operator("forward")(q, k, v, bias, mask, dropout, scale, rms_head, relu)
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        q, k, v, bias, mask, dropout = ctx.saved_tensors
+        grad_q, grad_k, grad_v, grad_bias = _operator("backward")(grad_y, q, k, v, bias, mask, dropout, *ctx.config)
+        return grad_q, grad_k, grad_v, None if bias is None else grad_bias, None, None, None, None, None
