@@ -7,7 +7,8 @@ and compiled: where the training step's attention time goes and what `auto` shou
 Shapes (batch 128, relative-position bias and a shared attention-dropout mask, as in training):
 fuzzy logic first layer (T=16, H=8, head dim 2), its read-out layer (1 query), SRAVEN (T=36,
 H=16, head dim 4). Compiled cases run with inductor's `cpp.enable_loop_tail_vec` off, as the
-trainer compiles. Every implementation's output is checked against the naive one first.
+trainer compiles. Every implementation's output is checked against the naive one first. `cpp` is
+the C++ kernel (hyla/ops/attention/cpp.py), built on first use.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def main(argv=None) -> int:
         torch.set_num_threads(threads)
         for shape_name, shape in SHAPES.items():
             for mixer in MIXERS:
-                implementations = ["naive", "pointwise"] + (["fused"] if mixer == "hyla" else [])
+                implementations = ["naive", "pointwise"] + (["fused", "cpp"] if mixer == "hyla" else [])
                 reference = None
                 for implementation in implementations:
                     for compiled in (False, True):

@@ -28,7 +28,7 @@ import torch
 
 from hyla.configs import build_task, get_preset, resolve_model
 from hyla.train.distributed import DistContext
-from hyla.train.loop import Trainer, build_model
+from hyla.train.loop import Trainer, build_model, process_settings
 from hyla.train.run_dir import cpu_name, git_commit
 
 RESULTS = Path(__file__).parent / "results" / "training.json"
@@ -38,15 +38,22 @@ AUTHORS_JAX = {"raven_3x3_4features": 1.8, "logic_4var_2term": 20.0}
 
 def measure(preset: str, mixer: str, compiled: bool, threads: int, steps: int, repeats: int,
             compile_mode: str, device: str = "cpu") -> dict:
-    torch.set_num_threads(threads)
     torch._dynamo.reset()  # every case compiles afresh (and stays below dynamo's recompile limit)
     cfg = get_preset(preset)
     cfg = replace(cfg, model=replace(cfg.model, mixer=mixer),
-                  train=replace(cfg.train, compile=compiled, compile_mode=compile_mode, device=device))
-    task = build_task(cfg)
+                  train=replace(cfg.train, compile=compiled, compile_mode=compile_mode, device=device, threads=threads))
+    ctx = DistContext(0, 1, torch.device(device))
+    with process_settings(cfg, ctx):  # threads and compiler settings exactly as `hyla train` sets them
+        row = _measure(cfg, ctx, steps, repeats)
+    return {"preset": preset, "mixer": mixer, "device": device, "mode": "compiled" if compiled else "eager",
+            "threads": threads, **row}
+
+
+def _measure(cfg, ctx: DistContext, steps: int, repeats: int) -> dict:
+    task = build_task(cfg, ctx.device)
     cfg = replace(cfg, model=resolve_model(cfg.model, task))
-    model = build_model(cfg).to(device)
-    trainer = Trainer(cfg, task, model, DistContext(0, 1, torch.device(device)))
+    model = build_model(cfg).to(ctx.device)
+    trainer = Trainer(cfg, task, model, ctx)
     step = 0
     start = time.perf_counter()
     for _ in range(3):
@@ -62,10 +69,8 @@ def measure(preset: str, mixer: str, compiled: bool, threads: int, steps: int, r
         loss.item()  # waits for the device
         windows.append(steps / (time.perf_counter() - start))
         cpu_windows.append(steps / (time.process_time() - cpu_start))
-    fell_back = compiled and trainer.forward is trainer.eager
-    return {"preset": preset, "mixer": mixer, "device": device, "mode": "compiled" if compiled else "eager",
-            "threads": threads,
-            "steps_per_second": statistics.median(windows), "best_steps_per_second": max(windows),
+    fell_back = cfg.train.compile and trainer.forward is trainer.eager
+    return {"steps_per_second": statistics.median(windows), "best_steps_per_second": max(windows),
             "windows": windows, "warmup_s": warmup, "compile_fell_back": fell_back,
             # steps per second of this process's CPU time: with 1 thread, what an otherwise idle core
             # would give (the wall-clock rate on a shared machine is lower by the share it gets)

@@ -37,6 +37,8 @@ from tqdm.auto import tqdm
 
 from hyla.configs import RESUMABLE_CHANGES, ConfigError, ExperimentConfig, build_task, config_diff, resolve_model, validate
 from hyla.model import Transformer
+from hyla.ops import resolve_mixer
+from hyla.ops.attention import cpp
 from hyla.tasks.base import stable_seed
 from hyla.train import distributed
 from hyla.train.distributed import DistContext
@@ -248,7 +250,13 @@ def numerics(cfg: ExperimentConfig, ctx: DistContext, compile_mode: str | None, 
     settings = {"threads": torch.get_num_threads(), "device": str(ctx.device), "compile": compile_mode is not None,
                 "compile_mode": compile_mode, "precision": cfg.train.precision,
                 "deterministic": cfg.train.deterministic, "world_size": ctx.world_size, "torch": str(torch.__version__)}
-    return {**settings, "packed": True} if packed else settings
+    if packed:
+        return {**settings, "packed": True}
+    m = cfg.model
+    if ctx.device.type == "cpu" and resolve_mixer(m.mixer, normalization=m.normalization, value_network=m.value_network,
+                                                  activation=m.activation).value_network == "mlp":
+        settings["cpp_kernel"] = cpp.available()  # HYLA's C++ kernel, or (without a compiler) PyTorch forms
+    return settings
 
 
 @contextmanager

@@ -44,7 +44,7 @@ SOURCE = Path(__file__).with_name("hyla_cpu.cpp")
 DISABLE_ENV = "HYLA_CPP_KERNEL"
 # Tried in turn: the first set that compiles is used (OpenMP or -march=native may be missing).
 FLAG_SETS = (("-march=native", "-fopenmp"), ("-fopenmp",), ("-march=native",), ())
-BASE_FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC")
+BASE_FLAGS = ("-O3", "-fno-math-errno", "-std=c++17", "-shared", "-fPIC")  # (no errno: sqrt vectorizes)
 NORMALIZATIONS = ("rms_head", "none")
 ACTIVATIONS = ("relu", "identity")
 DTYPES = (torch.float32, torch.float64)
@@ -56,8 +56,8 @@ class _Args(ctypes.Structure):
 
     _fields_ = (
         [(name, ctypes.c_int64) for name in ("batch", "q_len", "k_len", "heads", "qk_dim", "v_dim")]
-        + [(name, ctypes.c_void_p) for name in ("q", "k", "v", "bias", "dropout", "mask")]
-        + [(name, ctypes.c_int64) for name in ("bias_per_example", "mask_per_example", "dropout_per_example")]
+        + [(name, ctypes.c_void_p) for name in ("q", "k", "v", "bias", "factor")]
+        + [(name, ctypes.c_int64) for name in ("bias_per_example", "factor_per_example")]
         + [("scale", ctypes.c_double), ("eps", ctypes.c_double)]
         + [(name, ctypes.c_int64) for name in ("rms_head", "relu", "threads")]
         + [(name, ctypes.c_void_p) for name in ("out", "grad_y", "grad_q", "grad_k", "grad_v", "grad_bias")]
@@ -165,26 +165,29 @@ def hyla_cpp(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, normalization
     bias_t = None
     if bias is not None:
         bias = bias.reshape((1,) * (4 - bias.ndim) + tuple(bias.shape))
-        bias_t = bias.expand(bias.shape[0], heads, q_len, k_len).permute(0, 2, 3, 1).contiguous()  # [1|B, Tq, Tk, H]
-    mask_t = None if mask is None else _per_pair(mask, batch, q_len, k_len).to(torch.uint8).contiguous()
-    dropout_t = None if dropout_mask is None else _per_pair(dropout_mask, batch, q_len, k_len).to(q.dtype).contiguous()
-    y = _CppHyla.apply(
-        q.transpose(2, 3).contiguous(), k.transpose(2, 3).contiguous(), v.transpose(2, 3).contiguous(),  # [B, T, D, H]
-        bias_t, mask_t, dropout_t, 1.0 / math.sqrt(qk_dim), normalization == "rms_head", activation == "relu")
-    return y.transpose(2, 3)  # [B, Tq, Dv, H] -> [B, Tq, H, Dv]
+        bias_t = bias.expand(bias.shape[0], heads, q_len, k_len).contiguous()  # [1|B, H, Tq, Tk]
+    factor = None  # [1|B, Tq, Tk]: the attention-dropout scale, 0 where masked
+    for t in (mask, dropout_mask):
+        if t is not None:
+            t = _per_pair(t, batch, q_len, k_len).to(q.dtype)
+            factor = t if factor is None else factor * t
+    return _CppHyla.apply(q.contiguous(), k.contiguous(), v.contiguous(), bias_t,
+                          None if factor is None else factor.contiguous(), 1.0 / math.sqrt(qk_dim),
+                          normalization == "rms_head", activation == "relu")
 
 
-def _arguments(q, k, v, bias, mask, dropout, scale, rms_head, relu) -> _Args:
-    batch, q_len, qk_dim, heads = q.shape
+def _arguments(q, k, v, bias, factor, scale, rms_head, relu) -> _Args:
+    batch, q_len, heads, qk_dim = q.shape
+
     def pointer(t):
         return None if t is None else t.data_ptr()
 
     def per_example(t):  # 1 when the tensor differs across the batch
         return int(t is not None and t.shape[0] > 1)
 
-    return _Args(batch, q_len, k.shape[1], heads, qk_dim, v.shape[2], pointer(q), pointer(k), pointer(v),
-                 pointer(bias), pointer(dropout), pointer(mask), per_example(bias), per_example(mask),
-                 per_example(dropout), scale, RMS_EPS, int(rms_head), int(relu), torch.get_num_threads())
+    return _Args(batch, q_len, k.shape[1], heads, qk_dim, v.shape[-1], pointer(q), pointer(k), pointer(v),
+                 pointer(bias), pointer(factor), per_example(bias), per_example(factor), scale, RMS_EPS,
+                 int(rms_head), int(relu), torch.get_num_threads())
 
 
 def _run(direction: str, args: _Args, dtype: torch.dtype) -> None:
@@ -193,39 +196,35 @@ def _run(direction: str, args: _Args, dtype: torch.dtype) -> None:
         raise ValueError(f"hyla_cpp: at most {MAX_HEADS} heads and value dimension {MAX_V_DIM}")
 
 
-def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None, mask: torch.Tensor | None,
-             dropout: torch.Tensor | None, scale: float, rms_head: bool, relu: bool) -> torch.Tensor:
-    """Kernel layouts: q [B, Tq, Dk, H], k [B, Tk, Dk, H], v [B, Tk, Dv, H] -> y [B, Tq, Dv, H]."""
-    out = q.new_empty(q.shape[0], q.shape[1], v.shape[2], q.shape[3])
-    args = _arguments(q, k, v, bias, mask, dropout, scale, rms_head, relu)
+def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
+             factor: torch.Tensor | None, scale: float, rms_head: bool, relu: bool) -> torch.Tensor:
+    """q [B, Tq, H, Dk], k [B, Tk, H, Dk], v [B, Tk, H, Dv] (contiguous) -> y [B, Tq, H, Dv]."""
+    out = q.new_empty(q.shape[0], q.shape[1], q.shape[2], v.shape[-1])
+    args = _arguments(q, k, v, bias, factor, scale, rms_head, relu)
     args.out = out.data_ptr()
     _run("forward", args, q.dtype)
     return out
 
 
 def _backward(grad_y: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
-              mask: torch.Tensor | None, dropout: torch.Tensor | None, scale: float, rms_head: bool,
+              factor: torch.Tensor | None, scale: float, rms_head: bool,
               relu: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Gradients of q, k, v and bias (an empty tensor without a bias), in the kernel layouts."""
+    """Gradients of q, k, v and bias (an empty tensor without a bias)."""
     grad_y = grad_y.contiguous()
-    grad_q, grad_k, grad_v = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
-    args = _arguments(q, k, v, bias, mask, dropout, scale, rms_head, relu)
-    grad_bias = q.new_empty(0)
-    if bias is not None:  # a shared bias gets one slice per thread, summed here
-        grad_bias = q.new_zeros(bias.shape[0] if bias.shape[0] > 1 else args.threads, *bias.shape[1:])
-        args.grad_bias = grad_bias.data_ptr()
+    grad_q, grad_k, grad_v = (torch.empty_like(t) for t in (q, k, v))
+    grad_bias = q.new_empty(0) if bias is None else torch.empty_like(bias)
+    args = _arguments(q, k, v, bias, factor, scale, rms_head, relu)
     args.grad_y, args.grad_q, args.grad_k, args.grad_v = (t.data_ptr() for t in (grad_y, grad_q, grad_k, grad_v))
+    args.grad_bias = None if bias is None else grad_bias.data_ptr()
     _run("backward", args, q.dtype)
-    if bias is not None and bias.shape[0] == 1:
-        grad_bias = grad_bias.sum(0, keepdim=True)
     return grad_q, grad_k, grad_v, grad_bias
 
 
-def _forward_shape(q, k, v, bias, mask, dropout, scale, rms_head, relu):
-    return q.new_empty(q.shape[0], q.shape[1], v.shape[2], q.shape[3])
+def _forward_shape(q, k, v, bias, factor, scale, rms_head, relu):
+    return q.new_empty(q.shape[0], q.shape[1], q.shape[2], v.shape[-1])
 
 
-def _backward_shape(grad_y, q, k, v, bias, mask, dropout, scale, rms_head, relu):
+def _backward_shape(grad_y, q, k, v, bias, factor, scale, rms_head, relu):
     return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
             q.new_empty(0) if bias is None else torch.empty_like(bias))
 
@@ -233,7 +232,7 @@ def _backward_shape(grad_y, q, k, v, bias, mask, dropout, scale, rms_head, relu)
 # Both as opaque operators for torch.compile (it cannot trace a ctypes call), with the low-level
 # torch.library API as hyla.nn.linear does (torch.library.custom_op imports torch._dynamo, and
 # triton with it, on its first call). Registered on first use, once per process.
-_SIGNATURE = "Tensor q, Tensor k, Tensor v, Tensor? bias, Tensor? mask, Tensor? dropout, float scale, bool rms_head, bool relu"
+_SIGNATURE = "Tensor q, Tensor k, Tensor v, Tensor? bias, Tensor? factor, float scale, bool rms_head, bool relu"
 
 
 def _register_compiled_operators() -> None:
@@ -256,13 +255,13 @@ def _operator(name: str):
 
 class _CppHyla(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, bias, mask, dropout, scale, rms_head, relu):
-        ctx.save_for_backward(q, k, v, bias, mask, dropout)
+    def forward(ctx, q, k, v, bias, factor, scale, rms_head, relu):
+        ctx.save_for_backward(q, k, v, bias, factor)
         ctx.config = (scale, rms_head, relu)
-        return _operator("forward")(q, k, v, bias, mask, dropout, scale, rms_head, relu)
+        return _operator("forward")(q, k, v, bias, factor, scale, rms_head, relu)
 
     @staticmethod
     def backward(ctx, grad_y):
-        q, k, v, bias, mask, dropout = ctx.saved_tensors
-        grad_q, grad_k, grad_v, grad_bias = _operator("backward")(grad_y, q, k, v, bias, mask, dropout, *ctx.config)
-        return grad_q, grad_k, grad_v, None if bias is None else grad_bias, None, None, None, None, None
+        q, k, v, bias, factor = ctx.saved_tensors
+        grad_q, grad_k, grad_v, grad_bias = _operator("backward")(grad_y, q, k, v, bias, factor, *ctx.config)
+        return grad_q, grad_k, grad_v, None if bias is None else grad_bias, None, None, None, None

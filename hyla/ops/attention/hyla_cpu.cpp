@@ -1,17 +1,21 @@
-// HYLA (the `mlp` value network) forward and backward on the CPU: one batch element per OpenMP
-// task, every query-key pair computed from q, k, v in registers and nothing of size
-// [B, H, Tq, Tk] ever written to memory. The backward recomputes the pair's scores instead of
-// reading them back. hyla/ops/attention/cpu_kernel.py compiles this file and states the math;
-// tests/test_cpu_kernel.py checks it against attention_naive.
+// HYLA (the `mlp` value network) forward and backward on the CPU. hyla/ops/attention/cpp.py
+// compiles this file, states the math and checks the inputs; tests/test_cpp_attention.py compares
+// it with attention_naive.
 //
-// Layouts (heads last, so that every per-pair loop runs along H contiguous values):
-//   q [B, Tq, E, H]   k [B, Tk, E, H]   v [B, Tk, Dv, H]   y, grad_y [B, Tq, Dv, H]
-//   bias [Gb, Tq, Tk, H]  mask (uint8) [Gm, Tq, Tk]  dropout [Gd, Tq, Tk]   (G = 1 or B)
-//   grad_bias [G, Tq, Tk, H]: G = B for a per-example bias, else one slice per thread.
+// One batch element per OpenMP thread at a time. For each query, the keys are taken L at a time,
+// one key per vector lane, so that every sum over the heads (the RMS norm, layer 1) and every
+// product with a query value is a plain vector operation; the sums over the keys (layer 2, the
+// query gradient) accumulate in lanes and are reduced once per query. Nothing of size
+// [B, H, Tq, Tk] is written to memory: the backward recomputes each pair's scores.
+//
+// Layouts (contiguous): q [B, Tq, H, E], k [B, Tk, H, E], v [B, Tk, H, Dv], y [B, Tq, H, Dv];
+// bias [Gb, H, Tq, Tk]; factor [Gf, Tq, Tk] (attention-dropout scale, 0 where masked);
+// G = 1 (shared by the batch) or B. Keys are padded to a multiple of L with factor 0.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
+#include <vector>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -20,23 +24,20 @@ extern "C" {
 
 struct HylaArgs {
   int64_t batch, q_len, k_len, heads, qk_dim, v_dim;
-  const void *q, *k, *v, *bias, *dropout;
-  const uint8_t *mask;
-  int64_t bias_per_example, mask_per_example, dropout_per_example;
+  const void *q, *k, *v, *bias, *factor;
+  int64_t bias_per_example, factor_per_example;
   double scale, eps;
   int64_t rms_head, relu, threads;
-  // forward: out = y; backward: grad_y in, the rest out
-  void *out;
-  const void *grad_y;
-  void *grad_q, *grad_k, *grad_v, *grad_bias;
+  void *out;  // forward: y
+  const void *grad_y;  // backward: in
+  void *grad_q, *grad_k, *grad_v, *grad_bias;  // backward: out (grad_bias [Gb, H, Tq, Tk])
 };
 
 }  // extern "C"
 
 namespace {
 
-constexpr int kMaxHeads = 256;
-constexpr int kMaxDim = 64;
+constexpr int64_t L = 16;  // keys per step: one AVX-512 register of float32
 
 int thread_id() {
 #ifdef _OPENMP
@@ -46,186 +47,301 @@ int thread_id() {
 #endif
 }
 
-// Everything one query-key pair needs, recomputed in the forward and the backward.
-template <typename T, int HC>
-struct Pair {
-  int64_t H, E, Dv;
-  T s[HC ? HC : kMaxHeads];  // scores + bias, one per head
-  T z0[kMaxDim];             // sum_h s[h] v[h, d]
-  T inv, c;                  // RMS normalizer; c = inv * dropout (the per-pair factor of a)
+// The sizes of one call; HC, EC, DC > 0 fix heads, qk and v head dims at compile time.
+template <typename T, int HC, int EC, int DC>
+struct Kernel {
+  const HylaArgs& a;
+  const int64_t B, Tq, Tk, Tp;
+  const T scale, eps;
+  const bool rms, relu;
 
-  // s[h] = scale * <q[:, h], k[:, h]> + bias[h];  inv = rsqrt(mean_h s^2 + eps)
-  inline void scores(const T* q, const T* k, const T* bias, T scale, bool rms, T eps) {
-    const int64_t heads = HC ? HC : H;
-#pragma omp simd
-    for (int64_t h = 0; h < heads; ++h) s[h] = 0;
-    for (int64_t e = 0; e < E; ++e) {
-#pragma omp simd
-      for (int64_t h = 0; h < heads; ++h) s[h] += q[e * heads + h] * k[e * heads + h];
+  explicit Kernel(const HylaArgs& args)
+      : a(args), B(args.batch), Tq(args.q_len), Tk(args.k_len), Tp((args.k_len + L - 1) / L * L),
+        scale(T(args.scale)), eps(T(args.eps)), rms(args.rms_head), relu(args.relu) {}
+
+  const T* in(const void* p) const { return static_cast<const T*>(p); }
+
+  // Per batch element: keys and values transposed to [H, E or Dv, Tp] (zero padded), the pair
+  // factor to [Tq, Tp] (0 in the padding), the bias to [Tq, H, Tp].
+  struct Scratch {
+    std::vector<T> kt, vt, factor, bias, gkt, gvt, acc, gbias;
+  };
+
+  void load(Scratch& m, int64_t b, bool with_bias_rows) const {
+    const int64_t H = HC ? HC : a.heads, E = EC ? EC : a.qk_dim, Dv = DC ? DC : a.v_dim;
+    m.kt.assign(H * E * Tp, T(0));
+    m.vt.assign(H * Dv * Tp, T(0));
+    const T* k = in(a.k) + b * Tk * H * E;
+    const T* v = in(a.v) + b * Tk * H * Dv;
+    for (int64_t j = 0; j < Tk; ++j)
+      for (int64_t h = 0; h < H; ++h) {
+        for (int64_t e = 0; e < E; ++e) m.kt[(h * E + e) * Tp + j] = k[(j * H + h) * E + e];
+        for (int64_t d = 0; d < Dv; ++d) m.vt[(h * Dv + d) * Tp + j] = v[(j * H + h) * Dv + d];
+      }
+    if (m.factor.empty() || a.factor_per_example) {
+      m.factor.assign(Tq * Tp, T(0));
+      const T* f = a.factor ? in(a.factor) + (a.factor_per_example ? b * Tq * Tk : 0) : nullptr;
+      for (int64_t i = 0; i < Tq; ++i)
+        for (int64_t j = 0; j < Tk; ++j) m.factor[i * Tp + j] = f ? f[i * Tk + j] : T(1);
     }
-    if (bias) {
-#pragma omp simd
-      for (int64_t h = 0; h < heads; ++h) s[h] = s[h] * scale + bias[h];
-    } else {
-#pragma omp simd
-      for (int64_t h = 0; h < heads; ++h) s[h] *= scale;
-    }
-    inv = 1;
-    if (rms) {
-      T sum = 0;
-#pragma omp simd reduction(+ : sum)
-      for (int64_t h = 0; h < heads; ++h) sum += s[h] * s[h];
-      inv = T(1) / std::sqrt(sum / T(heads) + eps);
+    if (with_bias_rows && a.bias && (m.bias.empty() || a.bias_per_example)) {
+      m.bias.assign(Tq * H * Tp, T(0));
+      const T* bias = in(a.bias) + (a.bias_per_example ? b * H * Tq * Tk : 0);
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < Tq; ++i)
+          for (int64_t j = 0; j < Tk; ++j) m.bias[(i * H + h) * Tp + j] = bias[(h * Tq + i) * Tk + j];
     }
   }
 
-  // z0[d] = sum_h s[h] v[d, h]  (layer 1 before the per-pair factor)
-  inline void layer1(const T* v) {
-    const int64_t heads = HC ? HC : H;
-    for (int64_t d = 0; d < Dv; ++d) {
-      T sum = 0;
-#pragma omp simd reduction(+ : sum)
-      for (int64_t h = 0; h < heads; ++h) sum += s[h] * v[d * heads + h];
-      z0[d] = sum;
+  // The L pairs (query i, keys j0..j0+L-1): scores s [H][L] (0 where the factor is 0), the
+  // per-pair factor c = rsqrt(mean_h s^2 + eps) * factor, inv, z0 [Dv][L] = sum_h s v,
+  // u = act(c z0), w = c u. Returns false when every factor is 0 (nothing to do).
+  struct Block {
+    T s[HC ? HC : 256][L], z0[DC ? DC : 64][L], u[DC ? DC : 64][L], w[DC ? DC : 64][L];
+    T f[L], inv[L], c[L];
+  };
+
+  bool block(Block& r, const Scratch& m, const T* q, int64_t i, int64_t j0) const {
+    const int64_t H = HC ? HC : a.heads, E = EC ? EC : a.qk_dim, Dv = DC ? DC : a.v_dim;
+    bool any = false;
+    for (int64_t l = 0; l < L; ++l) {
+      r.f[l] = m.factor[i * Tp + j0 + l];
+      any |= r.f[l] != T(0);
     }
+    if (!any) return false;
+    for (int64_t h = 0; h < H; ++h) {
+      T* s = r.s[h];
+      const T* bias = a.bias ? &m.bias[(i * H + h) * Tp + j0] : nullptr;
+#pragma omp simd
+      for (int64_t l = 0; l < L; ++l) s[l] = bias ? bias[l] : T(0);
+      for (int64_t e = 0; e < E; ++e) {
+        const T qe = q[h * E + e] * scale;
+        const T* k = &m.kt[(h * E + e) * Tp + j0];
+#pragma omp simd
+        for (int64_t l = 0; l < L; ++l) s[l] += qe * k[l];
+      }
+#pragma omp simd
+      for (int64_t l = 0; l < L; ++l) s[l] = r.f[l] != T(0) ? s[l] : T(0);
+    }
+    for (int64_t l = 0; l < L; ++l) r.inv[l] = T(0);
+    if (rms) {
+      for (int64_t h = 0; h < H; ++h)
+#pragma omp simd
+        for (int64_t l = 0; l < L; ++l) r.inv[l] += r.s[h][l] * r.s[h][l];
+#pragma omp simd
+      for (int64_t l = 0; l < L; ++l) r.inv[l] = T(1) / std::sqrt(r.inv[l] / T(H) + eps);
+    } else {
+      for (int64_t l = 0; l < L; ++l) r.inv[l] = T(1);
+    }
+#pragma omp simd
+    for (int64_t l = 0; l < L; ++l) r.c[l] = r.inv[l] * r.f[l];
+    for (int64_t d = 0; d < Dv; ++d) {
+      T* z0 = r.z0[d];
+#pragma omp simd
+      for (int64_t l = 0; l < L; ++l) z0[l] = T(0);
+      for (int64_t h = 0; h < H; ++h) {
+        const T* v = &m.vt[(h * Dv + d) * Tp + j0];
+#pragma omp simd
+        for (int64_t l = 0; l < L; ++l) z0[l] += r.s[h][l] * v[l];
+      }
+#pragma omp simd
+      for (int64_t l = 0; l < L; ++l) {
+        const T z = r.c[l] * z0[l];
+        r.u[d][l] = relu && z < T(0) ? T(0) : z;
+        r.w[d][l] = r.c[l] * r.u[d][l];
+      }
+    }
+    return true;
+  }
+
+  void forward() const {
+    const int64_t H = HC ? HC : a.heads, E = EC ? EC : a.qk_dim, Dv = DC ? DC : a.v_dim;
+#pragma omp parallel num_threads(a.threads)
+    {
+      Scratch m;
+      Block r;
+      m.acc.resize(H * Dv * L);
+#pragma omp for schedule(static)
+      for (int64_t b = 0; b < B; ++b) {
+        load(m, b, true);
+        for (int64_t i = 0; i < Tq; ++i) {
+          const T* q = in(a.q) + (b * Tq + i) * H * E;
+          std::fill(m.acc.begin(), m.acc.end(), T(0));
+          for (int64_t j0 = 0; j0 < Tp; j0 += L) {
+            if (!block(r, m, q, i, j0)) continue;
+            // layer 2: y[h, d] += sum_l s[h][l] w[d][l]
+            for (int64_t h = 0; h < H; ++h)
+              for (int64_t d = 0; d < Dv; ++d) {
+                T* acc = &m.acc[(h * Dv + d) * L];
+#pragma omp simd
+                for (int64_t l = 0; l < L; ++l) acc[l] += r.s[h][l] * r.w[d][l];
+              }
+          }
+          T* y = static_cast<T*>(a.out) + (b * Tq + i) * H * Dv;
+          for (int64_t hd = 0; hd < H * Dv; ++hd) {
+            T sum = 0;
+            for (int64_t l = 0; l < L; ++l) sum += m.acc[hd * L + l];
+            y[hd] = sum;
+          }
+        }
+      }
+    }
+  }
+
+  void backward() const {
+    const int64_t H = HC ? HC : a.heads, E = EC ? EC : a.qk_dim, Dv = DC ? DC : a.v_dim;
+    T* grad_q = static_cast<T*>(a.grad_q);
+    T* grad_k = static_cast<T*>(a.grad_k);
+    T* grad_v = static_cast<T*>(a.grad_v);
+    T* grad_bias = static_cast<T*>(a.grad_bias);
+    const int64_t threads = a.threads;
+    // a shared bias: each thread sums its part in its own [Tq, H, Tp], added up at the end
+    std::vector<std::vector<T>> bias_parts(grad_bias && !a.bias_per_example ? threads : 0);
+#pragma omp parallel num_threads(threads)
+    {
+      Scratch m;
+      Block r;
+      T gs[HC ? HC : 256][L], gz0[DC ? DC : 64][L], gc[L];
+      m.acc.resize(H * E * L);
+      std::vector<T>* gbias = nullptr;
+      if (grad_bias) {
+        gbias = bias_parts.empty() ? &m.gbias : &bias_parts[thread_id()];
+        gbias->assign(Tq * H * Tp, T(0));
+      }
+#pragma omp for schedule(static)
+      for (int64_t b = 0; b < B; ++b) {
+        load(m, b, true);
+        m.gkt.assign(H * E * Tp, T(0));
+        m.gvt.assign(H * Dv * Tp, T(0));
+        if (grad_bias && a.bias_per_example) std::fill(gbias->begin(), gbias->end(), T(0));
+        for (int64_t i = 0; i < Tq; ++i) {
+          const T* q = in(a.q) + (b * Tq + i) * H * E;
+          const T* gy = in(a.grad_y) + (b * Tq + i) * H * Dv;
+          std::fill(m.acc.begin(), m.acc.end(), T(0));
+          for (int64_t j0 = 0; j0 < Tp; j0 += L) {
+            if (!block(r, m, q, i, j0)) continue;
+            // layer 2 (y[h, d] = sum s[h] w[d]): gs[h] = sum_d gy[h, d] w[d], gw[d] = sum_h s[h] gy[h, d];
+            // w = c u: gc = sum_d gw u, gu = c gw; relu; z = c z0: gc += gz z0, gz0 = c gz
+            for (int64_t l = 0; l < L; ++l) gc[l] = T(0);
+            for (int64_t h = 0; h < H; ++h)
+              for (int64_t l = 0; l < L; ++l) gs[h][l] = T(0);
+            for (int64_t d = 0; d < Dv; ++d) {
+              T gw[L];
+              for (int64_t l = 0; l < L; ++l) gw[l] = T(0);
+              for (int64_t h = 0; h < H; ++h) {
+                const T g = gy[h * Dv + d];
+#pragma omp simd
+                for (int64_t l = 0; l < L; ++l) {
+                  gw[l] += r.s[h][l] * g;
+                  gs[h][l] += g * r.w[d][l];
+                }
+              }
+#pragma omp simd
+              for (int64_t l = 0; l < L; ++l) {
+                const T z = r.c[l] * r.z0[d][l];
+                const T gz = relu && z <= T(0) ? T(0) : r.c[l] * gw[l];
+                gc[l] += gw[l] * r.u[d][l] + gz * r.z0[d][l];
+                gz0[d][l] = r.c[l] * gz;
+              }
+            }
+            // layer 1 (z0[d] = sum_h s[h] v[h, d])
+            for (int64_t h = 0; h < H; ++h)
+              for (int64_t d = 0; d < Dv; ++d) {
+                const T* v = &m.vt[(h * Dv + d) * Tp + j0];
+                T* gv = &m.gvt[(h * Dv + d) * Tp + j0];
+#pragma omp simd
+                for (int64_t l = 0; l < L; ++l) {
+                  gs[h][l] += gz0[d][l] * v[l];
+                  gv[l] += r.s[h][l] * gz0[d][l];
+                }
+              }
+            // c = inv * factor, inv = (mean_h s^2 + eps)^(-1/2): gs[h] += -inv^3 s[h] / H * gc * factor
+            if (rms) {
+              T coeff[L];
+#pragma omp simd
+              for (int64_t l = 0; l < L; ++l) coeff[l] = -r.inv[l] * r.inv[l] * r.inv[l] * gc[l] * r.f[l] / T(H);
+              for (int64_t h = 0; h < H; ++h)
+#pragma omp simd
+                for (int64_t l = 0; l < L; ++l) gs[h][l] += coeff[l] * r.s[h][l];
+            }
+            // s[h] = scale <q[h], k[h]> + bias[h] (lanes where the factor is 0 have gs = 0)
+            for (int64_t h = 0; h < H; ++h) {
+              if (gbias) {
+                T* gb = &(*gbias)[(i * H + h) * Tp + j0];
+#pragma omp simd
+                for (int64_t l = 0; l < L; ++l) gb[l] += gs[h][l];
+              }
+              for (int64_t e = 0; e < E; ++e) {
+                const T* k = &m.kt[(h * E + e) * Tp + j0];
+                T* gk = &m.gkt[(h * E + e) * Tp + j0];
+                T* gq = &m.acc[(h * E + e) * L];
+                const T qe = q[h * E + e] * scale;
+#pragma omp simd
+                for (int64_t l = 0; l < L; ++l) {
+                  gq[l] += gs[h][l] * k[l];
+                  gk[l] += gs[h][l] * qe;
+                }
+              }
+            }
+          }
+          T* gq = grad_q + (b * Tq + i) * H * E;
+          for (int64_t he = 0; he < H * E; ++he) {
+            T sum = 0;
+            for (int64_t l = 0; l < L; ++l) sum += m.acc[he * L + l];
+            gq[he] = sum * scale;
+          }
+        }
+        // back to the caller's layouts
+        T* gk = grad_k + b * Tk * H * E;
+        T* gv = grad_v + b * Tk * H * Dv;
+        for (int64_t j = 0; j < Tk; ++j)
+          for (int64_t h = 0; h < H; ++h) {
+            for (int64_t e = 0; e < E; ++e) gk[(j * H + h) * E + e] = m.gkt[(h * E + e) * Tp + j];
+            for (int64_t d = 0; d < Dv; ++d) gv[(j * H + h) * Dv + d] = m.gvt[(h * Dv + d) * Tp + j];
+          }
+        if (grad_bias && a.bias_per_example) store_bias(grad_bias + b * H * Tq * Tk, *gbias);
+      }
+    }
+    if (!bias_parts.empty()) {
+      for (int64_t t = 1; t < threads; ++t)
+        if (!bias_parts[t].empty())
+          for (size_t x = 0; x < bias_parts[0].size(); ++x) bias_parts[0][x] += bias_parts[t][x];
+      store_bias(grad_bias, bias_parts[0]);
+    }
+  }
+
+  // [Tq, H, Tp] -> the bias layout [H, Tq, Tk]
+  void store_bias(T* out, const std::vector<T>& part) const {
+    const int64_t H = HC ? HC : a.heads;
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < Tq; ++i)
+        for (int64_t j = 0; j < Tk; ++j) out[(h * Tq + i) * Tk + j] = part[(i * H + h) * Tp + j];
   }
 };
 
-template <typename T>
-const T* at(const void* base, int64_t offset) {
-  return base ? static_cast<const T*>(base) + offset : nullptr;
+template <typename T, int HC, int EC, int DC>
+void run(const HylaArgs& a, bool is_backward) {
+  const Kernel<T, HC, EC, DC> kernel(a);
+  is_backward ? kernel.backward() : kernel.forward();
 }
 
-template <typename T, int HC>
-void forward(const HylaArgs& a) {
-  const int64_t B = a.batch, Tq = a.q_len, Tk = a.k_len, H = HC ? HC : a.heads, E = a.qk_dim, Dv = a.v_dim;
-  const T scale = T(a.scale), eps = T(a.eps);
-#pragma omp parallel for schedule(static) num_threads(a.threads)
-  for (int64_t b = 0; b < B; ++b) {
-    Pair<T, HC> p{a.heads, E, Dv};
-    T acc[kMaxDim * (HC ? HC : kMaxHeads)];
-    for (int64_t i = 0; i < Tq; ++i) {
-      const T* q = at<T>(a.q, (b * Tq + i) * E * H);
-      std::memset(acc, 0, sizeof(T) * Dv * H);
-      for (int64_t j = 0; j < Tk; ++j) {
-        const int64_t pair = i * Tk + j;
-        if (a.mask && !a.mask[(a.mask_per_example ? b * Tq * Tk : 0) + pair]) continue;
-        const T drop = a.dropout ? at<T>(a.dropout, a.dropout_per_example ? b * Tq * Tk : 0)[pair] : T(1);
-        if (drop == 0) continue;
-        const T* bias = at<T>(a.bias, ((a.bias_per_example ? b * Tq * Tk : 0) + pair) * H);
-        const T* v = at<T>(a.v, (b * Tk + j) * Dv * H);
-        p.scores(q, at<T>(a.k, (b * Tk + j) * E * H), bias, scale, a.rms_head, eps);
-        p.c = p.inv * drop;
-        p.layer1(v);
-        for (int64_t d = 0; d < Dv; ++d) {
-          T z = p.c * p.z0[d];
-          T w = p.c * (a.relu && z < 0 ? T(0) : z);  // layer 2 weight of this pair: c * act(z)
-#pragma omp simd
-          for (int64_t h = 0; h < H; ++h) acc[d * H + h] += p.s[h] * w;
-        }
-      }
-      std::memcpy(static_cast<T*>(a.out) + (b * Tq + i) * Dv * H, acc, sizeof(T) * Dv * H);
-    }
-  }
-}
-
-template <typename T, int HC>
-void backward(const HylaArgs& a) {
-  const int64_t B = a.batch, Tq = a.q_len, Tk = a.k_len, H = HC ? HC : a.heads, E = a.qk_dim, Dv = a.v_dim;
-  const T scale = T(a.scale), eps = T(a.eps);
-  T* grad_q = static_cast<T*>(a.grad_q);
-  T* grad_k = static_cast<T*>(a.grad_k);
-  T* grad_v = static_cast<T*>(a.grad_v);
-  T* grad_bias = static_cast<T*>(a.grad_bias);
-#pragma omp parallel for schedule(static) num_threads(a.threads)
-  for (int64_t b = 0; b < B; ++b) {
-    Pair<T, HC> p{a.heads, E, Dv};
-    T gs[HC ? HC : kMaxHeads], gz0[kMaxDim], u[kMaxDim];
-    T* gbias = grad_bias ? grad_bias + (a.bias_per_example ? b : thread_id()) * Tq * Tk * H : nullptr;
-    for (int64_t i = 0; i < Tq; ++i) {
-      const T* q = at<T>(a.q, (b * Tq + i) * E * H);
-      const T* gy = at<T>(a.grad_y, (b * Tq + i) * Dv * H);
-      T* gq = grad_q + (b * Tq + i) * E * H;
-      for (int64_t j = 0; j < Tk; ++j) {
-        const int64_t pair = i * Tk + j;
-        if (a.mask && !a.mask[(a.mask_per_example ? b * Tq * Tk : 0) + pair]) continue;
-        const T drop = a.dropout ? at<T>(a.dropout, a.dropout_per_example ? b * Tq * Tk : 0)[pair] : T(1);
-        if (drop == 0) continue;
-        const T* k = at<T>(a.k, (b * Tk + j) * E * H);
-        const T* v = at<T>(a.v, (b * Tk + j) * Dv * H);
-        p.scores(q, k, at<T>(a.bias, ((a.bias_per_example ? b * Tq * Tk : 0) + pair) * H), scale, a.rms_head, eps);
-        p.c = p.inv * drop;
-        p.layer1(v);
-        // layer 2: y[h, d] += s[h] w[d], w = c u, u = act(c z0)
-        T grad_c = 0;
-#pragma omp simd
-        for (int64_t h = 0; h < H; ++h) gs[h] = 0;
-        for (int64_t d = 0; d < Dv; ++d) {
-          const T z = p.c * p.z0[d];
-          u[d] = a.relu && z < 0 ? T(0) : z;
-          const T w = p.c * u[d];
-          T gw = 0;
-#pragma omp simd reduction(+ : gw)
-          for (int64_t h = 0; h < H; ++h) {
-            gs[h] += gy[d * H + h] * w;
-            gw += p.s[h] * gy[d * H + h];
-          }
-          // w = c u: dc += gw u; du = c gw; dz = du [z > 0]; z = c z0: dc += dz z0, dz0 = c dz
-          const T gz = a.relu && z <= 0 ? T(0) : p.c * gw;
-          grad_c += gw * u[d] + gz * p.z0[d];
-          gz0[d] = p.c * gz;
-        }
-        // layer 1: z0[d] = sum_h s[h] v[d, h]
-        T* gv = grad_v + (b * Tk + j) * Dv * H;
-        for (int64_t d = 0; d < Dv; ++d) {
-#pragma omp simd
-          for (int64_t h = 0; h < H; ++h) {
-            gs[h] += gz0[d] * v[d * H + h];
-            gv[d * H + h] += p.s[h] * gz0[d];
-          }
-        }
-        // c = inv * dropout, inv = (mean_h s^2 + eps)^(-1/2): ds[h] += -inv^3 s[h] / H * dinv
-        if (a.rms_head) {
-          const T coeff = -p.inv * p.inv * p.inv * grad_c * drop / T(H);
-#pragma omp simd
-          for (int64_t h = 0; h < H; ++h) gs[h] += coeff * p.s[h];
-        }
-        if (gbias) {
-          T* gb = gbias + pair * H;
-#pragma omp simd
-          for (int64_t h = 0; h < H; ++h) gb[h] += gs[h];
-        }
-        // s[h] = scale <q[:, h], k[:, h]> + bias[h]
-        T* gk = grad_k + (b * Tk + j) * E * H;
-        for (int64_t e = 0; e < E; ++e) {
-#pragma omp simd
-          for (int64_t h = 0; h < H; ++h) {
-            gq[e * H + h] += scale * gs[h] * k[e * H + h];
-            gk[e * H + h] += scale * gs[h] * q[e * H + h];
-          }
-        }
-      }
-    }
-  }
-}
-
+// Sizes known at compile time make the per-block loops straight-line vector code: the paper's
+// models (SRAVEN: 16 heads of 4; fuzzy logic: 8 heads of 2) and common head counts.
 template <typename T>
 int dispatch(const HylaArgs& a, bool is_backward) {
-  if (a.heads > kMaxHeads || a.v_dim > kMaxDim) return 1;
-#define HYLA_HEADS(N) \
-  case N:             \
-    is_backward ? backward<T, N>(a) : forward<T, N>(a); \
-    return 0;
-  switch (a.heads) {
-    HYLA_HEADS(4)
-    HYLA_HEADS(8)
-    HYLA_HEADS(16)
-    HYLA_HEADS(32)
-    default:
-      is_backward ? backward<T, 0>(a) : forward<T, 0>(a);
-      return 0;
+  if (a.heads > 256 || a.v_dim > 64) return 1;
+#define HYLA_SIZES(H, E, D)                                                     \
+  if (a.heads == H && (E == 0 || a.qk_dim == E) && (D == 0 || a.v_dim == D)) { \
+    run<T, H, E, D>(a, is_backward);                                            \
+    return 0;                                                                   \
   }
-#undef HYLA_HEADS
+  HYLA_SIZES(16, 4, 4)
+  HYLA_SIZES(8, 2, 2)
+  HYLA_SIZES(8, 0, 0)
+  HYLA_SIZES(16, 0, 0)
+#undef HYLA_SIZES
+  run<T, 0, 0, 0>(a, is_backward);
+  return 0;
 }
 
 }  // namespace
