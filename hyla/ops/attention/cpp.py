@@ -2,18 +2,18 @@
 
 The paper's models have per-head dimensions of 2 and 4, so every PyTorch form of HYLA spends its
 time on tiny matrix products or on passes over the [B, H, Tq, Tk] scores, not on arithmetic. The
-kernel instead takes one batch element per thread and computes each query-key pair in registers,
-along the heads (16 heads: one AVX-512 vector):
+kernel instead takes one batch element per thread and, for each query, 16 keys at a time, one
+per vector lane (an AVX-512 register of float32). Per query q and key j, all in registers:
 
-    s[h] = <q[:, h], k[:, h]> / sqrt(Dk) + bias[h]            scores of the pair, all heads
-    c    = rsqrt(mean_h s[h]^2 + eps) * dropout               (rms_head; c = dropout for none)
-    z[d] = c * sum_h s[h] v[d, h]                             layer 1, u = act(z)
-    y[q, h, d] += s[h] * c * u[d]                             layer 2, summed over the keys
+    s[h] = <q[q, h, :], k[j, h, :]> / sqrt(Dk) + bias[h, q, j]     the latent code, all heads
+    c    = rsqrt(mean_h s[h]^2 + eps) * f[q, j]                    (rms_head; c = f for none)
+    z[d] = c * sum_h s[h] v[j, h, d],  u = act(z)                  layer 1: a sum over the heads
+    y[q, h, d] += s[h] * c * u[d]                                  layer 2: a sum over the keys
 
-Masked pairs are skipped (their codes are 0). The backward recomputes the pair from q, k and v
-instead of storing anything of size [B, H, Tq, Tk] (docs in the .cpp file). Same values as
-`attention_naive` up to float rounding; tests/test_cpp_attention.py compares outputs and
-gradients in float64.
+f is the attention-dropout scale and 0 where the mask is False (a masked or dropped pair
+contributes nothing, as in the reference). The backward recomputes each pair from q, k and v
+instead of storing anything of size [B, H, Tq, Tk]. Same values as `attention_naive` up to float
+rounding; tests/test_cpp_attention.py compares outputs and gradients in float64 and float32.
 
 The kernel is compiled on first use with the system C++ compiler (`$CXX`, else `c++`) for this
 CPU (`-march=native`, OpenMP), in about 2 s, and cached under `$HYLA_CACHE/kernels` by a key of the
