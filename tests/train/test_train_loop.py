@@ -10,6 +10,7 @@ import torch
 from helpers_train import assert_same_weights, final_weights, tiny_config
 
 from hyla.configs import ConfigError
+from hyla.ops.attention import cpp
 from hyla.train import NonFiniteLossError, evaluate, load_run, train
 from hyla.train import checkpoint as ckpt
 
@@ -35,7 +36,8 @@ def test_run_folder_contents(tmp_path):
     env = json.loads((run / "env.json").read_text())
     assert {"torch", "cpu", "git_commit", "numerics"} <= env.keys()
     assert env["numerics"] == {"threads": 1, "device": "cpu", "compile": False, "compile_mode": None,
-                               "precision": "fp32", "deterministic": False, "world_size": 1, "torch": torch.__version__}
+                               "precision": "fp32", "deterministic": False, "world_size": 1, "torch": torch.__version__,
+                               "cpp_kernel": cpp.available()}  # (a HYLA model on a CPU)
     state = torch.load(run / "checkpoints" / "latest.pt", weights_only=True)
     assert {"model", "optimizer", "scheduler", "progress", "config", "numerics"} <= state.keys()
     assert state["progress"]["step"] == 20
