@@ -30,7 +30,7 @@ PERCENT_METRICS = ("r2", "acc", "feature_acc")  # shown ×100, as in the paper's
 @dataclass
 class DemoOptions:
     """Softmax vs linear attention vs HYLA on a CPU-sized fuzzy logic preset: one model per mixer with
-    the same data, seed and budget, then a comparison table and training curves. About 5 minutes on
+    the same data, seed and budget, then a comparison table and training curves. About 3 minutes on
     a 2-core CPU with the defaults. Re-running with the same --out skips finished runs and resumes
     interrupted ones."""
 
