@@ -97,16 +97,19 @@ def test_thread_count_does_not_change_the_output_or_the_input_gradients():
     (dict(normalization="softmax"), "rms_head or none"),
     (dict(activation="gelu"), "relu or identity"),
     (dict(per_head_mask=True), "shared by the heads"),
+    (dict(key_dtype=torch.float64), "of one dtype"),
 ])
 def test_refuses_what_it_does_not_take(change, match):
     dtype = change.get("dtype", torch.float32)
     q = torch.randn(2, 3, 4, 2, dtype=dtype)
     mask = torch.ones(2, 4, 3, 3, dtype=torch.bool) if change.get("per_head_mask") else None
+    k = q.to(change.get("key_dtype", dtype))
     with pytest.raises(ValueError, match=match):
-        cpp.hyla_cpp(q, q, q, normalization=change.get("normalization", "rms_head"),
+        cpp.hyla_cpp(q, k, q, normalization=change.get("normalization", "rms_head"),
                      activation=change.get("activation", "relu"), mask=mask)
-    assert not cpp.covers(q, q, change.get("normalization", "rms_head"), change.get("activation", "relu"), None,
-                          mask, None)
+    if "key_dtype" not in change:
+        assert not cpp.covers(q, q, change.get("normalization", "rms_head"), change.get("activation", "relu"), None,
+                              mask, None)
 
 
 def test_compiled_matches_eager():

@@ -117,7 +117,6 @@ def _library() -> ctypes.CDLL | None:
     return library
 
 
-
 @constant_under_compile  # torch.compile calls it once while tracing (it may run the compiler)
 def available() -> bool:
     """Whether the kernel can run here (compiling it on the first call)."""
@@ -154,8 +153,8 @@ def hyla_cpp(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, normalization
     normalization rms_head | none; activation relu | identity; bias broadcastable to
     [B, H, Tq, Tk]; mask and dropout_mask broadcastable to [B, 1, Tq, Tk] (shared by the heads).
     """
-    if not covers(q, v, normalization, activation, bias, mask, dropout_mask):
-        raise ValueError("hyla_cpp takes float32/float64 CPU inputs, normalization rms_head or none, activation "
+    if k.dtype != q.dtype or not covers(q, v, normalization, activation, bias, mask, dropout_mask):
+        raise ValueError("hyla_cpp takes float32/float64 CPU inputs of one dtype, normalization rms_head or none, activation "
                          f"relu or identity, at most {MAX_HEADS} heads and value dimension {MAX_V_DIM}, and a "
                          "mask and dropout mask shared by the heads")
     if not available():
