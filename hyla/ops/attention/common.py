@@ -50,6 +50,13 @@ def normalize(
     return a
 
 
+def per_pair(t: torch.Tensor, q_len: int, k_len: int) -> torch.Tensor:
+    """A tensor broadcastable to [B, 1, Tq, Tk] (one value per query-key pair, shared by the heads)
+    as [B or 1, Tq, Tk] (a view)."""
+    t = t.reshape((1,) * (4 - t.ndim) + tuple(t.shape))
+    return t[:, 0].expand(t.shape[0], q_len, k_len)
+
+
 def check_inputs(q, k, v, normalization, value_network, activation) -> None:
     from hyla.ops.mixers import Mixer
 

@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 
 from hyla.cache import default_cache_dir
-from hyla.ops.attention.common import RMS_EPS
+from hyla.ops.attention.common import RMS_EPS, per_pair
 from hyla.ops.torch_internals import constant_under_compile
 
 SOURCE = Path(__file__).with_name("hyla_cpu.cpp")
@@ -123,25 +123,19 @@ def available() -> bool:
     return os.environ.get(DISABLE_ENV, "") != "0" and _library() is not None
 
 
-def _per_pair(t: torch.Tensor, batch: int, q_len: int, k_len: int) -> torch.Tensor:
-    """A tensor broadcastable to [B, 1, Tq, Tk] as [1 or B, Tq, Tk] (expanded, not copied)."""
-    t = t.reshape((1,) * (4 - t.ndim) + tuple(t.shape))
-    return t[:, 0].expand(t.shape[0], q_len, k_len)
-
-
 def covers(q: torch.Tensor, v: torch.Tensor, normalization: str, activation: str, bias: torch.Tensor | None,
            mask: torch.Tensor | None, dropout_mask: torch.Tensor | None) -> bool:
     """Whether `hyla_cpp` takes these inputs (without compiling anything)."""
     batch = q.shape[0]
 
-    def per_pair(t):  # broadcastable to [B, 1, Tq, Tk], with a batch axis of 1 or B
+    def shared_by_heads(t):  # broadcastable to [B, 1, Tq, Tk], with a batch axis of 1 or B
         return t is None or (t.ndim < 3 or t.shape[-3] == 1) and (t.ndim < 4 or t.shape[0] in (1, batch))
 
     return (q.device.type == "cpu" and q.dtype in DTYPES and v.dtype == q.dtype
             and normalization in NORMALIZATIONS and activation in ACTIVATIONS
             and q.shape[2] <= MAX_HEADS and v.shape[-1] <= MAX_V_DIM
             and (bias is None or bias.dtype == q.dtype and (bias.ndim < 4 or bias.shape[0] in (1, batch)))
-            and per_pair(mask) and per_pair(dropout_mask))
+            and shared_by_heads(mask) and shared_by_heads(dropout_mask))
 
 
 def hyla_cpp(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, normalization: str, activation: str = "relu",
@@ -159,7 +153,7 @@ def hyla_cpp(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, normalization
                          "mask and dropout mask shared by the heads")
     if not available():
         raise RuntimeError(f"the C++ HYLA kernel is not available here (no compiler, or {DISABLE_ENV}=0)")
-    batch, q_len, heads, qk_dim = q.shape
+    _, q_len, heads, qk_dim = q.shape
     k_len = k.shape[1]
     bias_t = None
     if bias is not None:
@@ -168,7 +162,7 @@ def hyla_cpp(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, normalization
     factor = None  # [1|B, Tq, Tk]: the attention-dropout scale, 0 where masked
     for t in (mask, dropout_mask):
         if t is not None:
-            t = _per_pair(t, batch, q_len, k_len).to(q.dtype)
+            t = per_pair(t, q_len, k_len).to(q.dtype)
             factor = t if factor is None else factor * t
     return _CppHyla.apply(q.contiguous(), k.contiguous(), v.contiguous(), bias_t,
                           None if factor is None else factor.contiguous(), 1.0 / math.sqrt(qk_dim),

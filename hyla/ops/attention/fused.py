@@ -21,19 +21,13 @@ import math
 
 import torch
 
-from hyla.ops.attention.common import ACTIVATION_FNS, RMS_EPS
+from hyla.ops.attention.common import ACTIVATION_FNS, RMS_EPS, per_pair
 from hyla.ops.torch_internals import relu_backward, softmax_backward
 
 
 def fusable(dropout_mask: torch.Tensor | None) -> bool:
     """The dropout mask must be shared by all heads to be folded (MultiHeadAttention's is [Tq, Tk])."""
     return dropout_mask is None or dropout_mask.ndim < 3 or dropout_mask.shape[-3] == 1
-
-
-def _per_pair(t: torch.Tensor, tq: int, tk: int) -> torch.Tensor:
-    """A tensor broadcastable to [B, 1, Tq, Tk] as [B or 1, Tq, Tk] (a view)."""
-    t = t.reshape((1,) * (4 - t.ndim) + tuple(t.shape))
-    return t[:, 0].expand(t.shape[0], tq, tk)
 
 
 def _activation_backward(activation: str, z: torch.Tensor, u: torch.Tensor, grad_u: torch.Tensor) -> torch.Tensor:
@@ -71,7 +65,7 @@ class _FusedHyla(torch.autograd.Function):
             if normalization == "rms_head":
                 inv = torch.rsqrt(p.pow(2).mean(dim=1, keepdim=True) + RMS_EPS)  # [B, 1, Tq, Tk]
         c = inv if dropout_mask is None else dropout_mask if inv is None else inv * dropout_mask
-        c = None if c is None else _per_pair(c, q_len, k_len)  # [B|1, Tq, Tk]
+        c = None if c is None else per_pair(c, q_len, k_len)  # [B|1, Tq, Tk]
 
         p_by_key = p.permute(0, 3, 2, 1).contiguous()  # [B, Tk, Tq, H]: layer 1 contracts the heads
         z0 = torch.matmul(p_by_key, v)  # [B, Tk, Tq, Dv]
@@ -124,7 +118,7 @@ class _FusedHyla(torch.autograd.Function):
 
         # normalization
         if normalization == "rms_head":
-            grad_inv = grad_c if dropout_mask is None else grad_c * _per_pair(dropout_mask, q_len, k_len)
+            grad_inv = grad_c if dropout_mask is None else grad_c * per_pair(dropout_mask, q_len, k_len)
             # inv = (m + eps)^(-1/2), m = mean_h p^2  ->  dL/dp = ... + p * (2 / H) * dL/dm
             grad_m = grad_inv.unsqueeze(1) * (-0.5) * inv.pow(3)  # [B, 1, Tq, Tk]
             grad_p.addcmul_(p, grad_m, value=2.0 / heads)
