@@ -192,7 +192,7 @@ def _run(direction: str, args: _Args, dtype: torch.dtype) -> None:
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
              factor: torch.Tensor | None, scale: float, rms_head: bool, relu: bool) -> torch.Tensor:
     """q [B, Tq, H, Dk], k [B, Tk, H, Dk], v [B, Tk, H, Dv] (contiguous) -> y [B, Tq, H, Dv]."""
-    out = q.new_empty(q.shape[0], q.shape[1], q.shape[2], v.shape[-1])
+    out = _forward_shape(q, k, v, bias, factor, scale, rms_head, relu)
     args = _arguments(q, k, v, bias, factor, scale, rms_head, relu)
     args.out = out.data_ptr()
     _run("forward", args, q.dtype)
@@ -204,8 +204,7 @@ def _backward(grad_y: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.T
               relu: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients of q, k, v and bias (an empty tensor without a bias)."""
     grad_y = grad_y.contiguous()
-    grad_q, grad_k, grad_v = (torch.empty_like(t) for t in (q, k, v))
-    grad_bias = q.new_empty(0) if bias is None else torch.empty_like(bias)
+    grad_q, grad_k, grad_v, grad_bias = _backward_shape(grad_y, q, k, v, bias, factor, scale, rms_head, relu)
     args = _arguments(q, k, v, bias, factor, scale, rms_head, relu)
     args.grad_y, args.grad_q, args.grad_k, args.grad_v = (t.data_ptr() for t in (grad_y, grad_q, grad_k, grad_v))
     args.grad_bias = None if bias is None else grad_bias.data_ptr()
@@ -214,6 +213,7 @@ def _backward(grad_y: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.T
 
 
 def _forward_shape(q, k, v, bias, factor, scale, rms_head, relu):
+    """The output, allocated (the real call fills it; torch.compile traces with it)."""
     return q.new_empty(q.shape[0], q.shape[1], q.shape[2], v.shape[-1])
 
 
