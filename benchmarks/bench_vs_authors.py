@@ -295,7 +295,13 @@ def machine(args: argparse.Namespace) -> dict:
             "platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
             "hyla": hyla.__file__, "hyla_git_commit": git_commit(), "authors_checkout": str(args.authors),
             "authors_git_commit": authors_commit, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
-            "load_average_start": os.getloadavg(), "time_start": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            "malloc_env": malloc_env(), "load_average_start": os.getloadavg(), "time_start": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+def malloc_env() -> dict:
+    """glibc malloc settings given to both sides through the environment (hyla's training sets its
+    own, hyla.train.allocator; the authors' code runs with whatever the environment says)."""
+    return {name: value for name, value in os.environ.items() if name.startswith("MALLOC_")}
 
 
 def report(rows: list[dict], checks: list[str]) -> str:
@@ -346,7 +352,8 @@ def record(args: argparse.Namespace, info: dict, measurements: list[dict]) -> di
     info = {**info, "load_average_end": os.getloadavg(), "time_end": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     rows = ratios(measurements, args.presets, variants(args))
     checks = shape_check(measurements)
-    setting = {"threads": args.threads, "omp_wait_policy": info["omp_wait_policy"], "mixer": args.mixer,
+    setting = {"threads": args.threads, "omp_wait_policy": info["omp_wait_policy"], "malloc_env": info["malloc_env"],
+               "mixer": args.mixer,
                "presets": args.presets, "modes": args.modes, "compile_mode": args.compile_mode, "packs": args.packs,
                "parallel_packs": [f"{p}x{n}" for p, n in args.parallel_packs], "smoke": args.smoke}
     return {"command": [sys.executable, *sys.argv], "setting": setting, "machine": info, "summary": rows,

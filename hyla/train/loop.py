@@ -41,6 +41,7 @@ from hyla.ops import resolve_mixer
 from hyla.ops.attention import cpp
 from hyla.tasks.base import stable_seed
 from hyla.train import distributed
+from hyla.train.allocator import keep_freed_memory
 from hyla.train.distributed import DistContext
 from hyla.train.evaluate import evaluate
 from hyla.train.optim import make_optimizer
@@ -262,10 +263,13 @@ def numerics(cfg: ExperimentConfig, ctx: DistContext, compile_mode: str | None, 
 @contextmanager
 def process_settings(cfg: ExperimentConfig, ctx: DistContext):
     """Threads, deterministic mode, float32 matmul precision, the compiler flag and the global RNG for
-    the duration of a run, restored afterwards."""
+    the duration of a run, restored afterwards; on the CPU, malloc keeps freed memory for reuse
+    (`hyla.train.allocator`, for the rest of the process)."""
     threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
     cublas, matmul = os.environ.get("CUBLAS_WORKSPACE_CONFIG"), torch.get_float32_matmul_precision()
     torch.set_num_threads(cfg.train.threads or default_threads(ctx.world_size))
+    if ctx.device.type == "cpu":
+        keep_freed_memory()
     torch.set_float32_matmul_precision(MATMUL_PRECISION[cfg.train.precision])
     if cfg.train.deterministic:
         if ctx.device.type == "cuda" and cublas is None:
