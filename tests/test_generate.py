@@ -48,16 +48,20 @@ def test_greedy_generation_same_with_and_without_cache(mixer):
 def keys_and_values(model: Transformer, tokens: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Per layer, the keys and values [B, T, H, D] a full (uncached) forward computes for `tokens`:
     by definition what a cache that has seen these tokens must hold."""
-    captured = []
-    hooks = [module.register_forward_hook(lambda m, inputs, output: captured.append(output))
-             for block in model.blocks for module in (block.attention.key, block.attention.value)]
+    contexts = []  # per layer: (attention module, the sequence its keys and values are computed from)
+
+    def capture(module, args, kwargs):
+        context = args[1] if len(args) > 1 else kwargs.get("context")
+        contexts.append((module, args[0] if context is None else context))
+
+    hooks = [block.attention.register_forward_pre_hook(capture, with_kwargs=True) for block in model.blocks]
     try:
         model(tokens)
     finally:
         for hook in hooks:
             hook.remove()
     heads = model.cfg.num_heads
-    return [(k.unflatten(-1, (heads, -1)), v.unflatten(-1, (heads, -1))) for k, v in zip(captured[::2], captured[1::2])]
+    return [(m.key(c).unflatten(-1, (heads, -1)), m.value(c).unflatten(-1, (heads, -1))) for m, c in contexts]
 
 
 def test_cache_holds_exactly_the_keys_and_values_of_the_fed_tokens():

@@ -1,5 +1,5 @@
 """The training hot path's fast versions against their plain references, outputs and gradients:
-oneDNN `Linear` vs nn.Linear (eager and compiled), compiled `gelu_tanh` vs F.gelu, and the model's
+oneDNN `Linear` vs nn.Linear (eager and compiled), `linear_group` vs its layers one by one, compiled `gelu_tanh` vs F.gelu, and the model's
 last block computing only the read-out positions vs every position. (The attention
 implementations are tested against `attention_naive` in test_ops_attention.py.)"""
 
@@ -10,7 +10,7 @@ from torch import nn
 
 from hyla.model import ModelConfig, Transformer
 from hyla.nn.feedforward import gelu_tanh
-from hyla.nn.linear import Linear
+from hyla.nn.linear import Linear, linear_group
 
 @pytest.mark.parametrize("shape, features", [((128, 16, 128), (128, 256)), ((7, 5), (5, 3)), ((3, 4, 37), (37, 1))])
 @pytest.mark.parametrize("bias", [True, False])
@@ -34,6 +34,39 @@ def test_onednn_linear_matches_nn_linear(shape, features, bias):
         ref.zero_grad()
         fast.zero_grad()
     assert isinstance(fast, nn.Linear) and fast.state_dict().keys() == ref.state_dict().keys()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])  # oneDNN, and nn.Linear's path
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_linear_group_equals_the_layers_one_by_one(dtype, bias, compiled):
+    torch.manual_seed(0)
+    layers = [Linear(24, out, bias=bias).to(dtype) for out in (16, 16, 8)]
+    x, grads = torch.randn(3, 5, 24, dtype=dtype), [torch.randn(3, 5, out, dtype=dtype) for out in (16, 16, 8)]
+    group = linear_group
+    if compiled:
+        torch._dynamo.reset()
+        group = torch.compile(linear_group, fullgraph=True)
+    results = []
+    for run in (lambda inp: [layer(inp) for layer in layers], lambda inp: group(inp, layers)):
+        inp = x.clone().requires_grad_()
+        outputs = run(inp)
+        torch.autograd.backward(outputs, grads)
+        results.append([*outputs, inp.grad, *(p.grad.clone() for layer in layers for p in layer.parameters())])
+        for layer in layers:
+            layer.zero_grad(set_to_none=True)
+    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 1e-12, "atol": 1e-12}
+    assert len(results[1]) == len(results[0]) == 4 + 3 * (1 + bias)
+    for got, want in zip(results[1], results[0]):
+        torch.testing.assert_close(got, want, **tol)
+
+
+def test_linear_group_of_mixed_bias_and_of_one_layer():
+    torch.manual_seed(0)
+    layers, x = [Linear(6, 4), Linear(6, 3, bias=False)], torch.randn(2, 6)
+    for got, layer in zip(linear_group(x, layers), layers):
+        torch.testing.assert_close(got, layer(x))
+    assert torch.equal(linear_group(x, layers[:1])[0], layers[0](x))
 
 
 @pytest.mark.parametrize("features", [(128, 256), (256, 128), (5, 128), (128, 16)])  # both weight-grad orientations

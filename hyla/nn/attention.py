@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from hyla.nn.linear import Linear
+from hyla.nn.linear import Linear, linear_group
 from hyla.ops import attention, resolve_mixer
 
 
@@ -82,9 +82,13 @@ class MultiHeadAttention(nn.Module):
         if context.ndim != 3 or context.shape[-1] != self.context_dim or context.shape[0] != x.shape[0]:
             raise ValueError(f"expected context of shape [{x.shape[0]}, T, {self.context_dim}], got {tuple(context.shape)}")
         q_len, heads = x.shape[1], self.num_heads
-        q = self.query(x).unflatten(-1, (heads, -1))  # [B, Tq, H, Dk]
-        k = self.key(context).unflatten(-1, (heads, -1))  # [B, Tk, H, Dk]
-        v = self.value(context).unflatten(-1, (heads, -1))  # [B, Tk, H, Dv]
+        if context is x:
+            q, k, v = linear_group(x, [self.query, self.key, self.value])
+        else:
+            q, (k, v) = self.query(x), linear_group(context, [self.key, self.value])
+        q = q.unflatten(-1, (heads, -1))  # [B, Tq, H, Dk]
+        k = k.unflatten(-1, (heads, -1))  # [B, Tk, H, Dk]
+        v = v.unflatten(-1, (heads, -1))  # [B, Tk, H, Dv]
         if kv_cache is not None:
             if "k" in kv_cache:
                 k, v = torch.cat([kv_cache["k"], k], 1), torch.cat([kv_cache["v"], v], 1)

@@ -96,8 +96,27 @@ class Linear(nn.Linear):
             _register_compiled_operator()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # (under autocast F.linear, which autocast casts: the oneDNN operator would stay float32)
-        if (self.onednn and x.device.type == "cpu" and x.dtype == torch.float32 and self.weight.dtype == torch.float32
-                and x.ndim >= 1 and x.numel() > 0 and not torch.is_autocast_enabled("cpu")):
-            return _OneDnnLinear.apply(x, self.weight, self.bias)
-        return F.linear(x, self.weight, self.bias)
+        return _linear(x, self.weight, self.bias, self.onednn)
+
+
+def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, onednn: bool) -> torch.Tensor:
+    # (under autocast F.linear, which autocast casts: the oneDNN operator would stay float32)
+    if (onednn and x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32
+            and x.ndim >= 1 and x.numel() > 0 and not torch.is_autocast_enabled("cpu")):
+        return _OneDnnLinear.apply(x, weight, bias)
+    return F.linear(x, weight, bias)
+
+
+def linear_group(x: torch.Tensor, layers: list[Linear]) -> list[torch.Tensor]:
+    """[layer(x) for layer in layers] as one matmul: the layers' weights stacked along the outputs
+    (one call instead of several small ones, forward and backward; the gradient with respect to x
+    is summed inside that matmul). Equal to the separate calls up to rounding."""
+    if len(layers) == 1:
+        return [layers[0](x)]
+    biases = [layer.bias for layer in layers]
+    if any(b is None for b in biases) and not all(b is None for b in biases):
+        return [layer(x) for layer in layers]
+    weight = torch.cat([layer.weight for layer in layers])  # [sum of outputs, K]
+    bias = None if biases[0] is None else torch.cat(biases)
+    y = _linear(x, weight, bias, all(layer.onednn for layer in layers))  # [..., sum of outputs]
+    return list(y.split([layer.out_features for layer in layers], dim=-1))
