@@ -31,8 +31,9 @@ pinned to the same `--threads` cores (when fewer than the process may use) and h
 intra-op threads. The models' parameter counts are compared (they must match at the paper presets).
 JSON (commands, versions, machine, load average, every measurement) goes to
 benchmarks/results/vs_authors_<device>.json, one entry of its "runs" per setting (threads,
-OMP_WAIT_POLICY, mixer, presets, modes, compile mode, packs, processes x packs, smoke; a new run of
-the same setting replaces the old one), rewritten after every measurement.
+OMP_WAIT_POLICY, glibc's MALLOC_* variables, mixer, presets, modes, compile mode, packs,
+processes x packs, smoke; a new run of the same setting replaces the old one), rewritten after
+every measurement.
 """
 
 from __future__ import annotations
