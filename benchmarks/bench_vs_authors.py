@@ -55,7 +55,9 @@ RESULTS = ROOT / "benchmarks" / "results"
 AUTHORS_CONFIGS = {"logic_4var_2term": ("configs/logic.py", "logic_4var_2term"),
                    "raven_3x3_4features": ("configs/raven.py", "raven_3x3_4features")}
 AUTHORS_MIXERS = {"hyla": "linear_hypatt", "softmax": "softmax_attention", "linear": "linear_attention"}
-DEFAULT_STEPS = {"logic_4var_2term": 300, "raven_3x3_4features": 40}  # ~20-40 s each on a loaded 2-core CPU
+# Steps per measurement: on the 2-core CPU ~25 s of the authors' code and ~5 s of hyla's compiled
+# training, long enough that a burst of load on a shared machine does not decide a measurement
+DEFAULT_STEPS = {"logic_4var_2term": 1000, "raven_3x3_4features": 100}
 
 # The authors' side, run by --jax-python with the authors' checkout as working directory. Their
 # run.py imports wandb, TensorFlow and the WikiText pipeline at the top, none of which a logic or
