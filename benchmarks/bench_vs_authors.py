@@ -31,7 +31,7 @@ pinned to the same `--threads` cores (when fewer than the process may use) and h
 intra-op threads. The models' parameter counts are compared (they must match at the paper presets).
 JSON (commands, versions, machine, load average, every measurement) goes to
 benchmarks/results/vs_authors_<device>.json, one entry of its "runs" per setting (threads,
-OMP_WAIT_POLICY, glibc's MALLOC_* variables, mixer, presets, modes, compile mode, packs,
+OMP_WAIT_POLICY, glibc's MALLOC_* variables, mixer, presets, steps, modes, compile mode, packs,
 processes x packs, smoke; a new run of the same setting replaces the old one), rewritten after
 every measurement.
 """
@@ -358,7 +358,8 @@ def record(args: argparse.Namespace, info: dict, measurements: list[dict]) -> di
     setting = {"threads": args.threads, "omp_wait_policy": info["omp_wait_policy"], "malloc_env": info["malloc_env"],
                "mixer": args.mixer,
                "presets": args.presets, "modes": args.modes, "compile_mode": args.compile_mode, "packs": args.packs,
-               "parallel_packs": [f"{p}x{n}" for p, n in args.parallel_packs], "smoke": args.smoke}
+               "parallel_packs": [f"{p}x{n}" for p, n in args.parallel_packs], "smoke": args.smoke,
+               "steps": {preset: args.steps or DEFAULT_STEPS[preset] for preset in args.presets}}
     return {"command": [sys.executable, *sys.argv], "setting": setting, "machine": info, "summary": rows,
             "shape_check": checks, "table": report(rows, checks), "measurements": measurements}
 
