@@ -6,6 +6,7 @@ runs at import) and has a public fallback that gives the same values up to float
     oneDNN linear   torch.ops.mkldnn._linear_pointwise   ->  F.linear          (hyla.nn.Linear)
     softmax grad    torch._softmax_backward_data         ->  p * (g - sum(g p))  (hyla_fused)
     ReLU grad       torch.ops.aten.threshold_backward    ->  g where u > 0       (hyla_fused)
+    fused AdamW     torch._fused_adamw_                  ->  torch.optim.AdamW.step  (hyla.train.optim)
 
 and one private mark, `constant_under_compile` (torch.compiler.assume_constant_result without its
 import of torch._dynamo).
@@ -83,6 +84,32 @@ def relu_backward(grad_u: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     if not public_ops_only() and _threshold_backward_works():
         return torch.ops.aten.threshold_backward(grad_u, u, 0)  # one pass instead of two
     return grad_u.masked_fill(u <= 0, 0.0)
+
+
+def fused_adamw_step(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avgs: list[torch.Tensor],
+                     exp_avg_sqs: list[torch.Tensor], steps: list[torch.Tensor], *, lr: float, beta1: float,
+                     beta2: float, weight_decay: float, eps: float) -> None:
+    """One AdamW update of the tensors in place, by the kernel torch.optim.AdamW(fused=True) calls
+    (its step counts already advanced); only call it where `fused_adamw_available()`."""
+    torch._fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, [], steps, amsgrad=False, lr=lr, beta1=beta1,
+                        beta2=beta2, weight_decay=weight_decay, eps=eps, maximize=False, grad_scale=None,
+                        found_inf=None)
+
+
+@functools.cache
+def _fused_adamw_works() -> bool:
+    try:
+        p, g, m, v, step = torch.ones(3), torch.ones(3), torch.zeros(3), torch.zeros(3), torch.ones(())
+        fused_adamw_step([p], [g], [m], [v], [step], lr=0.5, beta1=0.9, beta2=0.999, weight_decay=0.0, eps=1e-8)
+        return torch.allclose(p, torch.full((3,), 0.5))  # the first Adam step moves by lr
+    except (AttributeError, RuntimeError, NotImplementedError, TypeError):
+        return False
+
+
+def fused_adamw_available() -> bool:
+    """Whether this PyTorch's fused AdamW kernel is there as hyla calls it and private operators
+    are allowed."""
+    return not public_ops_only() and _fused_adamw_works()
 
 
 def constant_under_compile(fn):

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from hyla.configs import TrainConfig
+from hyla.ops.torch_internals import fused_adamw_available, fused_adamw_step
 
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -40,10 +41,66 @@ def lr_multiplier(step: int, steps: int, warmup_steps: int, final_fraction: floa
     return final_fraction + (1.0 - final_fraction) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
+class AdamW(torch.optim.AdamW):
+    """torch.optim.AdamW(fused=True) with less bookkeeping per step on the CPU: the same results
+    bit for bit (tests/train/test_train_optim.py), ~0.12 ms less per step for the paper models.
+
+    From the second step on, when every parameter has a gradient and the group options are the
+    plain ones, `step` calls the kernel torch's own step calls (`torch._fused_adamw_`, all of a
+    group's tensors at once) with the same arguments, without torch's per-step Python work, and
+    the step counts of a group live in one tensor (views of it are the per-parameter "step"
+    entries of the state), so counting a step is one addition instead of one per parameter. The
+    state and its state_dict are torch's; anything else takes torch's step.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._groups: list[tuple] | None = None  # per group: params, exp_avgs, exp_avg_sqs, steps, counter
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        if closure is None and self._fast_path_ready():
+            for group, (params, exp_avgs, exp_avg_sqs, steps, counter) in zip(self.param_groups, self._groups):
+                counter.add_(1)
+                beta1, beta2 = group["betas"]
+                fused_adamw_step(params, [p.grad for p in params], exp_avgs, exp_avg_sqs, steps, lr=group["lr"],
+                                 beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"], eps=group["eps"])
+            return None
+        loss = super().step(closure)
+        self._groups = self._shared_step_counts()
+        return loss
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        super().load_state_dict(state_dict)
+        self._groups = None
+
+    def _fast_path_ready(self) -> bool:
+        return self._groups is not None and all(p.grad is not None for group in self._groups for p in group[0])
+
+    def _shared_step_counts(self) -> list[tuple] | None:
+        """The groups' tensor lists with each group's step counts moved into one tensor, or None
+        when the fast path does not apply (then every step is torch's)."""
+        groups = []
+        for group in self.param_groups:
+            params = group["params"]
+            plain = (fused_adamw_available() and group["fused"] and not group["amsgrad"] and not group["maximize"]
+                     and not group["capturable"] and not group["differentiable"] and not torch.is_tensor(group["lr"]))
+            if not (plain and params and all(p.device.type == "cpu" and p.grad is not None and p in self.state
+                                              and p.dtype == params[0].dtype for p in params)):
+                return None
+            states = [self.state[p] for p in params]
+            counter = torch.stack([state["step"] for state in states])  # [P]
+            for i, state in enumerate(states):
+                state["step"] = counter[i]
+            groups.append((params, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
+                           [s["step"] for s in states], counter))
+        return groups
+
+
 def make_optimizer(model: nn.Module, cfg: TrainConfig) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
     """AdamW (no gradient clipping) and its LambdaLR schedule; call scheduler.step() after every update."""
     device_type = next(model.parameters()).device.type
-    optimizer = torch.optim.AdamW(
+    optimizer = AdamW(
         parameter_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
         # fused: one kernel for all tensors; the CPU and CUDA fused kernels are deterministic.
         fused=device_type in ("cpu", "cuda"),

@@ -92,3 +92,37 @@ def test_adamw_settings():
     group = optimizer.param_groups[0]
     assert group["betas"] == (0.9, 0.999) and group["eps"] == 1e-8
     assert math.isclose(group["initial_lr"], 1e-3)
+
+
+@pytest.mark.parametrize("public_ops", [False, True])
+def test_adamw_equals_torch_fused_adamw_bit_for_bit(monkeypatch, tmp_path, public_ops):
+    """hyla's AdamW against torch.optim.AdamW(fused=True): two parameter groups, a step with a
+    parameter left without gradient (torch's path), a state_dict saved and loaded mid-way."""
+    if public_ops:
+        monkeypatch.setenv("HYLA_PUBLIC_OPS", "1")
+    torch.manual_seed(0)
+    models = [Transformer(ModelConfig(num_layers=1, dim=16, num_heads=2, qk_dim=8, v_dim=8, mlp_dim=32,
+                                      input_dim=3, seq_len=4)) for _ in range(2)]
+    models[1].load_state_dict(models[0].state_dict())
+    cfg = TrainConfig(steps=8, warmup_steps=2, lr=1e-2, weight_decay=0.1)
+    ours, our_schedule = make_optimizer(models[0], cfg)
+    theirs = torch.optim.AdamW(parameter_groups(models[1], cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
+                               eps=cfg.eps, fused=True)
+    their_schedule = torch.optim.lr_scheduler.LambdaLR(theirs, our_schedule.lr_lambdas[0])
+    for step in range(8):
+        grads = [torch.randn_like(p) for p in models[0].parameters()]
+        if step == 3:
+            grads[0] = None
+        for model, optimizer, schedule in ((models[0], ours, our_schedule), (models[1], theirs, their_schedule)):
+            for p, g in zip(model.parameters(), grads):
+                p.grad = None if g is None else g.clone()
+            optimizer.step()
+            schedule.step()
+        if step == 5:
+            torch.save(ours.state_dict(), tmp_path / "optimizer.pt")
+            ours.load_state_dict(torch.load(tmp_path / "optimizer.pt", weights_only=True))
+    assert (ours._groups is None) == public_ops  # the fast path ran (or, with public operators only, never)
+    for a, b in zip(models[0].parameters(), models[1].parameters()):
+        assert torch.equal(a, b)
+    for a, b in zip(ours.state.values(), theirs.state.values()):
+        assert a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
