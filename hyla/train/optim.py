@@ -43,7 +43,8 @@ def lr_multiplier(step: int, steps: int, warmup_steps: int, final_fraction: floa
 
 class AdamW(torch.optim.AdamW):
     """torch.optim.AdamW(fused=True) with less bookkeeping per step on the CPU: the same results
-    bit for bit (tests/train/test_train_optim.py), ~0.12 ms less per step for the paper models.
+    bit for bit (tests/train/test_train_optim.py), 0.1-0.2 ms less per step for the paper models
+    (benchmarks/bench_optimizer.py).
 
     From the second step on, when every parameter has a gradient and the group options are the
     plain ones, `step` calls the kernel torch's own step calls (`torch._fused_adamw_`, all of a
@@ -75,7 +76,10 @@ class AdamW(torch.optim.AdamW):
         self._groups = None
 
     def _fast_path_ready(self) -> bool:
-        return self._groups is not None and all(p.grad is not None for group in self._groups for p in group[0])
+        # (a GradScaler hands a fused optimizer its scale and inf flag as attributes: torch's step reads them)
+        return (self._groups is not None and getattr(self, "grad_scale", None) is None
+                and getattr(self, "found_inf", None) is None
+                and all(p.grad is not None for group in self._groups for p in group[0]))
 
     def _shared_step_counts(self) -> list[tuple] | None:
         """The groups' tensor lists with each group's step counts moved into one tensor, or None
