@@ -298,7 +298,8 @@ def machine(args: argparse.Namespace) -> dict:
             "platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
             "hyla": hyla.__file__, "hyla_git_commit": git_commit(), "authors_checkout": str(args.authors),
             "authors_git_commit": authors_commit, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
-            "malloc_env": malloc_env(), "load_average_start": os.getloadavg(), "time_start": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            "malloc_env": malloc_env(), "load_average_start": os.getloadavg(),
+            "time_start": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
 def malloc_env() -> dict:
@@ -356,8 +357,8 @@ def record(args: argparse.Namespace, info: dict, measurements: list[dict]) -> di
     rows = ratios(measurements, args.presets, variants(args))
     checks = shape_check(measurements)
     setting = {"threads": args.threads, "omp_wait_policy": info["omp_wait_policy"], "malloc_env": info["malloc_env"],
-               "mixer": args.mixer,
-               "presets": args.presets, "modes": args.modes, "compile_mode": args.compile_mode, "packs": args.packs,
+               "mixer": args.mixer, "presets": args.presets, "modes": args.modes, "compile_mode": args.compile_mode,
+               "packs": args.packs,
                "parallel_packs": [f"{p}x{n}" for p, n in args.parallel_packs], "smoke": args.smoke,
                "steps": {preset: args.steps or DEFAULT_STEPS[preset] for preset in args.presets}}
     return {"command": [sys.executable, *sys.argv], "setting": setting, "machine": info, "summary": rows,
