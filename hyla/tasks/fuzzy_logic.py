@@ -26,7 +26,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .base import Batch, Task, held_out_count, stable_seed
+from .base import Batch, RowwiseTask, held_out_count, stable_seed
 from .random import RandomStream, integers, permutations, uniform
 
 _TASK_SPLITS = ("train", "valid", "ood", "novel_terms")
@@ -45,7 +45,7 @@ def _lexicographic_rank(combination: list[int], num_items: int) -> int:
     return rank
 
 
-class FuzzyLogic(Task):
+class FuzzyLogic(RowwiseTask):
     """In-context fuzzy logic regression.
 
     Batches are generated on `device` (the same bits on every device, see `hyla.tasks.base`).
@@ -106,16 +106,16 @@ class FuzzyLogic(Task):
         self.check_split(split)
         return self._split_tasks[_parse(split)[0]].clone()
 
-    def _generate(self, split: str, step: int, batch_size: int, rows: tuple[int, int]) -> Batch:
+    def _generate_rows(self, split: str, stream: RandomStream, batch_size: int, rows: tuple[int, int]) -> Batch:
         task_split, variant = _parse(split)
         tasks = self._split_tasks[task_split]
         if len(tasks) == 0:
             raise ValueError(f"split {split!r} has no tasks (num_variables={self.num_variables}, "
                              f"num_terms={self.num_terms}, frac_held_out={self.frac_held_out}, "
                              f"frac_unseen_terms={self.frac_unseen_terms})")
-        B, T, L = rows[1] - rows[0], self.seq_len, self.num_variables  # B: this rank's rows
-        stream = self.random_stream(split, step)
+        T, L = self.seq_len, self.num_variables
         per_sample = stream.bits((batch_size, 1 + L * T), rows)  # one draw: the task, the inputs
+        B = len(per_sample)  # this rank's rows (of every stacked step)
         choice = integers(per_sample[:, 0], len(tasks))
         term_indices = tasks[choice]  # [B, K]
         terms = self._digits[term_indices]  # [B, K, L]
@@ -142,7 +142,8 @@ class FuzzyLogic(Task):
             return own
         shared_stream = stream if self.fixed_inputs == "per_batch" else RandomStream(
             stable_seed(self.seed, self.name, "fixed"), self.device)
-        shared = uniform(shared_stream.bits((1, self.num_variables, self.seq_len))).expand_as(own)
+        shared = uniform(shared_stream.bits((1, self.num_variables, self.seq_len)))  # [one per stream, L, T]
+        shared = shared.repeat_interleave(len(own) // len(shared), dim=0)  # each stream's to its rows
         if variant == "_fixed_context":
             return torch.cat([shared[..., :-1], own[..., -1:]], dim=2)
         return torch.cat([own[..., :-1], shared[..., -1:]], dim=2)  # "_fixed_query"

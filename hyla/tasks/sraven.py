@@ -37,7 +37,7 @@ import math
 import torch
 
 from .ambiguity import is_ambiguous
-from .base import Batch, Task, held_out_count, stable_seed
+from .base import Batch, RowwiseTask, held_out_count, stable_seed
 from .random import RandomStream, integers, permutations
 
 NUM_RULES = 8
@@ -78,7 +78,7 @@ def _rule_rows(num_values: int) -> torch.Tensor:
     return rows
 
 
-class SRaven(Task):
+class SRaven(RowwiseTask):
     """Symbolic Raven progressive matrices.
 
     Batches are generated on `device` (the same bits on every device, see `hyla.tasks.base`);
@@ -151,14 +151,15 @@ class SRaven(Task):
             batch.info["ambiguous"] = is_ambiguous(batch.info["panels"], self.num_values)
         return batch
 
-    def _generate(self, split: str, step: int, batch_size: int, rows: tuple[int, int]) -> Batch:
+    def _generate_rows(self, split: str, stream: RandomStream, batch_size: int, rows: tuple[int, int]) -> Batch:
         rule_set_indices = self._rule_set_indices[_task_split(split)]
         if len(rule_set_indices) == 0:
             raise ValueError(f"split {split!r} has no rule sets (frac_ood={self.frac_ood})")
-        B, K, F = rows[1] - rows[0], self.num_features, self.num_values  # B: this rank's rows
+        K, F = self.num_features, self.num_values
         device = self.device
         # one draw holds every random number of a sample (fewer tensor ops than one draw each)
-        per_sample = self.random_stream(split, step).bits((batch_size, 1 + 8 * K), rows)
+        per_sample = stream.bits((batch_size, 1 + 8 * K), rows)
+        B = len(per_sample)  # this rank's rows (of every stacked step)
         choice, rule_keys, row_draws, subset_draws, perm_keys = per_sample.split(
             [1, K, 3 * K, K, 3 * K], dim=1)
         rule_set_index = rule_set_indices[integers(choice[:, 0], len(rule_set_indices))]

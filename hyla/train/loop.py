@@ -116,6 +116,7 @@ class Trainer:
             self.eager = DistributedDataParallel(model, device_ids=[ctx.device] if ctx.device.type == "cuda" else None)
         self.fallbacks = compile_fallbacks(cfg, ctx.device)
         self._use_next_compile_mode()
+        self.upcoming: dict[int, Any] = {}  # step -> training batch made ahead of its step
 
     def _use_next_compile_mode(self) -> None:
         self.compile_mode = self.fallbacks.pop(0)
@@ -139,9 +140,13 @@ class Trainer:
         return self._update(step, batch)
 
     def batch(self, step: int):
-        """This rank's slice of training batch number `step`, on the device."""
-        batch = self.task.batch("train", self.cfg.train.batch_size, step, self.ctx.rank, self.ctx.world_size)
-        return batch.to(self.ctx.device)
+        """This rank's slice of training batch number `step`, on the device. The task makes
+        `task.batches_per_pass` steps' batches at a time (the same batches, fewer tensor operations)."""
+        if step not in self.upcoming:
+            steps = range(step, step + self.task.batches_per_pass)
+            batches = self.task.batches("train", self.cfg.train.batch_size, steps, self.ctx.rank, self.ctx.world_size)
+            self.upcoming = dict(zip(steps, batches))
+        return self.upcoming.pop(step).to(self.ctx.device)
 
     def seed_dropout(self, step: int) -> None:
         """Attention dropout draws from the global generator: seed it from the step, so the masks do

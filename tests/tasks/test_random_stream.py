@@ -183,6 +183,17 @@ def test_task_draws_are_uniform_where_the_task_definitions_say_so():
 
 
 
+def test_stacked_streams_are_the_single_streams_one_after_another():
+    keys = [5, stable_seed(0, "fuzzy_logic", "train", 3), 2 ** 64 - 1]
+    stacked, singles = RandomStream(keys), [RandomStream(key) for key in keys]
+    for shape, rows in [((8, 3, 5), None), ((8, 2), (2, 6)), ((4,), None)]:
+        drawn = stacked.bits(shape, rows)
+        assert torch.equal(drawn, torch.cat([single.bits(shape, rows) for single in singles]))
+    assert stacked.offset == singles[0].offset == 8 * 15 + 16 + 4
+    with pytest.raises(ValueError, match="at least one key"):
+        RandomStream([])
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     folder = tmp_path_factory.mktemp("corpus")
@@ -241,13 +252,28 @@ def test_rank_slices_generated_alone_equal_the_global_batch(tasks, world_size):
         assert_same(batches(task, world_size), batches(task))
 
 
+def test_batches_of_several_steps_equal_the_batches_made_one_by_one(tasks):
+    """`batches` makes a row-wise task's batches from stacked streams in one pass; every split,
+    variant and rank slice must be bit for bit the batch of its own step."""
+    steps = [0, 3, 4, 11]
+    for task in tasks:
+        for split in task.splits:
+            for rank, world_size in [(0, 1), (1, 2)]:
+                together = task.batches(split, 8, steps, rank, world_size)
+                one_by_one = [task.batch(split, 8, step, rank, world_size) for step in steps]
+                assert_same([(b.x, b.y, *b.info.values()) for b in together],
+                            [(b.x, b.y, *b.info.values()) for b in one_by_one])
+                assert [b.info.keys() for b in together] == [b.info.keys() for b in one_by_one]
+        assert task.batches("train", 8, []) == []
+
+
 def test_batches_are_made_on_the_task_device(corpus):
     """On the meta device every op of batch generation must run there: a CPU tensor mixed in
     raises, and a batch sampled on the CPU and copied would need real data."""
     for task in make_tasks(corpus, "meta"):
         for split in task.splits:
-            batch = task.batch(split, 8, 0, rank=1, world_size=2)
-            assert {t.device.type for t in (batch.x, batch.y, *batch.info.values())} == {"meta"}
+            for batch in [task.batch(split, 8, 0, rank=1, world_size=2), *task.batches(split, 8, [0, 1], 1, 2)]:
+                assert {t.device.type for t in (batch.x, batch.y, *batch.info.values())} == {"meta"}
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -30,3 +30,23 @@ def assert_same_weights(a: dict, b: dict) -> None:
     assert a.keys() == b.keys()
     for key in a:
         assert torch.equal(a[key], b[key]), f"{key} differs"
+
+
+class TaskWrapper:
+    """A task seen through `batch`: subclasses override `batch` to watch or change the batches of
+    given steps. The trainer asks it for one step's batch at a time, so `batch` sees every
+    training batch inside its own step."""
+
+    batches_per_pass = 1
+
+    def __init__(self, task):
+        self.task = task
+
+    def __getattr__(self, name):
+        return getattr(self.task, name)
+
+    def batch(self, split, batch_size, step, rank=0, world_size=1):
+        return self.task.batch(split, batch_size, step, rank, world_size)
+
+    def batches(self, split, batch_size, steps, rank=0, world_size=1):
+        return [self.batch(split, batch_size, step, rank, world_size) for step in steps]

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from helpers_train import tiny_config
+from helpers_train import TaskWrapper, tiny_config
 
 from hyla.configs import config_to_dict
 from hyla.train import train
@@ -69,15 +69,13 @@ def _assert_equal(x, y, where: str) -> None:
         assert x == y, where
 
 
-class SignalAt:
+class SignalAt(TaskWrapper):
     """Wraps a task: sends `sig` to this process when batch `step` of `split` is drawn (inside the
     training step, or inside an evaluation)."""
 
     def __init__(self, task, split: str, step: int, sig=signal.SIGTERM, times: int = 1):
-        self.task, self.split, self.step, self.sig, self.times = task, split, step, sig, times
-
-    def __getattr__(self, name):
-        return getattr(self.task, name)
+        super().__init__(task)
+        self.split, self.step, self.sig, self.times = split, step, sig, times
 
     def batch(self, split, batch_size, step, rank=0, world_size=1):
         if split == self.split and step == self.step and self.times > 0:

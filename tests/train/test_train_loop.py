@@ -7,12 +7,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers_train import assert_same_weights, final_weights, tiny_config
+from helpers_train import TaskWrapper, assert_same_weights, final_weights, tiny_config
 
-from hyla.configs import ConfigError
+from hyla.configs import ConfigError, build_task, resolve_model
 from hyla.ops.attention import cpp
 from hyla.train import NonFiniteLossError, evaluate, load_run, train
 from hyla.train import checkpoint as ckpt
+from hyla.train.distributed import DistContext
+from hyla.train.loop import Trainer, build_model
 
 
 def test_run_folder_contents(tmp_path):
@@ -64,14 +66,12 @@ def test_resume_refuses_a_changed_config(tmp_path):
         train(tiny_config(tmp_path, name="run", steps=10))
 
 
-class _InterruptAt:
+class _InterruptAt(TaskWrapper):
     """Wraps a task; raises KeyboardInterrupt when the training batch of `step` is requested."""
 
     def __init__(self, task, step):
-        self.task, self.step = task, step
-
-    def __getattr__(self, name):
-        return getattr(self.task, name)
+        super().__init__(task)
+        self.step = step
 
     def batch(self, split, batch_size, step, rank=0, world_size=1):
         if split == "train" and step == self.step:
@@ -193,3 +193,17 @@ def test_compiled_training_compiles(tmp_path, mixer):
         warnings.simplefilter("error", RuntimeWarning)  # a fallback to eager would warn
         run = train(tiny_config(tmp_path, name=mixer, mixer=mixer, steps=6, compile=True))
     assert json.loads((run / "summary.json").read_text())["status"] == "completed"
+
+
+def test_the_trainer_makes_batches_ahead_that_equal_the_task_batches():
+    """The trainer asks for `batches_per_pass` steps' batches at once; from any first step (a
+    resumed run starts anywhere) and across passes each is the task's batch of its step."""
+    cfg = tiny_config(None)
+    task = build_task(cfg)
+    cfg = replace(cfg, model=resolve_model(cfg.model, task))
+    trainer = Trainer(cfg, task, build_model(cfg), DistContext(0, 1, torch.device("cpu")))
+    assert task.batches_per_pass > 1
+    for step in range(5, 5 + 2 * task.batches_per_pass + 3):
+        made, expected = trainer.batch(step), task.batch("train", cfg.train.batch_size, step)
+        assert torch.equal(made.x, expected.x) and torch.equal(made.y, expected.y)
+    assert len(trainer.upcoming) == task.batches_per_pass - 3  # made ahead, not yet used
