@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -41,31 +42,54 @@ def lr_multiplier(step: int, steps: int, warmup_steps: int, final_fraction: floa
     return final_fraction + (1.0 - final_fraction) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
+SMALL_TENSOR = 32768
+"""Below this many elements a tensor's AdamW update runs on one thread: torch's CPU kernel starts
+the thread team for every tensor (~4 us on the 2-core development machine, against 0.5 us for
+the whole update of a 128-element tensor); one thread is faster up to ~32K elements."""
+
+
+@contextlib.contextmanager
+def one_thread():
+    """torch's intra-op thread count set to 1 inside the block (the count does not change results)."""
+    threads = torch.get_num_threads()
+    if threads > 1:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if threads > 1:
+            torch.set_num_threads(threads)
+
+
 class AdamW(torch.optim.AdamW):
     """torch.optim.AdamW(fused=True) with less bookkeeping per step on the CPU: the same results
-    bit for bit (tests/train/test_train_optim.py), 0.1-0.2 ms less per step for the paper models
-    (benchmarks/bench_optimizer.py).
+    bit for bit (tests/train/test_train_optim.py), about half the time per step for the paper
+    models (benchmarks/bench_optimizer.py).
 
     From the second step on, when every parameter has a gradient and the group options are the
-    plain ones, `step` calls the kernel torch's own step calls (`torch._fused_adamw_`, all of a
-    group's tensors at once) with the same arguments, without torch's per-step Python work, and
-    the step counts of a group live in one tensor (views of it are the per-parameter "step"
-    entries of the state), so counting a step is one addition instead of one per parameter. The
-    state and its state_dict are torch's; anything else takes torch's step.
+    plain ones, `step` calls the kernel torch's own step calls (`torch._fused_adamw_`) with the
+    same arguments, without torch's per-step Python work: once for a group's small tensors on one
+    thread (`SMALL_TENSOR`), once for the others on all threads. The step counts of a group live
+    in one tensor (views of it are the per-parameter "step" entries of the state), so counting a
+    step is one addition instead of one per parameter. The state and its state_dict are torch's;
+    anything else takes torch's step.
     """
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._groups: list[tuple] | None = None  # per group: params, exp_avgs, exp_avg_sqs, steps, counter
+        self._groups: list[tuple] | None = None  # per group: its parts (see _shared_step_counts), counter
 
     @torch.no_grad()
     def step(self, closure=None):
         if closure is None and self._fast_path_ready():
-            for group, (params, exp_avgs, exp_avg_sqs, steps, counter) in zip(self.param_groups, self._groups):
+            for group, (parts, counter) in zip(self.param_groups, self._groups):
                 counter.add_(1)
                 beta1, beta2 = group["betas"]
-                fused_adamw_step(params, [p.grad for p in params], exp_avgs, exp_avg_sqs, steps, lr=group["lr"],
-                                 beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"], eps=group["eps"])
+                for params, exp_avgs, exp_avg_sqs, steps, small in parts:
+                    with one_thread() if small else contextlib.nullcontext():
+                        fused_adamw_step(params, [p.grad for p in params], exp_avgs, exp_avg_sqs, steps,
+                                         lr=group["lr"], beta1=beta1, beta2=beta2,
+                                         weight_decay=group["weight_decay"], eps=group["eps"])
             return None
         loss = super().step(closure)
         self._groups = self._shared_step_counts()
@@ -79,11 +103,11 @@ class AdamW(torch.optim.AdamW):
         # (a GradScaler hands a fused optimizer its scale and inf flag as attributes: torch's step reads them)
         return (self._groups is not None and getattr(self, "grad_scale", None) is None
                 and getattr(self, "found_inf", None) is None
-                and all(p.grad is not None for group in self._groups for p in group[0]))
+                and all(p.grad is not None for group in self.param_groups for p in group["params"]))
 
     def _shared_step_counts(self) -> list[tuple] | None:
-        """The groups' tensor lists with each group's step counts moved into one tensor, or None
-        when the fast path does not apply (then every step is torch's)."""
+        """Per group: its tensor lists, split into small and other tensors, and the one tensor its
+        step counts moved into; None when the fast path does not apply (then every step is torch's)."""
         groups = []
         for group in self.param_groups:
             params = group["params"]
@@ -96,8 +120,14 @@ class AdamW(torch.optim.AdamW):
             counter = torch.stack([state["step"] for state in states])  # [P]
             for i, state in enumerate(states):
                 state["step"] = counter[i]
-            groups.append((params, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
-                           [s["step"] for s in states], counter))
+            parts = []
+            for small in (True, False):
+                members = [i for i, p in enumerate(params) if (p.numel() < SMALL_TENSOR) == small]
+                if members:
+                    parts.append(([params[i] for i in members], [states[i]["exp_avg"] for i in members],
+                                  [states[i]["exp_avg_sq"] for i in members], [states[i]["step"] for i in members],
+                                  small))
+            groups.append((parts, counter))
         return groups
 
 

@@ -96,12 +96,13 @@ def test_adamw_settings():
 
 @pytest.mark.parametrize("public_ops", [False, True])
 def test_adamw_equals_torch_fused_adamw_bit_for_bit(monkeypatch, tmp_path, public_ops):
-    """hyla's AdamW against torch.optim.AdamW(fused=True): two parameter groups, a step with a
-    parameter left without gradient (torch's path), a state_dict saved and loaded mid-way."""
+    """hyla's AdamW against torch.optim.AdamW(fused=True): two parameter groups, small tensors
+    (updated on one thread) and large ones, a step with a parameter left without gradient (torch's
+    path), a state_dict saved and loaded mid-way."""
     if public_ops:
         monkeypatch.setenv("HYLA_PUBLIC_OPS", "1")
     torch.manual_seed(0)
-    models = [Transformer(ModelConfig(num_layers=1, dim=16, num_heads=2, qk_dim=8, v_dim=8, mlp_dim=32,
+    models = [Transformer(ModelConfig(num_layers=1, dim=16, num_heads=2, qk_dim=8, v_dim=8, mlp_dim=2560,
                                       input_dim=3, seq_len=4)) for _ in range(2)]
     models[1].load_state_dict(models[0].state_dict())
     cfg = TrainConfig(steps=8, warmup_steps=2, lr=1e-2, weight_decay=0.1)
@@ -122,6 +123,8 @@ def test_adamw_equals_torch_fused_adamw_bit_for_bit(monkeypatch, tmp_path, publi
             torch.save(ours.state_dict(), tmp_path / "optimizer.pt")
             ours.load_state_dict(torch.load(tmp_path / "optimizer.pt", weights_only=True))
     assert (ours._groups is None) == public_ops  # the fast path ran (or, with public operators only, never)
+    if not public_ops:
+        assert [part[-1] for part in ours._groups[0][0]] == [True, False]  # small, then the 16 x 2560 MLP weights
     for a, b in zip(models[0].parameters(), models[1].parameters()):
         assert torch.equal(a, b)
     for a, b in zip(ours.state.values(), theirs.state.values()):
