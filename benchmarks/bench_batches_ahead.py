@@ -11,7 +11,6 @@ the training loop. Also times making the batches alone, milliseconds a batch, pe
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -19,11 +18,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+from bench_optimizer import write_results
 
 from hyla.configs import build_task, get_preset, resolve_model
 from hyla.train.distributed import DistContext
 from hyla.train.loop import Trainer, build_model, process_settings
-from hyla.train.run_dir import cpu_name, git_commit
 
 RESULTS = Path(__file__).parent / "results" / "batches_ahead.json"
 
@@ -46,18 +45,17 @@ def measure(preset: str, threads: int, rounds: int, steps: int) -> dict:
         trainer = Trainer(cfg, task, build_model(cfg), ctx)
         ahead = task.batches_per_pass
         alone = {per_pass: ms_per_batch(task, cfg.train.batch_size, per_pass) for per_pass in (1, 4, ahead, 4 * ahead)}
-        step = 0
         for step in range(3):  # compilation and warm-up
             trainer.step(step)
         rates = {1: [], ahead: []}
         for _ in range(rounds):  # alternating, so that drift of the machine's speed falls on both
-            for per_pass in rates:
+            for per_pass, timings in rates.items():
                 task.batches_per_pass, trainer.upcoming = per_pass, {}
                 start = time.perf_counter()
                 for _ in range(steps):
                     step += 1
                     trainer.step(step)
-                rates[per_pass].append(steps / (time.perf_counter() - start))
+                timings.append(steps / (time.perf_counter() - start))
         task.batches_per_pass = ahead
     ratios = [b / a for a, b in zip(rates[1], rates[ahead])]
     return {"preset": preset, "batch_size": cfg.train.batch_size, "batches_per_pass": ahead,
@@ -82,12 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{preset}: {row['batches_per_pass']} batches a pass / 1: x{row['median_ratio']:.3f} steps/s "
               f"(median of {args.rounds} alternating rounds of {steps} steps); a batch alone "
               + ", ".join(f"{v:.3f} ms ({k} a pass)" for k, v in row["ms_per_batch_alone"].items()))
-    if args.out:
-        info = {"cpu": cpu_name(), "threads": args.threads, "torch": torch.__version__, "git_commit": git_commit(),
-                "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps({"machine": info, "rows": rows}, indent=2) + "\n")
-        print(f"wrote {args.out}", file=sys.stderr)
+    write_results(args.out, args.threads, rows)
     return 0
 
 

@@ -67,13 +67,20 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(f"{preset} ({row['parameter_tensors']} tensors): torch {row['median_us']['torch']:.1f} us, "
               f"hyla {row['median_us']['hyla']:.1f} us per step (median of {args.rounds} alternating rounds)")
-    if args.out:
-        info = {"cpu": cpu_name(), "threads": args.threads, "torch": torch.__version__, "git_commit": git_commit(),
-                "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps({"machine": info, "rows": rows}, indent=2) + "\n")
-        print(f"wrote {args.out}", file=sys.stderr)
+    write_results(args.out, args.threads, rows)
     return 0
+
+
+def write_results(out: str, threads: int, rows: list[dict]) -> None:
+    """`rows` with the machine, thread count, torch version, commit and time, as JSON in `out`
+    (nothing when `out` is empty)."""
+    if not out:
+        return
+    info = {"cpu": cpu_name(), "threads": threads, "torch": torch.__version__, "git_commit": git_commit(),
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps({"machine": info, "rows": rows}, indent=2) + "\n")
+    print(f"wrote {out}", file=sys.stderr)
 
 
 if __name__ == "__main__":

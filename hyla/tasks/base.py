@@ -106,9 +106,9 @@ class Task:
                       device: torch.device | str | None = None) -> RandomStream:
         """The random numbers of batch `step` of `split` (a list of steps: their streams stacked),
         drawn on `device` (default: the task's); the same numbers on every device."""
-        steps = step if isinstance(step, list) else [step]
-        keys = [stable_seed(self.seed, self.name, split, s) for s in steps]
-        return RandomStream(keys if isinstance(step, list) else keys[0], device or self.device)
+        if isinstance(step, list):
+            return RandomStream([stable_seed(self.seed, self.name, split, s) for s in step], device or self.device)
+        return RandomStream(stable_seed(self.seed, self.name, split, step), device or self.device)
 
     def check_split(self, split: str) -> None:
         if split not in self.splits:

@@ -87,8 +87,8 @@ class RandomStream:
     list of S integers: S streams stacked (every draw has S times the rows: stream 0's, then
     stream 1's, ...).
     `bits` draws a tensor of the full `shape` (or its `rows=(start, stop)` slice of the first
-    dimension, from every stacked stream) and advances the stream past the full shape; `uniform`, `integers` and
-    `permutations` turn bits into the numbers a task needs. Drawing everything a batch needs in
+    dimension, from every stacked stream) and advances the stream past the full shape; `uniform`,
+    `integers` and `permutations` turn bits into the numbers a task needs. Drawing everything a batch needs in
     one `bits` call and converting slices of it keeps the op count low (each draw costs about a
     dozen tensor ops, whatever its size).
     """
