@@ -77,7 +77,7 @@ def hyla_fn(impl: str, args):
 
     triton_options = {}
     if args.blocks:
-        triton_options.update(block_q=args.blocks[0], block_k=args.blocks[1], block_v=args.blocks[2])
+        triton_options.update(tiles=[tuple(args.blocks)])
     if args.num_warps:
         triton_options.update(num_warps=args.num_warps)
 
@@ -203,12 +203,16 @@ def compile_report(args):
         q = torch.empty(1, 64, args.heads, args.head_dim, dtype=getattr(torch, dtype_name), device="meta")
         pair = torch.empty(64, 64, device="meta")
         for block_q, block_k, block_v, warps in configs:
-            compiled = th.compile_kernels(q, q, q, normalization="rms_head", bias=pair, mask=pair.bool(),
-                                          dropout_mask=pair, blocks=(block_q, block_k, block_v), num_warps=warps,
-                                          arch=args.arch)
+            try:
+                compiled = th.compile_kernels(q, q, q, normalization="rms_head", bias=pair, mask=pair.bool(),
+                                              dropout_mask=pair, tiles=[(block_q, block_k, block_v)], num_warps=warps,
+                                              arch=args.arch)
+            except ValueError as error:  # too large for this GPU
+                print(error, flush=True)
+                continue
             for name, kernel in compiled.items():
                 row = dict(kernel=name, dtype=dtype_name, block_q=block_q, block_k=block_k, block_v=block_v,
-                           num_warps=warps, products=th._float32_precision() if dtype_name == "float32" else dtype_name,
+                           num_warps=warps, products="ieee",
                            **kernel_resources(kernel))
                 rows.append(row)
                 print(row, flush=True)
@@ -240,7 +244,7 @@ def main(argv=None):
         for length in args.lengths:
             for impl in args.implementations:
                 rows.append(run_case(impl, length, dtype_name, args, lambda inputs: forward_backward(
-                    streamed, *(t.float() if t.is_floating_point() else t for t in inputs))))
+                    streamed, *(t.double() if t.is_floating_point() else t for t in inputs))))
                 print_table(rows[-1:])
     result = dict(
         benchmark="triton_attention", heads=args.heads, head_dim=args.head_dim, tokens=args.tokens,

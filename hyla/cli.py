@@ -10,6 +10,7 @@ that is not a run, a run of the wrong task, a damaged checkpoint) ends with one 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -55,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"hyla: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
         return 2
+    prefer_passive_openmp()
     module, function = COMMANDS[name][0].split(":")
     command = getattr(importlib.import_module(module), function)
     try:
@@ -68,6 +70,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hyla {name}: error: {message}", file=sys.stderr)
         return 2
     return 0 if code is None else int(code)
+
+
+def prefer_passive_openmp() -> None:
+    """OMP_WAIT_POLICY=PASSIVE unless the user chose a policy: waiting OpenMP threads then sleep
+    instead of spinning, which on cores that other processes use slows training 5-15x
+    (benchmarks/README.md, "Threads on a shared machine"). OpenMP reads it once, when torch loads: set
+    here, before any command imports torch (the sweeps' and the demo's runs inherit it)."""
+    if "torch" not in sys.modules:
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def user_errors() -> tuple[type[Exception], ...]:

@@ -245,8 +245,9 @@ class ExperimentConfig:
 
 
 # Settings that may change when a run is resumed: they do not change what the run computes (threads,
-# device, compile and precision settings may change its floating-point rounding: resume warns).
-RESUMABLE_CHANGES = ("resume", "train.stop_at", "train.progress", "train.tensorboard", "train.wandb", "train.threads",
+# device, compile and precision settings may change its floating-point rounding: resume warns). Where
+# the run lives (out_dir, name) is not a training setting: a run folder may be moved or renamed.
+RESUMABLE_CHANGES = ("out_dir", "name", "resume", "train.stop_at", "train.progress", "train.tensorboard", "train.wandb", "train.threads",
                      "train.analysis_every", "train.analysis_samples",
                      "train.log_every", "train.eval_every", "train.eval_samples", "train.final_eval_samples",
                      "train.eval_batch_size", "train.checkpoint_every", "train.compile", "train.compile_mode",

@@ -54,7 +54,7 @@ class DemoOptions:
     final_eval_samples: int | None = None
     """default: the preset's"""
     progress: bool = True
-    """progress bars (--no-progress: none; when the output is not a terminal, one line per finished run)"""
+    """progress bars (--no-progress: none; not on a terminal: a line per run every 30 s and at its end)"""
 
     def __post_init__(self):
         if self.preset not in PRESETS:

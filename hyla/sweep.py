@@ -12,9 +12,12 @@ A sweep file (YAML) looks like
     parallel: 2                            # runs at once with the local launcher (default: 1)
     slurm: {timeout_min: 240, slurm_partition: gpu, gpus_per_node: 1, cpus_per_task: 8}  # optional
 
-Every run is a subprocess `hyla train` (or `hyla resume` when a checkpoint exists) writing to
+Every run's config is built and checked before anything launches (`--dry-run` included): a bad
+key or value ends with one line naming the sweep file and the grid or overrides entry. Every run
+is a subprocess `hyla train` (or `hyla resume` when a checkpoint exists) writing to
 `<out_dir>/<run name>`, with its output in `<out_dir>/<run name>.log`. Completed runs are
-skipped, so re-running the same command after an interruption finishes the sweep.
+skipped and a run killed before its first checkpoint starts again from scratch, so re-running the
+same command after an interruption of any kind finishes the sweep.
 
 Launchers (`--launcher`): `local` (default) runs `parallel` runs at once here and waits;
 `slurm` submits each run as a Slurm job (an array job, through submitit: pip install
@@ -28,17 +31,22 @@ size; seeds, learning rates and the like may differ) as packs of up to N runs, e
 batched model (hyla.train.packed), `parallel` packs at a time, each in a process of its own; every
 run still writes its own run folder, and a stopped pack is packed again and resumes exactly.
 
-`hyla sweep SPEC --status` shows each run as done, running, pending (not started, queued, or
-stopped and resumable) or failed, from the run folders: summary.json's status, and
-`<run name>.running` (written while a job trains) and `<run name>.job` (a queued Slurm job).
+`hyla sweep SPEC --status` shows each run as done, running (its owner is alive), pending (not
+started, queued, or stopped cleanly and resumable), stale (killed: its owner is gone, and it ended
+without a summary; a re-run resumes or restarts it) or failed, from the run folders:
+summary.json's status, and `<run name>.running` (written while a job trains: the pids of the job
+and of its training) and `<run name>.job` (a queued Slurm job).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import math
 import multiprocessing
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -62,6 +70,9 @@ class Run:
     name: str
     seed: int
     overrides: dict[str, Any]
+    """the sweep's overrides with this run's grid point on top"""
+    point: dict[str, Any] = field(default_factory=dict)
+    """this run's grid entries"""
 
 
 @dataclass
@@ -74,6 +85,8 @@ class SweepSpec:
     grid: list[dict[str, list]] = field(default_factory=lambda: [{}])
     parallel: int = 1
     slurm: dict[str, Any] = field(default_factory=dict)
+    source: str = "sweep"
+    """the sweep file (named in error messages)"""
 
     @staticmethod
     def load(path: str | Path) -> "SweepSpec":
@@ -93,7 +106,7 @@ class SweepSpec:
         return SweepSpec(
             name=data["name"], preset=data["preset"], out_dir=data.get("out_dir") or f"runs/{data['name']}",
             seeds=list(data.get("seeds", [0])), overrides=dict(data.get("overrides") or {}), grid=grids,
-            parallel=int(data.get("parallel", 1)), slurm=dict(data.get("slurm") or {}),
+            parallel=int(data.get("parallel", 1)), slurm=dict(data.get("slurm") or {}), source=str(path),
         )
 
     def runs(self) -> list[Run]:
@@ -106,7 +119,7 @@ class SweepSpec:
                 name = f"{label}__s{seed}"
                 if name not in seen:
                     seen.add(name)
-                    runs.append(Run(name, seed, {**self.overrides, **point}))
+                    runs.append(Run(name, seed, {**self.overrides, **point}, point))
         return runs
 
 
@@ -118,11 +131,62 @@ def override_flags(key: str, value: Any) -> list[str]:
     return [f"--{key}", str(value)]
 
 
+def check_configs(spec: SweepSpec, threads: int) -> None:
+    """Build and validate every run's config; ConfigError naming the sweep file and the grid or
+    overrides entry (else the run) that is invalid, with the valid choices."""
+    from hyla.configs import ConfigError
+    from hyla.train.commands import parse_train_args
+
+    for run in spec.runs():
+        for key in run.overrides:
+            _check_key(spec, run, key)
+        try:
+            parse_train_args(train_args(spec, run, threads))
+        except ConfigError as e:
+            raise ConfigError(f"{spec.source}: {_entry(run, str(e))}: {e}") from None
+
+
+def _check_key(spec: SweepSpec, run: Run, key: str) -> None:
+    """ConfigError unless `key` names a config field ("section.field"), listing the valid ones."""
+    import dataclasses
+    import typing
+
+    from hyla.configs import ConfigError, ExperimentConfig
+
+    kind, path = ExperimentConfig, []
+    for part in key.split("."):
+        names = [f.name for f in dataclasses.fields(kind)] if dataclasses.is_dataclass(kind) else []
+        if part not in names:
+            where = f"fields of {'.'.join(path)}" if path else "sections and fields"
+            raise ConfigError(f"{spec.source}: {_where(run, key)} entry {key}: unknown key; valid {where}: "
+                              f"{', '.join(names)}")
+        kind, path = typing.get_type_hints(kind)[part], [*path, part]
+
+
+def _where(run: Run, key: str) -> str:
+    return "grid" if key in run.point else "overrides"
+
+
+def _entry(run: Run, message: str) -> str:
+    """The sweep-file entry that an error message names first, grid entries before overrides (they
+    are what differs from the runs that pass), else the run."""
+    found = {}
+    for key in run.overrides:
+        match = re.search(rf"(?<![\w.]){re.escape(key)}(?!\w)", message)
+        if match:
+            found[key] = (key not in run.point, match.start())
+    if not found:
+        return f"run {run.name}"
+    key = min(found, key=found.get)
+    return f"{_where(run, key)} entry {key}: {run.overrides[key]!r} (run {run.name})"
+
+
 def run_command(spec: SweepSpec, run: Run, threads: int) -> list[str]:
     """The `hyla` command line that trains (or resumes) one run of the sweep."""
     run_dir = Path(spec.out_dir) / run.name
     hyla = [sys.executable, "-m", "hyla.cli"]
-    if RunDir(run_dir).checkpoint_file.exists():
+    if RunDir(run_dir).has_checkpoint():
+        threads = run.overrides.get("train.threads", threads)  # what `train_args` gave it
         return hyla + ["resume", str(run_dir), "--train.no-progress", "--train.threads", str(threads)]
     return hyla + ["train"] + train_args(spec, run, threads)
 
@@ -137,12 +201,27 @@ def train_args(spec: SweepSpec, run: Run, threads: int) -> list[str]:
 
 
 def run_status(run_dir: Path) -> str:
-    """summary.json's status (completed | stopped | interrupted | diverged | failed), else partial
-    (a checkpoint, no summary: killed) or new."""
+    """summary.json's status (completed | stopped | interrupted | diverged | failed) unless a later
+    session wrote a newer checkpoint, else partial (a checkpoint and no summary of it: killed),
+    started (files but no checkpoint: killed before its first one) or new."""
     run = RunDir(run_dir)
-    if run.summary_file.exists():
+    checkpoint = run.checkpoint_file if run.checkpoint_file.exists() else run.previous_checkpoint_file
+    if run.summary_file.exists() and (not checkpoint.exists()
+                                      or run.summary_file.stat().st_mtime >= checkpoint.stat().st_mtime):
         return run.read_summary().get("status", "new")
-    return "partial" if run.checkpoint_file.exists() else "new"
+    if checkpoint.exists():
+        return "partial"
+    return "started" if run.exists() else "new"
+
+
+def restart_cleanly(run_dir: Path) -> bool:
+    """Remove a run folder that has no checkpoint (a run killed before its first one), so that it
+    starts again from scratch; whether there was one."""
+    run = RunDir(run_dir)
+    if not run.exists() or run.has_checkpoint():
+        return False
+    shutil.rmtree(run_dir)
+    return True
 
 
 def _marker(spec: SweepSpec, run: Run, kind: str) -> Path:
@@ -159,23 +238,33 @@ def _write_marker(path: Path, **info) -> None:
 
 
 def _running(marker: Path) -> bool:
-    """The marker exists and, if it was written on this host, its process is alive."""
+    """The marker exists and, if it was written on this host, its job or the job's training is alive
+    (a training outlives a sweep killed with kill -9)."""
     if not marker.exists():
         return False
     info = json.loads(marker.read_text() or "{}")
     if info.get("host") != socket.gethostname():
         return True
+    return any(_alive(info[key]) for key in ("pid", "training_pid") if key in info)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie, killed and not yet reaped, does not)."""
     try:
-        os.kill(info["pid"], 0)
-    except (ProcessLookupError, KeyError):
+        os.kill(pid, 0)
+    except ProcessLookupError:
         return False  # left behind by a killed job
     except PermissionError:
         pass
-    return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True  # no /proc: alive as far as kill can tell
 
 
 def sweep_status(spec: SweepSpec) -> dict[str, str]:
-    """{run name: running | queued | completed | stopped | interrupted | diverged | failed | partial | new}."""
+    """{run name: running | queued | completed | stopped | interrupted | diverged | failed | partial | started
+    | new}."""
     out, states = Path(spec.out_dir), {}
     for run in spec.runs():
         status = run_status(out / run.name)
@@ -188,7 +277,8 @@ def sweep_status(spec: SweepSpec) -> dict[str, str]:
     return states
 
 
-STATUS_GROUPS = {"completed": "done", "running": "running", "diverged": "failed", "failed": "failed"}  # else pending
+STATUS_GROUPS = {"completed": "done", "running": "running", "partial": "stale", "started": "stale",
+                 "diverged": "failed", "failed": "failed"}  # else pending
 
 
 def print_status(spec: SweepSpec) -> dict[str, int]:
@@ -199,7 +289,7 @@ def print_status(spec: SweepSpec) -> dict[str, int]:
         summary = RunDir(Path(spec.out_dir) / name).read_summary()
         progress = f"step {summary['step']}/{summary['steps']}" if "step" in summary and state != "running" else ""
         print(f"{name:<{width}}  {STATUS_GROUPS.get(state, 'pending'):<8} {state:<12} {progress}".rstrip())
-    counts = {group: 0 for group in ("done", "running", "pending", "failed")}
+    counts = {group: 0 for group in ("done", "running", "pending", "stale", "failed")}
     for state in states.values():
         counts[STATUS_GROUPS.get(state, "pending")] += 1
     print(f"sweep {spec.name}: " + ", ".join(f"{n} {group}" for group, n in counts.items()) + f" ({spec.out_dir})")
@@ -219,12 +309,16 @@ class RunJob:
         self.process: subprocess.Popen | None = None
 
     def __call__(self) -> int:
-        marker = _marker(self.spec, self.run, "running")
-        _write_marker(marker, pid=os.getpid(), job_id=os.environ.get("SLURM_JOB_ID"))
+        marker, job_id = _marker(self.spec, self.run, "running"), os.environ.get("SLURM_JOB_ID")
+        _write_marker(marker, pid=os.getpid(), job_id=job_id)
         try:
             with open(Path(self.spec.out_dir) / f"{self.run.name}.log", "a") as log:
+                if restart_cleanly(Path(self.spec.out_dir) / self.run.name):
+                    log.write(f"{self.run.name}: killed before its first checkpoint; starting again from scratch\n")
+                    log.flush()
                 self.process = subprocess.Popen(run_command(self.spec, self.run, self.threads), stdout=log,
                                                 stderr=subprocess.STDOUT)
+                _write_marker(marker, pid=os.getpid(), training_pid=self.process.pid, job_id=job_id)
                 return self.process.wait()
         finally:
             marker.unlink(missing_ok=True)
@@ -269,10 +363,11 @@ def _todo(spec: SweepSpec) -> list[Run]:
 def run_sweep(spec: SweepSpec, dry_run: bool = False, progress: bool = True) -> dict[str, int]:
     """Train every run of the sweep that is not complete, here, `spec.parallel` at a time (each a
     `hyla` subprocess); returns {run name: exit code}. Progress is read from the runs' metrics.jsonl."""
+    threads = max(1, (os.cpu_count() or 1) // max(1, spec.parallel))
+    check_configs(spec, threads)
     out = Path(spec.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     runs, todo = spec.runs(), _todo(spec)
-    threads = max(1, (os.cpu_count() or 1) // max(1, spec.parallel))
     print(f"sweep {spec.name}: {len(runs)} runs, {len(runs) - len(todo)} complete or under way, {len(todo)} to run "
           f"({spec.parallel} at once, {threads} threads each) in {out}")
     if dry_run:
@@ -309,10 +404,14 @@ def run_steps(spec: SweepSpec, run: Run) -> int:
 
 class RunProgress:
     """One progress bar per run (steps) on a terminal. Elsewhere (a log file, CI) bars redrawn in place
-    would garble the output, so each run gets one line when it finishes instead."""
+    would garble the output: each run gets a line (step, elapsed time, ETA) when it first makes
+    progress, then at most every `every` seconds, and one when it finishes."""
 
-    def __init__(self, total_steps: dict[str, int], enabled: bool = True):
+    def __init__(self, total_steps: dict[str, int], enabled: bool = True, every: float = 30.0):
         self.as_lines = enabled and not sys.stderr.isatty()
+        self.totals, self.every = total_steps, every
+        self.first_seen: dict[str, tuple[float, int]] = {}  # name -> (time, step) of its first progress
+        self.last_line: dict[str, float] = {}
         self.bars = {}
         if enabled and not self.as_lines:
             from tqdm.auto import tqdm
@@ -322,12 +421,26 @@ class RunProgress:
                          for position, (name, total) in enumerate(total_steps.items())}
 
     def update(self, name: str, step: int) -> None:
+        self._advance_bar(name, step)
+        now = time.monotonic()
+        if self.as_lines and step > 0 and now - self.last_line.get(name, -math.inf) >= self.every:
+            self.last_line[name] = now
+            print(self._line(name, step, now), file=sys.stderr, flush=True)
+
+    def _line(self, name: str, step: int, now: float) -> str:
+        """`name: step S/N, 1m05s elapsed, ETA 2m10s` (timed from the run's first progress seen here)."""
+        since, first_step = self.first_seen.setdefault(name, (now, step))
+        total, elapsed = self.totals[name], now - since
+        eta = f", ETA {_duration(elapsed / (step - first_step) * (total - step))}" if step > first_step else ""
+        return f"{name}: step {step}/{total}, {_duration(elapsed)} elapsed{eta}"
+
+    def _advance_bar(self, name: str, step: int) -> None:
         bar = self.bars.get(name)
         if bar is not None and step > bar.n:
             bar.update(step - bar.n)
 
     def finished(self, name: str, step: int, code: int) -> None:
-        self.update(name, step)
+        self._advance_bar(name, step)
         if self.as_lines:
             outcome = "finished" if code == 0 else f"exited with code {code}"
             print(f"{name}: {outcome} at step {step}", file=sys.stderr, flush=True)
@@ -335,6 +448,11 @@ class RunProgress:
     def close(self) -> None:
         for bar in self.bars.values():
             bar.close()
+
+
+def _duration(seconds: float) -> str:
+    minutes, seconds = divmod(int(seconds), 60)
+    return f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
 
 
 def last_train_step(run: Path) -> int:
@@ -360,10 +478,11 @@ def run_packed_sweep(spec: SweepSpec, size: int, dry_run: bool = False) -> dict[
     from hyla.train.commands import parse_train_args
     from hyla.train.packed import plan_packs
 
+    threads = max(1, (os.cpu_count() or 1) // max(1, spec.parallel))
+    check_configs(spec, threads)
     out = Path(spec.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     runs, todo = spec.runs(), {run.name: run for run in _todo(spec)}
-    threads = max(1, (os.cpu_count() or 1) // max(1, spec.parallel))
     # resume=True: a run with a checkpoint continues from it, a new one starts
     packs = plan_packs([replace(parse_train_args(train_args(spec, run, threads))[0], resume=True)
                         for run in todo.values()], size)
@@ -373,6 +492,8 @@ def run_packed_sweep(spec: SweepSpec, size: int, dry_run: bool = False) -> dict[
         print(f"pack: {', '.join(cfg.name for cfg in pack)}", flush=True)
     if dry_run:
         return {}
+    for name in todo:
+        restart_cleanly(out / name)
     markers = [_marker(spec, todo[cfg.name], "running") for pack in packs for cfg in pack]
     for marker in markers:
         _write_marker(marker, pid=os.getpid())
@@ -419,9 +540,10 @@ def slurm_executor(spec: SweepSpec):
 def submit_sweep(spec: SweepSpec, executor, dry_run: bool = False) -> dict[str, Any]:
     """Submit every run that is not complete, running or queued as a job of `executor` (a submitit
     executor: Slurm, or the local one in tests), all in one array; returns {run name: job}."""
+    threads = int(spec.slurm.get("cpus_per_task", 0))  # 0: torch's default
+    check_configs(spec, threads)
     Path(spec.out_dir).mkdir(parents=True, exist_ok=True)
     todo = _todo(spec)
-    threads = int(spec.slurm.get("cpus_per_task", 0))  # 0: torch's default
     print(f"sweep {spec.name}: {len(spec.runs())} runs, {len(todo)} to submit")
     if dry_run or not todo:
         for r in todo if dry_run else []:

@@ -44,7 +44,7 @@ def test_train_eval_resume(tmp_path, capsys):
     assert main(["eval", str(run), "--split", "ood", "valid_fixed_query", "--samples", "48"]) == 0
     out = capsys.readouterr().out
     assert "| ood |" in out and "| valid_fixed_query |" in out
-    written = json.loads((run / "eval-step20.json").read_text())
+    written = json.loads((run / "eval-step20-n48.json").read_text())
     assert written["samples"] == 48 and set(written["splits"]) == {"ood", "valid_fixed_query"}
     assert main(["eval", str(run), "--split", "nope"]) == 2
 

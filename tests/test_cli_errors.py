@@ -76,6 +76,37 @@ def test_damaged_checkpoints_fall_back_then_fail_cleanly(tmp_path, capsys):
     assert snapshot(run) == before
 
 
+def test_random_bytes_are_damaged_and_a_fallback_names_its_step(tmp_path, capsys):
+    run = tiny_run(tmp_path)  # checkpoints at 20 (latest) and 15 (previous)
+    latest, previous = run / "checkpoints" / "latest.pt", run / "checkpoints" / "previous.pt"
+    latest.write_bytes(os.urandom(4096))
+    for command in (["eval", "--split", "ood", "--samples", "16"], ["export"], ["analyze", "--samples", "64"]):
+        assert main([command[0], str(run), *command[1:]]) == 0
+        warning = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+        assert len(warning) == 1 and "is damaged" in warning[0] and "unsafe" not in warning[0], warning
+        assert "of step 15, the run reached step 20" in warning[0], warning
+    previous.write_bytes(os.urandom(4096))
+    for command in (["eval"], ["analyze"], ["resume"], ["export", "--out", str(tmp_path / "out")]):
+        last = fails_in_one_line(capsys, [command[0], str(run), *command[1:]], "latest.pt is damaged",
+                                 "previous.pt is damaged")
+        assert "unsafe" not in last and "zip" not in last.lower() and len(last) < 250 + 2 * len(str(run)), last
+
+
+def test_outputs_are_named_by_their_options_or_refused(tmp_path, capsys):
+    run = tiny_run(tmp_path)
+    assert main(["eval", str(run), "--split", "ood", "--samples", "16"]) == 0
+    assert main(["eval", str(run), "--split", "valid", "--samples", "16"]) == 0  # the same options: merged
+    assert main(["eval", str(run), "--split", "ood", "--samples", "32"]) == 0
+    assert set(json.loads((run / "eval-step20-n16.json").read_text())["splits"]) == {"ood", "valid"}
+    assert set(json.loads((run / "eval-step20-n32.json").read_text())["splits"]) == {"ood"}
+    before = snapshot(run)
+    fails_in_one_line(capsys, ["eval", str(run), "--samples", "16", "--batch-size", "8"], "eval-step20-n16.json",
+                      "--batch-size 32")
+    assert main(["export", str(run)]) == 0
+    fails_in_one_line(capsys, ["export", str(run)], "export exists")
+    assert {p: b for p, b in snapshot(run).items() if p.parts[0] != "export"} == before
+
+
 def test_runs_from_the_earlier_random_stream_are_refused(tmp_path, capsys):
     run = tiny_run(tmp_path)
     for name in ("latest.pt", "previous.pt"):

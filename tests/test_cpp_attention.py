@@ -9,7 +9,7 @@ import torch
 from torch.testing import assert_close
 
 from hyla.ops import attention, attention_naive
-from hyla.ops.attention import cpp
+from hyla.ops.attention import choose_implementation, cpp, implementations_ran, reset_implementations_ran
 
 pytestmark = pytest.mark.skipif(not cpp.available(), reason="the C++ kernel did not build on this machine")
 
@@ -128,10 +128,58 @@ def test_compiled_matches_eager():
 
 def test_disabled_by_the_environment(monkeypatch):
     monkeypatch.setenv(cpp.DISABLE_ENV, "0")
+    cpp._warn_disabled.cache_clear()
     q = torch.randn(2, 3, 4, 2)
+    with pytest.warns(UserWarning, match=f"turned off by {cpp.DISABLE_ENV}=0"):
+        assert not cpp.available()
     with pytest.raises(RuntimeError, match=cpp.DISABLE_ENV):
         cpp.hyla_cpp(q, q, q, normalization="rms_head")
-    attention(q, q, q, normalization="rms_head", value_network="mlp")  # auto takes another implementation
+    reset_implementations_ran()
+    out = attention(q, q, q, normalization="rms_head", value_network="mlp")
+    assert implementations_ran() == ["fused"]  # auto takes the PyTorch form, with the same values
+    assert_close(out, attention(q, q, q, normalization="rms_head", value_network="mlp", implementation="naive"))
+
+
+def test_a_damaged_cached_library_is_rebuilt(fresh_build):
+    library = fresh_build / "kernels" / f"hyla_cpu-{cpp._cache_key(cpp._compiler())}.so"
+    library.parent.mkdir(parents=True)
+    library.write_bytes(b"garbage, as a torn write leaves it")  # (before any process loaded it)
+    assert cpp.available()  # rebuilt once
+    assert library.read_bytes()[:4] == b"\x7fELF"
+
+
+def test_a_library_that_never_loads_falls_back(fresh_build, monkeypatch):
+    def damaged_build(compiler, target):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(b"not a shared library")
+
+    monkeypatch.setattr(cpp, "_build", damaged_build)
+    with pytest.warns(UserWarning, match="does not load"):
+        assert not cpp.available()
+    q = torch.randn(2, 3, 4, 2)
+    assert choose_implementation(q, q, 3, "mlp", None, "rms_head") == "fused"
+
+
+def test_a_failed_build_is_remembered(fresh_build, monkeypatch):
+    calls = []
+    monkeypatch.setattr(cpp, "_build", lambda compiler, target: calls.append(target) or "error: no space left")
+    with pytest.warns(UserWarning, match="did not compile .* no space left"):
+        assert not cpp.available()
+    cpp._library.cache_clear()  # another process of the sweep
+    with pytest.warns(UserWarning, match="an earlier build failed"):
+        assert not cpp.available()
+    assert len(calls) == 1
+    next((fresh_build / "kernels").glob("*.failed")).unlink()  # deleting the record retries
+    cpp._library.cache_clear()
+    with pytest.warns(UserWarning, match="did not compile"):
+        cpp.available()
+    assert len(calls) == 2
+
+
+def test_a_compiler_that_does_not_exist_warns(fresh_build, monkeypatch):
+    monkeypatch.setenv("CXX", "/nonexistent/c++")
+    with pytest.warns(UserWarning, match="cannot run the compiler"):
+        assert not cpp.available()
 
 
 @pytest.fixture

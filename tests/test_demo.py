@@ -5,14 +5,15 @@ import sys
 from hyla.sweep import RunProgress
 
 
-def test_progress_is_one_line_per_finished_run_when_not_a_terminal(capsys):
+def test_progress_is_lines_when_not_a_terminal(capsys):
     progress = RunProgress({"softmax": 10, "hyla": 10})
     progress.update("softmax", 5)
     progress.finished("softmax", 10, 0)
     progress.finished("hyla", 3, 1)
     progress.close()
     captured = capsys.readouterr()
-    assert captured.err.splitlines() == ["softmax: finished at step 10", "hyla: exited with code 1 at step 3"]
+    assert captured.err.splitlines() == ["softmax: step 5/10, 0s elapsed", "softmax: finished at step 10",
+                                         "hyla: exited with code 1 at step 3"]
     assert captured.out == ""
 
 

@@ -5,6 +5,8 @@ exactly the weights of an uninterrupted run; `--status` tells pending, running, 
 import json
 import os
 import signal
+import socket
+import subprocess
 import time
 
 import pytest
@@ -68,18 +70,29 @@ def test_preempted_job_is_requeued_and_resumes_exactly(tmp_path):
 
 
 def test_status_groups_runs(tmp_path, capsys):
-    spec = SweepSpec(name="s", preset="logic_cpu", out_dir=str(tmp_path), seeds=[0, 1, 2, 3, 4],
+    spec = SweepSpec(name="s", preset="logic_cpu", out_dir=str(tmp_path), seeds=list(range(8)),
                      grid=[{"model.mixer": ["hyla"]}])
     names = [r.name for r in spec.runs()]
     for name, status in zip(names, ["completed", "failed", "interrupted"]):
         (tmp_path / name).mkdir()
         (tmp_path / name / "summary.json").write_text(json.dumps({"status": status, "step": 3, "steps": 9}))
     (tmp_path / f"{names[3]}.job").write_text(json.dumps({"job_id": "17"}))  # submitted, not started
+    (tmp_path / names[5] / "checkpoints").mkdir(parents=True)  # killed after a checkpoint
+    (tmp_path / names[5] / "checkpoints" / "previous.pt").write_bytes(b"")
+    (tmp_path / names[6]).mkdir()  # killed before its first checkpoint, its owner gone
+    (tmp_path / names[6] / "metrics.jsonl").write_text("")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (tmp_path / f"{names[6]}.running").write_text(json.dumps({"host": socket.gethostname(), "pid": dead.pid}))
+    (tmp_path / names[7]).mkdir()  # the same, with a live owner
+    (tmp_path / f"{names[7]}.running").write_text(json.dumps({"host": socket.gethostname(), "pid": dead.pid,
+                                                               "training_pid": os.getpid()}))
     states = sweep_status(spec)
-    assert list(states.values()) == ["completed", "failed", "interrupted", "queued", "new"]
-    assert print_status(spec) == {"done": 1, "running": 0, "pending": 3, "failed": 1}
+    assert list(states.values()) == ["completed", "failed", "interrupted", "queued", "new", "partial", "started",
+                                     "running"]
+    assert print_status(spec) == {"done": 1, "running": 1, "pending": 3, "stale": 2, "failed": 1}
     out = capsys.readouterr().out
-    assert "step 3/9" in out and "1 done, 0 running, 3 pending, 1 failed" in out
+    assert "step 3/9" in out and "1 done, 1 running, 3 pending, 2 stale, 1 failed" in out
 
 
 def test_slurm_launcher_without_slurm_is_a_clear_error(tmp_path, capsys):

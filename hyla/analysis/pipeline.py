@@ -11,6 +11,8 @@ were collected (held-out tasks: compositional generalization of the decoder, pap
 
 from __future__ import annotations
 
+import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -272,13 +274,17 @@ def analyze(model, task, out_dir: str | Path, splits=None, num_samples: int = 40
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     kind = task_kind(task)
+    stage = Stages(progress)
     data = {}
     for split in resolve_splits(task, splits):
+        stage(f"latent codes of {split} ({num_samples} sequences)")
         data[split] = collect_latents(model, task, split, num_samples, batch_size, progress)
         if save_codes:
             save_latents(out_dir / f"latents_{split}.npz", data[split])
     with threadpool_limits(limits=1):  # small sklearn problems: threads only oversubscribe the CPU
-        results = _analyze_codes(data, kind, out_dir, tsne, plot_samples, num_permutations, seed, probe_feature)
+        results = _analyze_codes(data, kind, out_dir, tsne, plot_samples, num_permutations, seed, probe_feature,
+                                 stage)
+    stage("report")
     results["num_samples"], results["run"] = num_samples, metadata or {}
     write_json(out_dir / "analysis.json", results, indent=1)
     write_report(results, out_dir / "report.md")
@@ -286,20 +292,32 @@ def analyze(model, task, out_dir: str | Path, splits=None, num_samples: int = 40
 
 
 def _analyze_codes(data: dict, kind: str, out_dir: Path, tsne: bool, plot_samples: int, num_permutations: int,
-                   seed: int, probe_feature: int | None) -> dict:
-    results = {
-        "task": kind, "seed": seed,
-        "splits": {split: split_summary(d) for split, d in data.items()},
-        "probes": run_probes(data, kind, seed, probe_feature),
-        "topographic_similarity": {split: topographic(d, num_permutations, seed) for split, d in data.items()},
-        "label_similarity": {split: label_similarity(d) for split, d in data.items()},
-    }
+                   seed: int, probe_feature: int | None, stage: Stages) -> dict:
+    results = {"task": kind, "seed": seed, "splits": {split: split_summary(d) for split, d in data.items()}}
+    stage("probes")
+    results["probes"] = run_probes(data, kind, seed, probe_feature)
+    stage(f"topographic similarity ({num_permutations} permutations)")
+    results["topographic_similarity"] = {split: topographic(d, num_permutations, seed) for split, d in data.items()}
+    results["label_similarity"] = {split: label_similarity(d) for split, d in data.items()}
     paths = draw_probes(results["probes"], kind, out_dir)
     for split, d in data.items():
+        stage(f"embeddings of {split} ({'PCA and t-SNE' if tsne else 'PCA'})")
         paths += draw_embeddings(split, d, out_dir, tsne, plot_samples, seed)
         paths += draw_similarity(split, results["label_similarity"][split], kind, out_dir)
     results["figures"] = [p.name for p in paths]
     return results
+
+
+class Stages:
+    """`stage(name)` prints `analyze: NAME (N s elapsed)` on stderr as each stage starts (the slow ones
+    print nothing for a minute); nothing when not `enabled`."""
+
+    def __init__(self, enabled: bool):
+        self.enabled, self.start = enabled, time.perf_counter()
+
+    def __call__(self, name: str) -> None:
+        if self.enabled:
+            print(f"analyze: {name} ({time.perf_counter() - self.start:.0f} s elapsed)", file=sys.stderr, flush=True)
 
 
 def analysis_hook(model, task, step: int, out_dir: str | Path, num_samples: int = 1024,

@@ -25,8 +25,9 @@ def load_run(run_dir: str | Path, task: str | tuple[str, ...] | None = None):
 
 def load_run_at_step(run_dir: str | Path, task: str | tuple[str, ...] | None = None):
     """(config, model, task, step) of a run folder: the model on the CPU, in eval mode, with the
-    weights of its latest readable checkpoint (a note on stderr when it falls back to the previous
-    one). `task`: the task(s) the caller can use; RunError for a run of another task."""
+    weights of its latest readable checkpoint (a one-line warning on stderr, naming the step, when it
+    falls back to the previous one). `task`: the task(s) the caller can use; RunError for a run of
+    another task."""
     from hyla.configs import build_task
 
     run = RunDir(run_dir)
@@ -35,11 +36,21 @@ def load_run_at_step(run_dir: str | Path, task: str | tuple[str, ...] | None = N
     if tasks is not None and cfg.task not in tasks:
         raise RunError(f"{run.path} is a {cfg.task} run; this command needs a {' or '.join(tasks)} run")
     state, _, note = run.load_checkpoint()
+    step = state["progress"]["step"]
     if note:
-        print(f"warning: {note}", file=sys.stderr)
+        print(f"warning: {note}, whose weights are older: of step {step}{_reached(run, step)}", file=sys.stderr)
     model = build_model(cfg)
     model.load_state_dict(state["model"])
-    return cfg, model.eval(), build_task(cfg), state["progress"]["step"]
+    return cfg, model.eval(), build_task(cfg), step
+
+
+def _reached(run: RunDir, step: int) -> str:
+    """", the run reached step N" when its summary says it got further than `step`."""
+    try:
+        reached = run.read_summary().get("step")
+    except ValueError:  # a damaged summary
+        return ""
+    return f", the run reached step {reached}" if isinstance(reached, int) and reached > step else ""
 
 
 __all__ = ["train", "train_packed", "pack_key", "load_run", "evaluate", "NonFiniteLossError", "Trainer", "RunDir", "RunError", "CheckpointError"]

@@ -2,10 +2,11 @@
 
 Safe: a checkpoint holds tensors and plain containers of numbers and strings only (the config as a
 plain dict; no RNG state: every random draw is seeded from (seed, step)), so it loads with
-`torch.load(weights_only=True)`, which never runs code from the file. A file that needs more (an arbitrary pickled object, or the
-format of hyla 0.1, which pickled numpy's RNG state) is refused with `CheckpointError`, and so is a
-checkpoint of a run whose data came from hyla's earlier random stream (format 2): resumed or
-evaluated now, it would see other batches and other held-out tasks.
+`torch.load(weights_only=True)`, which never runs code from the file. `CheckpointError` refuses, each
+called by its name: an unsafe file, one that needs more (an arbitrary pickled object, or the format
+of hyla 0.1, which pickled numpy's RNG state); a damaged one, no complete checkpoint (cut short or
+random bytes); and a checkpoint of a run whose data came from hyla's earlier random stream (format
+2): resumed or evaluated now, it would see other batches and other held-out tasks.
 
 Durable: `save` writes a temporary file, flushes it to disk, renames the current `latest.pt` to
 `previous.pt` and the new file to `latest.pt`. A crash at any moment leaves at least one complete
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -57,11 +57,13 @@ def load(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]
     except FileNotFoundError:
         raise CheckpointError(f"{path} does not exist") from None
     except pickle.UnpicklingError as e:
+        if "Unsupported global" not in str(e):  # a byte that is no pickle instruction: not a pickle at all
+            raise CheckpointError(_damaged(path)) from None
         raise CheckpointError(
             f"{path} needs unsafe unpickling ({_unsafe_global(e)}); hyla never runs code from a checkpoint "
             "(checkpoints of hyla 0.1 are refused for this reason: re-train, or resume that run with hyla 0.1)") from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError) as e:
-        raise CheckpointError(f"{path} is damaged or not a checkpoint ({_first_line(e)})") from None
+    except Exception:  # noqa: BLE001 - damaged bytes fail anywhere in torch's reader (KeyError, struct.error, ...)
+        raise CheckpointError(_damaged(path)) from None
     if isinstance(state, dict) and state.get("format") == EARLIER_STREAM_FORMAT:
         raise CheckpointError(
             f"{path} is from a run whose batches and held-out tasks came from hyla's earlier random stream; "
@@ -86,7 +88,8 @@ def load_latest(latest: Path, previous: Path, map_location: str | torch.device =
         try:
             return load(previous, map_location), previous, note
         except CheckpointError as second:
-            raise CheckpointError(f"{error}; the previous checkpoint is unusable too: {second}") from None
+            too = str(second).replace(str(previous), previous.name)  # one line: its folder was named already
+            raise CheckpointError(f"{error}; the previous checkpoint is unusable too: {too}") from None
 
 
 PLAIN_TYPES = (str, int, float, bool, type(None), torch.Tensor)
@@ -109,14 +112,18 @@ def _check_plain(value, where: str = "state") -> None:
 def _unsafe_global(error: pickle.UnpicklingError) -> str:
     """The object torch refused to unpickle, from its long message."""
     for line in str(error).splitlines():
-        if "Unsupported global" in line or "Unsupported operand" in line:
+        if "Unsupported global" in line:
             return line.split("error:")[-1].strip().split(" was not an allowed")[0]
     return "an object that is not a tensor or plain data"
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
+def _damaged(path: Path) -> str:
+    """What a file that does not load as a checkpoint is (torch's reason names its internals only)."""
+    try:
+        size = f"{path.stat().st_size:,} bytes"
+    except OSError as e:
+        return f"{path} is unreadable ({e.strerror})"
+    return f"{path} is damaged ({size}: cut short, overwritten, or not a checkpoint)"
 
 
 def _fsync_dir(folder: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -101,18 +102,24 @@ def resume_main(argv: list[str]) -> int:
     if not argv or argv[0].startswith("-"):
         print(f"usage: hyla resume RUN [--train.stop_at N] [--train.no-progress] [...]\n\n{RESUME_HELP}")
         return 0 if argv and argv[0] in ("-h", "--help") else 2
-    run = RunDir(argv[0])
+    run = RunDir(os.path.abspath(argv[0]))
     saved = run.read_config()
-    # the stop_at of the session that stopped is spent: continue to the end unless given again
+    # the folder given is the run, wherever it lives now; the stop_at of the session that stopped is
+    # spent: continue to the end unless given again
     base = replace(saved, out_dir=str(run.path.parent), name=run.path.name, resume=True,
                    train=replace(saved.train, stop_at=0))
-    cfg = parse_overrides(base, argv[1:], f"hyla resume {run.path}", RESUME_HELP)
+    cfg = parse_overrides(base, argv[1:], f"hyla resume {argv[0]}", RESUME_HELP)
+    named = Path(os.path.abspath(RunDir.for_config(cfg).path))
+    if named != run.path:
+        raise ConfigError(f"--out_dir/--name name {named}, not the run given ({run.path}); to resume that "
+                          f"folder: hyla resume {named}")
     return _run_training(replace(cfg, resume=True))
 
 
 @dataclass
 class EvalOptions:
-    """Re-evaluate a run's latest checkpoint: prints a table and writes eval-step<STEP>.json into the run folder."""
+    """Re-evaluate a run's latest checkpoint: prints a table and writes eval-step<STEP>-n<SAMPLES>.json into the
+    run folder (the splits of earlier calls with the same options are kept; other options are refused)."""
 
     run: Positional[Path]
     """run folder"""
@@ -145,6 +152,9 @@ def eval_main(argv: list[str]) -> int:
             raise ConfigError(str(e)) from None
     samples = args.samples or cfg.train.final_eval_samples
     batch_size = args.batch_size or cfg.train.eval_batch_size
+    out = args.run / f"eval-step{step}-n{samples}.json"
+    options = {"run": str(args.run), "step": step, "samples": samples, "batch_size": batch_size, "device": args.device}
+    previous = _earlier_evaluation(out, options)
     model = model.to(torch.device(args.device))
     results = {}
     for split in splits:
@@ -152,12 +162,24 @@ def eval_main(argv: list[str]) -> int:
         results[split] = evaluate(model, task, split, samples, batch_size, progress=True)
         print(f"  {split}: {time.perf_counter() - start:.1f}s", file=sys.stderr)
     print(format_table(results, task.metric_name))
-    out = args.run / f"eval-step{step}.json"
-    previous = json.loads(out.read_text()) if out.exists() else {}
-    merged = {**previous.get("splits", {}), **results}
-    write_json(out, {"run": str(args.run), "step": step, "samples": samples, "splits": merged})
+    write_json(out, {**options, "splits": {**previous, **results}})
     print(f"wrote {out}")
     return 0
+
+
+def _earlier_evaluation(out: Path, options: dict) -> dict:
+    """The splits already in `out` (an earlier `hyla eval`), or ConfigError when it used other options."""
+    if not out.exists():
+        return {}
+    try:
+        earlier = json.loads(out.read_text())
+    except ValueError:
+        raise ConfigError(f"{out} is damaged; remove it to evaluate again") from None
+    differ = [f"--{k.replace('_', '-')} {earlier.get(k)}" for k in ("batch_size", "device")
+              if earlier.get(k) != options[k]]
+    if differ:
+        raise ConfigError(f"{out} holds results of {', '.join(differ)}; pass the same options, or move it away")
+    return earlier.get("splits", {})
 
 
 @dataclass
@@ -168,15 +190,17 @@ class ExportOptions:
     run: Positional[Path]
     """run folder"""
     out: Path | None = None
-    """output folder (default: RUN/export)"""
+    """output folder (default: RUN/export); one that is not empty is refused"""
 
 
 def export_main(argv: list[str]) -> int:
     args = parse_options(ExportOptions, argv, "hyla export")
     from hyla.train import load_run_at_step
 
-    _, model, _, step = load_run_at_step(args.run)
     out = args.out or args.run / "export"
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise FileExistsError(f"{out} exists (an earlier export?); remove it or choose another --out")
+    _, model, _, step = load_run_at_step(args.run)
     model.save_pretrained(out)
     print(f"wrote {out} (weights of step {step})")
     return 0

@@ -38,7 +38,7 @@ from tqdm.auto import tqdm
 from hyla.configs import RESUMABLE_CHANGES, ConfigError, ExperimentConfig, build_task, config_diff, resolve_model, validate
 from hyla.model import Transformer
 from hyla.ops import resolve_mixer
-from hyla.ops.attention import cpp
+from hyla.ops.attention import cpp, implementations_ran, reset_implementations_ran
 from hyla.tasks.base import stable_seed
 from hyla.train import distributed
 from hyla.train.allocator import keep_freed_memory
@@ -250,12 +250,14 @@ def train(cfg: ExperimentConfig, analysis_hook: AnalysisHook | None = None) -> P
 
 
 def numerics(cfg: ExperimentConfig, ctx: DistContext, compile_mode: str | None, packed: bool = False) -> dict[str, Any]:
-    """The settings that change floating-point results (recorded in env.json and checkpoints);
+    """The settings that change floating-point results (recorded in env.json and checkpoints), and
+    OpenMP's wait policy, which changes only the speed (hyla.cli.prefer_passive_openmp);
     `compile_mode`: the torch.compile mode that trains (None: eager); `packed`: trained in a pack
     (hyla.train.packed), whose batched kernels round differently."""
     settings = {"threads": torch.get_num_threads(), "device": str(ctx.device), "compile": compile_mode is not None,
                 "compile_mode": compile_mode, "precision": cfg.train.precision,
-                "deterministic": cfg.train.deterministic, "world_size": ctx.world_size, "torch": str(torch.__version__)}
+                "deterministic": cfg.train.deterministic, "world_size": ctx.world_size, "torch": str(torch.__version__),
+                "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}
     if packed:
         return {**settings, "packed": True}
     m = cfg.model
@@ -333,6 +335,7 @@ def open_session(cfg: ExperimentConfig, ctx: DistContext, analysis_hook: Analysi
     trainer = Trainer(cfg, task, model, ctx)
     progress = Progress()
     settings = numerics(cfg, ctx, trainer.compile_mode, packed)
+    reset_implementations_ran()
     if state is not None:
         trainer.load_state(state)
         progress = Progress(**state["progress"])
@@ -392,7 +395,7 @@ class TrainingLoop:
         self.pending.append(loss)
         self.last_pred, self.last_batch = pred, batch
         if step == self.first_step:
-            self._record_compile_outcome()
+            self._record_outcomes()
         self.progress.step = step + 1
         if step > self.first_step:  # the session's first step includes compilation and warm-up
             self.progress.train_time += elapsed
@@ -416,12 +419,14 @@ class TrainingLoop:
             self.save()
         return postfix
 
-    def _record_compile_outcome(self) -> None:
-        """After the session's first step: when compiling fell back, the numerics (env.json, the
-        checkpoints) say what trains."""
+    def _record_outcomes(self) -> None:
+        """After the session's first step, the numerics (env.json, the checkpoints) say what trains:
+        the compile mode (compiling may fall back) and the attention implementations that ran
+        (a fast path may fall back)."""
         mode = self.trainer.compile_mode
-        if mode != self.numerics["compile_mode"]:
-            self.numerics = {**self.numerics, "compile": mode is not None, "compile_mode": mode}
+        outcomes = {"compile": mode is not None, "compile_mode": mode, "attention": implementations_ran()}
+        if any(self.numerics.get(key) != value for key, value in outcomes.items()):
+            self.numerics = {**self.numerics, **outcomes}
             if self.ctx.is_main:
                 write_json(self.run_dir.env_file, environment(self.numerics))
 
@@ -583,7 +588,7 @@ def _resume_state(cfg: ExperimentConfig, run: RunDir, ctx: DistContext) -> dict 
             if changed:
                 lines = "\n".join(f"  {k}: {a!r} in the run, {b!r} now" for k, (a, b) in changed.items())
                 raise ConfigError(f"cannot resume {run.path}: the config differs in settings that change training:\n{lines}")
-        if run.checkpoint_file.exists() or run.previous_checkpoint_file.exists():
+        if run.has_checkpoint():
             state, source, note = run.load_checkpoint()
             if note and ctx.is_main:
                 tqdm.write(f"warning: {note}")
@@ -596,7 +601,10 @@ def _resume_state(cfg: ExperimentConfig, run: RunDir, ctx: DistContext) -> dict 
 
 def _warn_if_numerics_changed(saved: dict, now: dict, run: RunDir) -> None:
     saved = {"precision": "fp32", **saved}  # runs from before train.precision existed trained in fp32
-    changed = {k: (saved.get(k), now.get(k)) for k in {**saved, **now} if saved.get(k) != now.get(k)}
+    # (what attention ran is known after the first step: recorded then, not compared; the wait policy
+    # changes only the speed)
+    changed = {k: (saved.get(k), now.get(k)) for k in {**saved, **now}
+               if saved.get(k) != now.get(k) and k not in ("attention", "omp_wait_policy")}
     if changed:
         what = ", ".join(f"{k} {b} (was {a})" for k, (a, b) in changed.items())
         warnings.warn(f"resuming {run.path} with {what}: the result will not be bit-identical to an uninterrupted "

@@ -96,7 +96,7 @@ def plan_packs(cfgs: list[ExperimentConfig], size: int) -> list[list[ExperimentC
 
 def _resume_step(cfg: ExperimentConfig) -> int:
     run = RunDir.for_config(cfg)
-    if not cfg.resume or not (run.checkpoint_file.exists() or run.previous_checkpoint_file.exists()):
+    if not cfg.resume or not run.has_checkpoint():
         return 0
     return run.load_checkpoint()[0]["progress"]["step"]
 

@@ -46,6 +46,11 @@ class RunDir:
     def exists(self) -> bool:
         return self.path.exists() and any(self.path.iterdir())
 
+    def has_checkpoint(self) -> bool:
+        """Whether latest.pt or previous.pt exists (a crash between `checkpoint.save`'s renames leaves only
+        previous.pt)."""
+        return self.checkpoint_file.exists() or self.previous_checkpoint_file.exists()
+
     def check(self) -> "RunDir":
         """This run folder, or RunError when `path` is not one."""
         if not self.path.is_dir():
@@ -65,7 +70,7 @@ class RunDir:
         """(state, file, note) of the latest readable checkpoint; see `checkpoint.load_latest`."""
         from hyla.train import checkpoint
 
-        if not self.checkpoint_file.exists() and not self.previous_checkpoint_file.exists():
+        if not self.has_checkpoint():
             raise RunError(f"{self.path} has no checkpoint yet")
         return checkpoint.load_latest(self.checkpoint_file, self.previous_checkpoint_file, map_location)
 

@@ -29,7 +29,7 @@ def test_cuda_training_learns(tmp_path, compile, compile_mode, precision, traine
               if r["split"] == "train"]
     assert summary["status"] == "completed" and losses[-1] < losses[0]
     env = json.loads((run / "env.json").read_text())
-    assert env["device"].startswith("cuda")
+    assert env["numerics"]["device"].startswith("cuda")
     assert (env["numerics"]["compile_mode"], env["numerics"]["precision"]) == (trained_mode, precision)
 
 

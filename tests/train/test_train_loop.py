@@ -2,6 +2,7 @@
 
 import json
 import math
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -39,7 +40,9 @@ def test_run_folder_contents(tmp_path):
     assert {"torch", "cpu", "git_commit", "numerics"} <= env.keys()
     assert env["numerics"] == {"threads": 1, "device": "cpu", "compile": False, "compile_mode": None,
                                "precision": "fp32", "deterministic": False, "world_size": 1, "torch": torch.__version__,
-                               "cpp_kernel": cpp.available()}  # (a HYLA model on a CPU)
+                               "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+                               "cpp_kernel": cpp.available(),  # (a HYLA model on a CPU)
+                               "attention": ["cpp" if cpp.available() else "fused"]}  # what ran
     state = torch.load(run / "checkpoints" / "latest.pt", weights_only=True)
     assert {"model", "optimizer", "scheduler", "progress", "config", "numerics"} <= state.keys()
     assert state["progress"]["step"] == 20

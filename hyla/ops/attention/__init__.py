@@ -16,7 +16,7 @@ the same function and is tested against it on outputs AND gradients in float64
 
 | implementation | `auto` picks it when (first match) | why |
 |---|---|---|
-| `triton`    | mlp, CUDA, `triton_covers`; compiling: Dv > POINTWISE_MAX_HEAD_DIM | fused kernels: memory linear in T |
+| `triton`    | mlp, CUDA, B·Tq·Tk·Dv > STREAM_THRESHOLD, `triton_covers`, `triton_by_default` | memory linear in T, ~10x streamed's speed |
 | `cpp`       | mlp, CPU, `cpp.covers` (rms_head/none, relu/identity, float32/64) and the kernel compiled | one C++ kernel, each pair in registers: 2x+ faster |
 | `streamed`  | mlp, and B·Tq·Tk·Dv > STREAM_THRESHOLD | memory: [B, Tq, Tk, Dv] exists one key block at a time |
 | `pointwise` | under torch.compile, Dv <= POINTWISE_MAX_HEAD_DIM | inductor fuses it; tiny heads make matmuls slow |
@@ -35,24 +35,38 @@ an eager analysis of its checkpoint agree to float rounding, not bit for bit.)
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import torch
 
 from hyla.ops.attention import cpp
-from hyla.ops.attention.common import check_inputs, normalize, scores
+from hyla.ops.attention.common import (
+    check_inputs,
+    implementations_ran,
+    normalize,
+    record_fallback,
+    record_ran,
+    reset_implementations_ran,
+    scores,
+)
 from hyla.ops.attention.fused import fusable, hyla_fused
 from hyla.ops.attention.naive import attention_naive
 from hyla.ops.attention.pointwise import attention_pointwise
 from hyla.ops.attention.streamed import hyla_streamed
+from hyla.ops.torch_internals import constant_under_compile
 
 # Implementations of any value network: return (output, latent codes).
 GENERAL = {"naive": attention_naive, "pointwise": attention_pointwise}
 
 
 def hyla_triton(q, k, v, **kwargs):
-    """`triton_hyla.hyla_triton`, imported on first use: importing hyla never imports triton."""
-    from hyla.ops.attention import triton_hyla
-
+    """`triton_hyla.hyla_triton`, imported on first use: importing hyla never imports triton. A
+    Triton too old for the kernels falls back to `hyla_streamed`, with a warning."""
+    try:
+        from hyla.ops.attention import triton_hyla
+    except Exception as error:
+        record_fallback("triton", f"importing it failed: {type(error).__name__}: {error}")
+        return hyla_streamed(q, k, v, **kwargs)
     return triton_hyla.hyla_triton(q, k, v, **kwargs)
 
 
@@ -65,6 +79,12 @@ TRITON_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 TRITON_MAX_HEAD_DIM = 128
 # Located, not imported (find_spec reads no module): a constant that torch.compile can trace.
 TRITON_INSTALLED = importlib.util.find_spec("triton") is not None
+# GPU architectures (compute capability) where hyla's GPU suite passed on real hardware and the
+# kernels were faster than the PyTorch forms: `auto` takes them there only. The suite: the CUDA and
+# Triton tests and benchmarks/bench_triton_attention.py (docs/speed.md). Elsewhere opt in with
+# implementation="triton" or HYLA_TRITON=1.
+TRITON_VALIDATED = {(9, 0): "NVIDIA H100 80GB HBM3, torch 2.11, Triton 3.6, 2026-11-24"}
+TRITON_ENV = "HYLA_TRITON"
 # `auto` streams HYLA once its hidden tensor [B, Tq, Tk, Dv] would exceed this many elements.
 STREAM_THRESHOLD = 1 << 24
 # Under torch.compile `auto` takes the pointwise form for heads up to this value dimension.
@@ -113,6 +133,7 @@ def attention(
         raise ValueError(f"implementation={implementation!r} exists for value_network='mlp' only")
     name = implementation if implementation != "auto" else choose_implementation(
         q, v, k.shape[1], value_network, dropout_mask, normalization, activation, bias, mask)
+    record_ran(name)
     kwargs = dict(normalization=normalization, activation=activation, bias=bias, mask=mask, dropout_mask=dropout_mask)
     if name in GENERAL:
         out, a = GENERAL[name](q, k, v, value_network=value_network, **kwargs)
@@ -127,16 +148,29 @@ def triton_covers(q, v, normalization: str | None) -> bool:
             and max(q.shape[-1], v.shape[-1]) <= TRITON_MAX_HEAD_DIM and TRITON_INSTALLED)
 
 
+def triton_by_default(device: torch.device) -> bool:
+    """Whether `auto` may take the Triton kernels on this CUDA device: a validated architecture or
+    HYLA_TRITON=1, and not in deterministic mode (the backward adds with atomics)."""
+    if torch.are_deterministic_algorithms_enabled() or os.environ.get(TRITON_ENV) == "0":
+        return False
+    return os.environ.get(TRITON_ENV) == "1" or _validated_architecture(device.index or 0)
+
+
+@constant_under_compile
+def _validated_architecture(device_index: int) -> bool:
+    return torch.cuda.get_device_capability(device_index) in TRITON_VALIDATED
+
+
 def choose_implementation(q, v, k_len: int, value_network: str, dropout_mask, normalization: str | None = None,
                           activation: str = "relu", bias=None, mask=None) -> str:
     """What `auto` runs: the first row of the module docstring's table that applies."""
-    small_compiled = torch.compiler.is_compiling() and v.shape[-1] <= POINTWISE_MAX_HEAD_DIM
-    if value_network == "mlp" and q.is_cuda and not small_compiled and triton_covers(q, v, normalization):
+    hidden_elements = q.shape[0] * q.shape[1] * k_len * v.shape[-1]
+    if (value_network == "mlp" and hidden_elements > STREAM_THRESHOLD and q.is_cuda
+            and triton_covers(q, v, normalization) and triton_by_default(q.device)):
         return "triton"
     if (value_network == "mlp" and cpp.covers(q, v, normalization, activation, bias, mask, dropout_mask)
             and cpp.available()):
         return "cpp"
-    hidden_elements = q.shape[0] * q.shape[1] * k_len * v.shape[-1]
     if value_network == "mlp" and hidden_elements > STREAM_THRESHOLD:
         return "streamed"
     if torch.compiler.is_compiling():
@@ -147,4 +181,5 @@ def choose_implementation(q, v, k_len: int, value_network: str, dropout_mask, no
     return "naive"
 
 
-__all__ = ["attention", "attention_naive", "attention_pointwise", "hyla_streamed", "hyla_fused", "IMPLEMENTATIONS"]
+__all__ = ["attention", "attention_naive", "attention_pointwise", "hyla_streamed", "hyla_fused", "IMPLEMENTATIONS",
+           "implementations_ran", "reset_implementations_ran"]

@@ -4,11 +4,17 @@ input checks. Sharing them is what makes the latent codes of every implementatio
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 import torch.nn.functional as F
 
+from hyla.ops.mixers import Mixer
+
 RMS_EPS = 1e-6
+# What attention() ran in this process: implementation names, and fast paths that fell back (with
+# the reason). Training records it in the run's numerics.
+_RAN: set[str] = set()
 
 ACTIVATION_FNS = {
     "relu": torch.relu,
@@ -58,8 +64,6 @@ def per_pair(t: torch.Tensor, q_len: int, k_len: int) -> torch.Tensor:
 
 
 def check_inputs(q, k, v, normalization, value_network, activation) -> None:
-    from hyla.ops.mixers import Mixer
-
     Mixer(normalization, value_network, activation)
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
         raise ValueError(
@@ -72,3 +76,25 @@ def check_inputs(q, k, v, normalization, value_network, activation) -> None:
         )
     if not (q.is_floating_point() and k.is_floating_point() and v.is_floating_point()):
         raise TypeError("q, k and v must be floating point tensors")
+
+
+def record_ran(name: str) -> None:
+    _RAN.add(name)
+
+
+def record_fallback(fast_path: str, reason: str) -> None:
+    """A fast path did not run and the PyTorch form with the same math did: warn once per reason."""
+    entry = f"{fast_path} fell back to PyTorch ({reason})"
+    if entry not in _RAN:
+        warnings.warn(f"hyla: the {fast_path} HYLA kernel did not run ({reason}); the PyTorch form with the same "
+                      "math runs instead", RuntimeWarning, stacklevel=2)
+    _RAN.add(entry)
+
+
+def implementations_ran() -> list[str]:
+    """What attention() ran since the last `reset_implementations_ran()`, sorted."""
+    return sorted(_RAN)
+
+
+def reset_implementations_ran() -> None:
+    _RAN.clear()

@@ -17,8 +17,11 @@ rounding; tests/test_cpp_attention.py compares outputs and gradients in float64 
 
 The kernel is compiled on first use with the system C++ compiler (`$CXX`, else `c++`) for this
 CPU (`-march=native`, OpenMP), in about 2 s, and cached under `$HYLA_CACHE/kernels` by a key of the
-source, the compiler and the CPU. Without a working compiler, or with HYLA_CPP_KERNEL=0, it is
-unavailable and `attention(implementation="auto")` takes the PyTorch paths.
+source, the compiler and the CPU. Without a working compiler, when the build fails or the cached
+library does not load (it is rebuilt once), or with HYLA_CPP_KERNEL=0, it is unavailable: hyla
+warns once with the reason and `attention(implementation="auto")` takes the PyTorch paths. A
+failed build is remembered beside the library (`hyla_cpu-<key>.failed`), so the processes of a
+sweep do not each retry it; delete that file to retry.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -92,24 +96,25 @@ def _build(compiler: str, target: Path) -> str | None:
     return error
 
 
-@functools.cache
-def _library() -> ctypes.CDLL | None:
-    compiler = _compiler()
-    if compiler is None:
-        warnings.warn("hyla: no C++ compiler found ($CXX, c++); HYLA on the CPU uses the PyTorch implementations",
-                      stacklevel=3)
+def _unavailable(reason: str) -> None:
+    """Warn (once per process: `_library` is cached) why HYLA on the CPU takes the PyTorch paths."""
+    warnings.warn(f"hyla: the C++ HYLA kernel is unavailable ({reason}); HYLA on the CPU uses the PyTorch "
+                  "implementations, with the same math", stacklevel=4)
+
+
+def _cache_key(compiler: str) -> str | None:
+    """What the built library depends on: source, compiler, its version, the CPU, the flags."""
+    try:
+        version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=False).stdout
+    except OSError as error:  # CXX names nothing runnable
+        _unavailable(f"cannot run the compiler {compiler!r}: {error.strerror or error}")
         return None
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=False).stdout
-    key = hashlib.sha256(b"\0".join(x.encode() for x in (SOURCE.read_text(), compiler, version, _cpu_identity(),
+    return hashlib.sha256(b"\0".join(x.encode() for x in (SOURCE.read_text(), compiler, version, _cpu_identity(),
                                                            repr((BASE_FLAGS, FLAG_SETS))))).hexdigest()[:16]
-    target = default_cache_dir() / "kernels" / f"hyla_cpu-{key}.so"
-    if not target.exists():
-        error = _build(compiler, target)
-        if error is not None:
-            warnings.warn(f"hyla: the C++ HYLA kernel did not compile with {compiler} ({error}); "
-                          "HYLA on the CPU uses the PyTorch implementations", stacklevel=3)
-            return None
-    _register_compiled_operators()
+
+
+def _load(target: Path) -> ctypes.CDLL:
+    """The built library with its four entry points typed; OSError or AttributeError if damaged."""
     library = ctypes.CDLL(str(target))
     for name in ("hyla_forward_f32", "hyla_forward_f64", "hyla_backward_f32", "hyla_backward_f64"):
         getattr(library, name).argtypes = [ctypes.POINTER(_Args)]
@@ -117,10 +122,64 @@ def _library() -> ctypes.CDLL | None:
     return library
 
 
+def _remember_failure(record: Path, reason: str) -> None:
+    try:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text(reason + "\n")
+    except OSError:  # a full disk, say: the next process tries again
+        pass
+
+
+@functools.cache
+def _library() -> ctypes.CDLL | None:
+    """The kernel library, built on first use and cached per key. A failed build is remembered in
+    `<key>.failed` (a sweep's processes do not retry it; delete the file to retry); a damaged
+    cached library is rebuilt once."""
+    compiler = _compiler()
+    if compiler is None:
+        _unavailable("no C++ compiler found: set $CXX or install c++")
+        return None
+    key = _cache_key(compiler)
+    if key is None:
+        return None
+    target = default_cache_dir() / "kernels" / f"hyla_cpu-{key}.so"
+    failed = target.with_suffix(".failed")
+    if failed.exists():
+        _unavailable(f"an earlier build failed, {failed}: {failed.read_text().strip()}")
+        return None
+    for attempt in ("cached", "rebuilt"):
+        if attempt == "rebuilt" or not target.exists():
+            print(f"hyla: compiling the C++ HYLA kernel with {compiler} (once per machine, a few seconds)",
+                  file=sys.stderr, flush=True)
+            error = _build(compiler, target)
+            if error is not None:
+                _remember_failure(failed, f"{compiler}: {error}")
+                _unavailable(f"it did not compile with {compiler}: {error}")
+                return None
+        try:
+            library = _load(target)
+        except (OSError, AttributeError) as error:
+            if attempt == "rebuilt":
+                _remember_failure(failed, f"the built library does not load: {error}")
+                _unavailable(f"the built library does not load: {error}")
+                return None
+            continue
+        _register_compiled_operators()
+        return library
+
+
 @constant_under_compile  # torch.compile calls it once while tracing (it may run the compiler)
 def available() -> bool:
     """Whether the kernel can run here (compiling it on the first call)."""
-    return os.environ.get(DISABLE_ENV, "") != "0" and _library() is not None
+    if os.environ.get(DISABLE_ENV, "") == "0":
+        _warn_disabled()
+        return False
+    return _library() is not None
+
+
+@functools.cache
+def _warn_disabled() -> None:
+    _unavailable(f"turned off by {DISABLE_ENV}=0")
 
 
 def covers(q: torch.Tensor, v: torch.Tensor, normalization: str, activation: str, bias: torch.Tensor | None,
@@ -152,7 +211,7 @@ def hyla_cpp(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, normalization
                          f"relu or identity, at most {MAX_HEADS} heads and value dimension {MAX_V_DIM}, and a "
                          "mask and dropout mask shared by the heads")
     if not available():
-        raise RuntimeError(f"the C++ HYLA kernel is not available here (no compiler, or {DISABLE_ENV}=0)")
+        raise RuntimeError(f"the C++ HYLA kernel is not available here (see the warning; {DISABLE_ENV}=0 turns it off)")
     _, q_len, heads, qk_dim = q.shape
     k_len = k.shape[1]
     bias_t = None

@@ -21,10 +21,11 @@ float32 [B or 1, H, Tq, Tk].
 Heads are padded to a power of two, at least 8, for the scores (heads are the batch axis of
 those products) and to at least 16 for the two layers (heads are a side of those products, and 16
 is the smallest side of a tensor-core product); the padded heads have zero queries, keys, values
-and codes and do not enter the RMS mean. Products accumulate in float32: bfloat16/float16
-inputs multiply in their dtype on the tensor cores (the codes and the hidden layer are rounded to
-it first); float32 inputs as torch's matmuls do, exactly by default and in TF32 (~1e-3 relative,
-on the tensor cores) after `torch.set_float32_matmul_precision("high")`.
+and codes and do not enter the RMS mean. Every product is exact float32 (`input_precision="ieee"`):
+bfloat16/float16 inputs, and the codes and hidden layer rounded to that dtype as the naive form
+rounds them, are widened to float32 first. On an H100 with Triton 3.6 the tensor-core products
+(bfloat16 inputs, or TF32) gave wrong outputs (relative errors ~2) while exact float32 matched
+the reference, so they are not used (docs/speed.md).
 
 CPU tensors work in Triton's interpreter (`TRITON_INTERPRET=1` set before this module is first
 imported): that is how the tests run without a GPU. Same values as `attention_naive` up to
@@ -40,16 +41,21 @@ import triton
 import triton.language as tl
 
 from hyla.ops.attention import TRITON_DTYPES, TRITON_MAX_HEAD_DIM, TRITON_NORMALIZATIONS
-from hyla.ops.attention.common import RMS_EPS
+from hyla.ops.attention.common import RMS_EPS, record_fallback
+from hyla.ops.attention.naive import attention_naive
+from hyla.ops.attention.streamed import hyla_streamed
 
 ACTIVATION_CODES = {"identity": 0, "relu": 1, "gelu": 2, "silu": 3, "sigmoid": 4, "tanh": 5}
 MIN_DOT = 16  # the smallest side of a tensor-core product
 _EPS = tl.constexpr(RMS_EPS)
-DEFAULT_BLOCK_Q = 16
-DEFAULT_BLOCK_K = 16
-# Value chunk: 16 for float32 keeps the backward's shared memory (176 KiB with Triton 3.6, exact
-# float32 products, H=8, Dk=64) inside an H100's 227 KiB; 32 (fewer score recomputations) otherwise.
-DEFAULT_BLOCK_V = {torch.float32: 16, torch.bfloat16: 32, torch.float16: 32}
+# Tiles (block_q, block_k, block_v) tried in turn until one fits the GPU's shared memory per block:
+# a value chunk of 32 recomputes the scores half as often as 16, but its float32 backward needs
+# more shared memory than the 99 KiB of sm_86/sm_89 GPUs (RTX 30/40, A6000, L4, L40).
+TILES = {torch.float32: ((16, 16, 16),), torch.bfloat16: ((16, 16, 32), (16, 16, 16)),
+         torch.float16: ((16, 16, 32), (16, 16, 16))}
+# The most shared memory one block may use (opt-in), by compute capability: what compile_kernels
+# checks a tile against without a GPU; a launch asks the device itself.
+SHARED_MEMORY_PER_BLOCK = {80: 166912, 86: 101376, 87: 166912, 89: 101376, 90: 232448}
 DEFAULT_NUM_WARPS = 8
 DEFAULT_NUM_STAGES = 1
 
@@ -236,14 +242,14 @@ def _hyla_backward_kernel(
     offs_k = tl.program_id(0) * BK + tl.arange(0, BK)
     offs_h, offs_hv, offs_dk = tl.arange(0, HS), tl.arange(0, HP), tl.arange(0, DKP)
     q_base, go_base = q_ptr + b * Tq * H * DK, grad_out_ptr + b * Tq * H * DV
-    k_tile = _load3(k_ptr + b * Tk * H * DK, offs_h, offs_k, offs_dk, DK, H * DK, 1, H, Tk, DK)  # [HS, BK, DKP]
-    k_tile_t = tl.permute(k_tile, (0, 2, 1))  # [HS, DKP, BK]
+    k_base = k_ptr + b * Tk * H * DK
     v_base, grad_v_base = v_ptr + b * Tk * H * DV, grad_v_ptr + b * Tk * H * DV
     bias_base, mask_base, drop_base = bias_ptr + b * bias_sb, mask_ptr + b * mask_sb, drop_ptr + b * drop_sb
     grad_k = tl.zeros((HS, BK, DKP), tl.float32)
     for q_start in range(0, Tq, BQ):
         offs_q = q_start + tl.arange(0, BQ)
         q_tile = _load3(q_base, offs_h, offs_q, offs_dk, DK, H * DK, 1, H, Tq, DK)  # [HS, BQ, DKP]
+        k_tile_t = _load3(k_base, offs_h, offs_dk, offs_k, DK, 1, H * DK, H, DK, Tk)  # [HS, DKP, BK]
         p, r, w, valid = _latent_codes(
             q_tile, k_tile_t, bias_base, mask_base, drop_base, offs_h, offs_q, offs_k,
             (bias_sh, bias_sq, bias_sk), (mask_sh, mask_sq, mask_sk), (drop_sh, drop_sq, drop_sk), Tq, Tk, scale,
@@ -268,8 +274,10 @@ def _hyla_backward_kernel(
             if GRAD_BIAS:
                 _store_grad_bias(grad_bias_ptr, b, grad_s, offs_h, offs_q, offs_k, Tq, Tk, H, GRAD_BIAS_SHARED)
             grad_s = grad_s * scale
+            q_tile = _load3(q_base, offs_h, offs_q, offs_dk, DK, H * DK, 1, H, Tq, DK)  # [HS, BQ, DKP]
             grad_k = _dot(tl.permute(grad_s, (0, 2, 1)).to(q_tile.dtype), q_tile, grad_k, PRECISION,
                           UPCAST)  # [HS, BK, DKP]
+            k_tile = _load3(k_base, offs_h, offs_k, offs_dk, DK, H * DK, 1, H, Tk, DK)  # [HS, BK, DKP]
             grad_q_part = _dot(grad_s.to(k_tile.dtype), k_tile, None, PRECISION, UPCAST)  # [HS, BQ, DKP]
             offs = offs_h[:, None, None] * DK + offs_q[None, :, None] * (H * DK) + offs_dk[None, None, :]
             inside = (offs_h < H)[:, None, None] & (offs_q < Tq)[None, :, None] & (offs_dk < DK)[None, None, :]
@@ -321,12 +329,6 @@ def _store_grad_bias(grad_bias_ptr, b, grad_s, offs_h, offs_q, offs_k, Tq, Tk, H
 # ----------------------------------------------------------------------------- launch and autograd
 
 
-def _float32_precision() -> str:
-    """float32 products as torch's own matmuls: TF32 unless torch.set_float32_matmul_precision("highest")
-    (the default). Inputs of 16 bits ignore it."""
-    return "ieee" if torch.get_float32_matmul_precision() == "highest" else "tf32"
-
-
 def _interpreted() -> bool:
     return type(_hyla_forward_kernel).__name__ == "InterpretedFunction"
 
@@ -353,28 +355,96 @@ def _launch_args(q, k, v, bias, mask, dropout_mask, normalization, activation, b
         DKP=max(MIN_DOT, triton.next_power_of_2(k_dim)), BD=min(blocks[2], max(MIN_DOT, triton.next_power_of_2(v_dim))),
         BQ=blocks[0], BK=blocks[1], ACT=ACTIVATION_CODES[activation], RMS=normalization == "rms_head",
         HAS_BIAS=bias is not None, HAS_MASK=mask is not None, HAS_DROP=dropout_mask is not None,
-        PRECISION=_float32_precision(), UPCAST=_interpreted(),
+        PRECISION="ieee", UPCAST=q.dtype != torch.float32 or _interpreted(),
     )
     return pointers, [q_len, k_len, 1.0 / math.sqrt(k_dim), *strides], constexprs
 
 
-def _forward(q, k, v, bias, mask, dropout_mask, normalization, activation, blocks, num_warps, num_stages):
-    """out [B, Tq, H, Dv] from the forward kernel."""
-    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    pointers, scalars, constexprs = _launch_args(q, k, v, bias, mask, dropout_mask, normalization, activation, blocks)
-    out = torch.empty(*q.shape[:3], v.shape[-1], dtype=q.dtype, device=q.device)  # [B, Tq, H, Dv]
-    grid = (triton.cdiv(q.shape[1], blocks[0]), q.shape[0], triton.cdiv(v.shape[-1], constexprs["BD"]))
-    _hyla_forward_kernel[grid](q, k, v, *pointers, out, *scalars, **constexprs, num_warps=num_warps,
+def _forward(q, k, v, bias, mask, dropout_mask, normalization, activation, tiles, num_warps, num_stages):
+    """out [B, Tq, H, Dv] from the forward kernel, or from the PyTorch form if no tile launches."""
+    try:
+        return _launch_forward(q, k, v, bias, mask, dropout_mask, normalization, activation, tiles, num_warps,
+                               num_stages)
+    except Exception as error:  # compile, resources, driver or an older Triton: same math in PyTorch
+        _fell_back(error)
+        return hyla_streamed(q, k, v, normalization=normalization, activation=activation, bias=bias, mask=mask,
+                             dropout_mask=dropout_mask)
+
+
+def _backward(grad_out, q, k, v, bias, mask, dropout_mask, normalization, activation, tiles, num_warps,
+              num_stages, want_bias):
+    """(grad q, grad k, grad v, grad bias) from the backward kernel, or from the naive form's vjp: if
+    no tile launches, or in deterministic mode (the kernel adds with atomics)."""
+    if not torch.are_deterministic_algorithms_enabled():
+        try:
+            return _launch_backward(grad_out, q, k, v, bias, mask, dropout_mask, normalization, activation, tiles,
+                                    num_warps, num_stages, want_bias)
+        except Exception as error:
+            _fell_back(error)
+    else:
+        _fell_back(RuntimeError("deterministic mode: the Triton backward adds with atomics"))
+    # (torch.func.vjp: a custom operator's body runs below autograd; the naive form keeps [B, Tq, Tk, Dv])
+    def output(q, k, v, bias):
+        return attention_naive(q, k, v, normalization=normalization, value_network="mlp", activation=activation,
+                               bias=bias, mask=mask, dropout_mask=dropout_mask)[0]
+
+    if want_bias:
+        return torch.func.vjp(output, q, k, v, bias)[1](grad_out.to(q.dtype))
+    grad_q, grad_k, grad_v = torch.func.vjp(lambda q, k, v: output(q, k, v, bias), q, k, v)[1](grad_out.to(q.dtype))
+    return grad_q, grad_k, grad_v, q.new_empty(0, dtype=torch.float32)
+
+
+def _fell_back(error: Exception) -> None:
+    """Warn once per reason, and record that the PyTorch form ran instead of the kernels."""
+    reason = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+    record_fallback("triton", reason)
+
+
+def _launch(kernel, grid, tensors, scalars, constexprs_for, tiles, num_warps, num_stages):
+    """Launch `kernel` with the first tile of `tiles` that fits the device (a tile that runs out of
+    shared memory or registers is remembered and skipped). Returns the tile that ran."""
+    from triton.runtime.errors import OutOfResources
+
+    error = None
+    for tile in tiles:
+        key = (id(kernel), tile, *tensors[0].shape[2:], tensors[0].dtype, tensors[0].device)
+        if key in _TOO_LARGE:
+            continue
+        try:
+            kernel[grid(tile)](*tensors, *scalars, **constexprs_for(tile), num_warps=num_warps,
                                num_stages=num_stages)
+            return tile
+        except OutOfResources as e:
+            _TOO_LARGE.add(key)
+            error = e
+    raise error or RuntimeError("no tile fits this GPU")
+
+
+_TOO_LARGE: set = set()
+
+
+def _launch_forward(q, k, v, bias, mask, dropout_mask, normalization, activation, tiles, num_warps, num_stages):
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    out = torch.empty(*q.shape[:3], v.shape[-1], dtype=q.dtype, device=q.device)  # [B, Tq, H, Dv]
+
+    def launch_args(tile):
+        return _launch_args(q, k, v, bias, mask, dropout_mask, normalization, activation, tile)
+
+    pointers, scalars, _ = launch_args(tiles[0])
+
+    def grid(tile):
+        return (triton.cdiv(q.shape[1], tile[0]), q.shape[0], triton.cdiv(v.shape[-1], launch_args(tile)[2]["BD"]))
+
+    _launch(_hyla_forward_kernel, grid, [q, k, v, *pointers, out], scalars, lambda tile: launch_args(tile)[2], tiles,
+            num_warps, num_stages)
     return out
 
 
-def _backward(grad_out, q, k, v, bias, mask, dropout_mask, normalization, activation, blocks, num_warps,
-              num_stages, want_bias):
-    """(grad q, grad k, grad v, grad bias) from the backward kernel; grad bias is empty unless want_bias."""
+def _launch_backward(grad_out, q, k, v, bias, mask, dropout_mask, normalization, activation, tiles, num_warps,
+                     num_stages, want_bias):
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     batch, q_len, heads, _ = q.shape
-    pointers, scalars, constexprs = _launch_args(q, k, v, bias, mask, dropout_mask, normalization, activation, blocks)
+    pointers, scalars, _ = _launch_args(q, k, v, bias, mask, dropout_mask, normalization, activation, tiles[0])
     # float32 accumulators: grad q by atomics, grad v by chunks added over the query tiles
     grad_q = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     grad_v = torch.zeros(v.shape, dtype=torch.float32, device=q.device)
@@ -383,42 +453,52 @@ def _backward(grad_out, q, k, v, bias, mask, dropout_mask, normalization, activa
     shared = want_bias and bias4.shape[0] == 1
     grad_bias = torch.zeros((1 if shared else batch, heads, q_len, k.shape[1]) if want_bias else (0,),
                             dtype=torch.float32, device=q.device)
-    grid = (triton.cdiv(k.shape[1], blocks[1]), batch)
-    _hyla_backward_kernel[grid](
-        q, k, v, *pointers, grad_out.contiguous(), grad_q, grad_k, grad_v, grad_bias, *scalars, **constexprs,
-        GRAD_BIAS=want_bias, GRAD_BIAS_SHARED=shared, num_warps=num_warps, num_stages=num_stages)
+
+    def constexprs_for(tile):
+        constexprs = _launch_args(q, k, v, bias, mask, dropout_mask, normalization, activation, tile)[2]
+        return {**constexprs, "GRAD_BIAS": want_bias, "GRAD_BIAS_SHARED": shared}
+
+    tensors = [q, k, v, *pointers, grad_out.contiguous(), grad_q, grad_k, grad_v, grad_bias]
+    _launch(_hyla_backward_kernel, lambda tile: (triton.cdiv(k.shape[1], tile[1]), batch), tensors, scalars,
+            constexprs_for, tiles, num_warps, num_stages)
     if want_bias:
         grad_bias = grad_bias.sum_to_size(bias4.shape).reshape(bias.shape).to(bias.dtype)
     return grad_q.to(q.dtype), grad_k, grad_v.to(v.dtype), grad_bias
 
 
 # torch.library custom operators: torch.compile treats them as opaque (fullgraph works) and
-# autograd reaches the hand-written backward through `register_autograd`.
+# autograd reaches the hand-written backward through `register_autograd`. They take the tiles to try
+# flattened ([bq, bk, bv, bq, ...]): an operator schema has no list of lists.
+
+
+def _unflatten(tiles: list[int]) -> list[tuple[int, int, int]]:
+    return [tuple(tiles[i:i + 3]) for i in range(0, len(tiles), 3)]
 
 
 @torch.library.custom_op("hyla::triton_hyla_forward", mutates_args=())
 def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
                 mask: torch.Tensor | None, dropout_mask: torch.Tensor | None, normalization: str, activation: str,
-                blocks: list[int], num_warps: int, num_stages: int) -> torch.Tensor:
-    return _forward(q, k, v, bias, mask, dropout_mask, normalization, activation, blocks, num_warps, num_stages)
+                tiles: list[int], num_warps: int, num_stages: int) -> torch.Tensor:
+    return _forward(q, k, v, bias, mask, dropout_mask, normalization, activation, _unflatten(tiles), num_warps,
+                    num_stages)
 
 
 @_forward_op.register_fake
-def _(q, k, v, bias, mask, dropout_mask, normalization, activation, blocks, num_warps, num_stages):
+def _(q, k, v, bias, mask, dropout_mask, normalization, activation, tiles, num_warps, num_stages):
     return q.new_empty(*q.shape[:3], v.shape[-1])
 
 
 @torch.library.custom_op("hyla::triton_hyla_backward", mutates_args=())
 def _backward_op(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                  bias: torch.Tensor | None, mask: torch.Tensor | None, dropout_mask: torch.Tensor | None,
-                 normalization: str, activation: str, blocks: list[int], num_warps: int, num_stages: int,
+                 normalization: str, activation: str, tiles: list[int], num_warps: int, num_stages: int,
                  want_bias: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    return _backward(grad_out, q, k, v, bias, mask, dropout_mask, normalization, activation, blocks, num_warps,
-                     num_stages, want_bias)
+    return _backward(grad_out, q, k, v, bias, mask, dropout_mask, normalization, activation, _unflatten(tiles),
+                     num_warps, num_stages, want_bias)
 
 
 @_backward_op.register_fake
-def _(grad_out, q, k, v, bias, mask, dropout_mask, normalization, activation, blocks, num_warps, num_stages,
+def _(grad_out, q, k, v, bias, mask, dropout_mask, normalization, activation, tiles, num_warps, num_stages,
       want_bias):
     grad_bias = torch.empty_like(bias) if want_bias else q.new_empty(0, dtype=torch.float32)
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), grad_bias
@@ -445,15 +525,15 @@ POINTER_TYPES = {torch.float32: "*fp32", torch.bfloat16: "*bf16", torch.float16:
 
 
 def compile_kernels(q, k, v, *, normalization, activation="relu", bias=None, mask=None, dropout_mask=None,
-                    blocks=None, num_warps=DEFAULT_NUM_WARPS, num_stages=DEFAULT_NUM_STAGES, arch=90):
+                    tiles=None, num_warps=DEFAULT_NUM_WARPS, num_stages=DEFAULT_NUM_STAGES, arch=90):
     """Compile the forward and backward kernels for CUDA compute capability `arch` (90: H100)
-    without a GPU, with the constexprs a launch on these inputs would use (meta tensors will do).
-    Returns {"forward": CompiledKernel, "backward": CompiledKernel} (a bias gets a gradient)."""
+    without a GPU, as a launch on these inputs would (meta tensors will do): each kernel with the
+    first of `tiles` (default TILES[dtype]) whose shared memory fits SHARED_MEMORY_PER_BLOCK[arch].
+    Returns {"forward": CompiledKernel, "backward": CompiledKernel} (a bias gets a gradient), each
+    with its `tile`; raises ValueError when no tile fits."""
     from triton.backends.compiler import GPUTarget
 
-    blocks = blocks or (DEFAULT_BLOCK_Q, DEFAULT_BLOCK_K, DEFAULT_BLOCK_V[q.dtype])
-    _, _, constexprs = _launch_args(q, k, v, bias, mask, dropout_mask, normalization, activation, blocks)
-    constexprs["UPCAST"] = False
+    tiles = tiles or TILES[q.dtype]
     pointer_dtypes = dict(q_ptr=q.dtype, k_ptr=k.dtype, v_ptr=v.dtype, mask_ptr=torch.uint8, out_ptr=q.dtype,
                           bias_ptr=q.dtype if bias is None else bias.dtype, grad_out_ptr=q.dtype,
                           drop_ptr=q.dtype if dropout_mask is None else dropout_mask.dtype, grad_k_ptr=k.dtype,
@@ -462,12 +542,20 @@ def compile_kernels(q, k, v, *, normalization, activation="relu", bias=None, mas
                    backward=(_hyla_backward_kernel, dict(GRAD_BIAS=bias is not None, GRAD_BIAS_SHARED=True)))
     compiled = {}
     for name, (kernel, extra) in kernels.items():
-        values = {**constexprs, **extra}
-        signature = {arg: "constexpr" if arg in values else POINTER_TYPES[pointer_dtypes[arg]] if arg.endswith("_ptr")
-                     else "fp32" if arg == "scale" else "i32" for arg in kernel.arg_names}
-        source = triton.compiler.ASTSource(fn=kernel, signature=signature, constexprs=values)
-        compiled[name] = triton.compile(source, target=GPUTarget("cuda", arch, 32),
-                                        options=dict(num_warps=num_warps, num_stages=num_stages))
+        for tile in tiles:
+            constexprs = _launch_args(q, k, v, bias, mask, dropout_mask, normalization, activation, tile)[2]
+            values = {**constexprs, "UPCAST": False, **extra}
+            signature = {arg: "constexpr" if arg in values else POINTER_TYPES[pointer_dtypes[arg]]
+                         if arg.endswith("_ptr") else "fp32" if arg == "scale" else "i32" for arg in kernel.arg_names}
+            source = triton.compiler.ASTSource(fn=kernel, signature=signature, constexprs=values)
+            binary = triton.compile(source, target=GPUTarget("cuda", arch, 32),
+                                    options=dict(num_warps=num_warps, num_stages=num_stages))
+            if binary.metadata.shared <= SHARED_MEMORY_PER_BLOCK[arch]:
+                binary.tile = tile
+                compiled[name] = binary
+                break
+        else:
+            raise ValueError(f"no tile of {tiles} fits the {name} kernel into sm_{arch}'s shared memory")
     return compiled
 
 
@@ -487,23 +575,26 @@ def check_supported(q, k, v, normalization) -> None:
 
 def hyla_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, normalization: str,
                 activation: str = "relu", bias: torch.Tensor | None = None, mask: torch.Tensor | None = None,
-                dropout_mask: torch.Tensor | None = None, block_q: int = DEFAULT_BLOCK_Q,
-                block_k: int = DEFAULT_BLOCK_K, block_v: int | None = None, num_warps: int = DEFAULT_NUM_WARPS,
-                num_stages: int = DEFAULT_NUM_STAGES) -> torch.Tensor:
+                dropout_mask: torch.Tensor | None = None, tiles: list[tuple[int, int, int]] | None = None,
+                num_warps: int = DEFAULT_NUM_WARPS, num_stages: int = DEFAULT_NUM_STAGES) -> torch.Tensor:
     """HYLA output [B, Tq, H, Dv] (the `mlp` value network) from the fused kernels, equal to the naive
     form up to rounding. Normalization 'none' or 'rms_head'; CUDA tensors (or CPU tensors under
     TRITON_INTERPRET=1).
 
     q [B, Tq, H, Dk], k [B, Tk, H, Dk], v [B, Tk, H, Dv] (Dk, Dv <= 128); bias, mask (bool) and
-    dropout_mask broadcastable to [B, H, Tq, Tk]. block_q, block_k: query and key tile sizes;
-    block_v: value dimensions per chunk (default DEFAULT_BLOCK_V[dtype]); all powers of two >= 16.
-    num_warps: per program;
-    num_stages: Triton's software pipelining depth of the tile loads.
+    dropout_mask broadcastable to [B, H, Tq, Tk]. tiles: (block_q, block_k, block_v) tiles to try in
+    turn, the first that fits the GPU runs (default TILES[dtype]): query and key tile sizes and value
+    dimensions per chunk, all powers of two >= 16. num_warps: per program; num_stages: Triton's
+    software pipelining depth of the tile loads.
+
+    If no tile launches (compile error, shared memory, an unsupported GPU or Triton), or the backward
+    runs in deterministic mode, it warns once and `hyla_streamed` computes the same function.
     """
     check_supported(q, k, v, normalization)
-    blocks = (block_q, block_k, block_v or DEFAULT_BLOCK_V[q.dtype])
-    for name, block in zip(("block_q", "block_k", "block_v"), blocks):
-        if block < MIN_DOT or block & (block - 1):
-            raise ValueError(f"{name} must be a power of two >= {MIN_DOT}, got {block}")
-    return _forward_op(q, k, v, bias, mask, dropout_mask, normalization, activation, list(blocks), num_warps,
-                       num_stages)
+    tiles = list(tiles or TILES[q.dtype])
+    for tile in tiles:
+        for name, block in zip(("block_q", "block_k", "block_v"), tile):
+            if block < MIN_DOT or block & (block - 1):
+                raise ValueError(f"{name} must be a power of two >= {MIN_DOT}, got {block}")
+    return _forward_op(q, k, v, bias, mask, dropout_mask, normalization, activation,
+                       [block for tile in tiles for block in tile], num_warps, num_stages)
