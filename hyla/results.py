@@ -139,21 +139,33 @@ def write_csv(path: Path, fields: list[str], rows: list[dict]) -> None:
             writer.writerow(cells)
 
 
-def plot_final(path: Path, rows: list[dict], metric: str) -> None:
+def final_figure(rows: list[dict], metric: str, fields: list[str]) -> Figure:
+    """Final `metric` per group (a bar per split) as mean ± s.e. over its seeds: error bars only
+    for groups of two seeds or more (a single seed has no standard error, and gets no cap)."""
     splits = sorted({n.split("/")[0] for row in rows for n in row["values"] if n.endswith(f"/{metric}")})
     fig = Figure(figsize=(max(4, 1.2 * len(rows) * max(1, len(splits)) / 2), 3.5))
     ax = fig.subplots()
     width = 0.8 / max(1, len(splits))
     for i, split in enumerate(splits):
-        means = [row["values"].get(f"{split}/{metric}", (math.nan, 0))[0] for row in rows]
-        errors = [row["values"].get(f"{split}/{metric}", (0, 0))[1] or 0 for row in rows]
-        ax.bar([j + i * width for j in range(len(rows))], means, width, yerr=errors, label=split, capsize=3)
+        x = [j + i * width for j in range(len(rows))]
+        stats = [row["values"].get(f"{split}/{metric}", (math.nan, None)) for row in rows]
+        ax.bar(x, [mean for mean, _ in stats], width, label=split, color=f"C{i % 10}")
+        with_se = [(xj, mean, se) for xj, (mean, se) in zip(x, stats) if se is not None]
+        if with_se:
+            ax.errorbar([a for a, _, _ in with_se], [m for _, m, _ in with_se], yerr=[e for _, _, e in with_se],
+                        fmt="none", ecolor="black", elinewidth=1, capsize=3)
     ax.set_xticks([j + width * (len(splits) - 1) / 2 for j in range(len(rows))])
     ax.set_xticklabels([_label(row["group"]) for row in rows], rotation=30, ha="right", fontsize=8)
+    ax.set_xlabel(", ".join(f.split(".")[-1] for f in fields) or "runs")
     ax.set_ylabel(f"{metric} (mean ± s.e.)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    save_figure(fig, path)
+    return fig
+
+
+def plot_final(path: Path, rows: list[dict], metric: str, fields: list[str] = ()) -> Path:
+    """`final_figure` written to `path`."""
+    return save_figure(final_figure(rows, metric, list(fields)), path)
 
 
 def summarize(root: str | Path, out: str | Path | None = None) -> str:
@@ -170,7 +182,7 @@ def summarize(root: str | Path, out: str | Path | None = None) -> str:
     tables = []
     for metric in metrics:
         tables.append(f"### {metric}\n\n{results_table(fields, rows, metric)}")
-        plot_final(out / f"results_{metric}.png", rows, metric)
+        plot_final(out / f"results_{metric}.png", rows, metric, fields)
         runs_by_label = defaultdict(list)
         for run in runs:
             runs_by_label[_label({f: run["config"].get(f) for f in fields})].append(run["metrics"])

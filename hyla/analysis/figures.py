@@ -19,29 +19,56 @@ from hyla.plots import save_figure
 RULE_NAMES = ("A const", "B +1", "C +2", "D -1", "E -2", "F add", "G sub", "H dist3")
 
 
+# float32 codes: a dot product of length D rounds with a relative error of about sqrt(D)·6e-8 (1e-6
+# to 1e-5 at our widths), so a spread 1e-4 of the codes' scale is a decade above rounding noise and
+# far below any variation that carries information
+CONSTANT_RTOL = 1e-4
+
+
+def is_constant(codes: np.ndarray, rtol: float = CONSTANT_RTOL) -> bool:
+    """Whether codes `[N, D]` are constant up to rounding: the largest per-dimension standard
+    deviation over the N rows is at most `rtol` times the codes' root mean square (e.g. a layer-0
+    code whose query token carries no input, on `*_fixed_query` splits). Non-finite codes count
+    as constant: nothing about them can be drawn."""
+    codes = np.asarray(codes, dtype=np.float64)
+    if codes.size == 0 or not np.isfinite(codes).all():
+        return True
+    return float(codes.std(0).max()) <= rtol * float(np.sqrt(np.mean(codes ** 2)))
+
+
 def embed(codes: np.ndarray, method: str, seed: int = 0) -> np.ndarray | None:
     """codes `[N, D]` -> `[N, 2]` by 'pca' or 'tsne' (t-SNE on standardized codes); None when
-    the codes are (numerically) constant, e.g. a layer-0 code whose query token carries no input."""
+    the codes are constant (`is_constant`)."""
+    if method not in ("pca", "tsne"):
+        raise ValueError(f"unknown embedding method {method!r} (pca | tsne)")
     codes = codes.astype(np.float64)
-    if not np.isfinite(codes).all() or codes.std(0).max() < 1e-7:
+    if is_constant(codes):
         return None
     if codes.shape[1] < 2:
         codes = np.concatenate([codes, np.zeros((len(codes), 2 - codes.shape[1]))], axis=1)
     if method == "pca":
         return PCA(n_components=2, random_state=seed).fit_transform(codes)
-    if method == "tsne":
-        scaled = (codes - codes.mean(0)) / (codes.std(0) + 1e-8)
-        perplexity = float(min(30.0, max(2.0, (len(codes) - 1) / 3)))
-        return TSNE(n_components=2, perplexity=perplexity, init="pca", random_state=seed).fit_transform(scaled)
-    raise ValueError(f"unknown embedding method {method!r} (pca | tsne)")
+    scaled = (codes - codes.mean(0)) / (codes.std(0) + 1e-8)
+    perplexity = float(min(30.0, max(2.0, (len(codes) - 1) / 3)))
+    return TSNE(n_components=2, perplexity=perplexity, init="pca", random_state=seed).fit_transform(scaled)
 
 
-def plot_embeddings(embeddings: dict[tuple[str, str], np.ndarray], color: np.ndarray, categorical: bool,
-                    title: str, path: str | Path, category_names: dict | None = None) -> Path:
+def constant_panel(ax, title: str) -> None:
+    """The panel drawn for constant codes (embeddings and similarity matrices alike)."""
+    ax.set_xticks([]), ax.set_yticks([])
+    ax.text(0.5, 0.5, "constant codes", ha="center", va="center", transform=ax.transAxes)
+    ax.set_title(title, fontsize=9)
+
+
+AXIS_NAMES = {"pca": "PC", "tsne": "t-SNE"}
+
+
+def embeddings_figure(embeddings: dict[tuple[str, str], np.ndarray | None], color: np.ndarray, categorical: bool,
+                      title: str, category_names: dict | None = None, color_label: str = "color") -> Figure:
     """A grid of scatter plots: rows = methods, columns = code sets (e.g. layers).
 
-    embeddings: {(method, code set): [N, 2]}; color `[N]` (class labels or a continuous value;
-    for categorical colors, -1 = "other", drawn grey).
+    embeddings: {(method, code set): [N, 2], or None for constant codes}; color `[N]` (class
+    labels or a continuous value; for categorical colors, -1 = "other", drawn grey).
     """
     methods = list(dict.fromkeys(m for m, _ in embeddings))
     code_sets = list(dict.fromkeys(c for _, c in embeddings))
@@ -51,13 +78,14 @@ def plot_embeddings(embeddings: dict[tuple[str, str], np.ndarray], color: np.nda
     cmap = colormaps["tab10" if len(classes) <= 10 else "tab20"]
     for i, method in enumerate(methods):
         for j, code_set in enumerate(code_sets):
-            ax = axes[i, j]
-            xy = embeddings.get((method, code_set))
+            ax, xy = axes[i, j], embeddings.get((method, code_set))
+            axis = AXIS_NAMES.get(method, method)
+            ax.set_xlabel(f"{axis} 1", fontsize=8), ax.set_ylabel(f"{axis} 2", fontsize=8)
+            if xy is None:
+                constant_panel(ax, f"{method.upper()} · {code_set}")
+                continue
             ax.set_xticks([]), ax.set_yticks([])
             ax.set_title(f"{method.upper()} · {code_set}", fontsize=9)
-            if xy is None:
-                ax.text(0.5, 0.5, "constant codes", ha="center", va="center", transform=ax.transAxes)
-                continue
             if categorical:
                 # one scatter in random order, so no class is drawn over all the others
                 palette = {value: cmap(k % cmap.N) for k, value in enumerate(classes)}
@@ -75,49 +103,100 @@ def plot_embeddings(embeddings: dict[tuple[str, str], np.ndarray], color: np.nda
                            frameon=False)
     elif not categorical:
         mappable = ScalarMappable(Normalize(float(np.min(color)), float(np.max(color))), "viridis")
-        fig.colorbar(mappable, ax=axes[:, -1].tolist(), shrink=0.8)
+        fig.colorbar(mappable, ax=axes[:, -1].tolist(), shrink=0.8, label=color_label)
     fig.suptitle(title, fontsize=10, y=1.0 + 0.06 / len(methods))
-    return save_figure(fig, path, dpi=110, tight=True)
+    return fig
 
 
-def plot_matrices(matrices: dict[str, np.ndarray], row_names: list[str], col_names: list[str] | None, title: str,
-                  path: str | Path, annotate: bool = True) -> Path:
-    """Heatmaps side by side, one per {panel title: matrix}, with a diverging color map centered
-    at 0 (e.g. cosine similarity matrices per layer); small matrices get their values written in."""
-    rows, cols = next(iter(matrices.values())).shape
-    panel_width, panel_height = max(3.0, 0.4 * cols + 1.5), max(2.8, 0.35 * rows + 1.2)
+def plot_embeddings(embeddings: dict[tuple[str, str], np.ndarray | None], color: np.ndarray, categorical: bool,
+                    title: str, path: str | Path, category_names: dict | None = None, color_label: str = "color") -> Path:
+    """`embeddings_figure` written to `path`."""
+    return save_figure(embeddings_figure(embeddings, color, categorical, title, category_names, color_label), path,
+                       dpi=110, tight=True)
+
+
+def matrices_figure(matrices: dict[str, np.ndarray | None], row_names: list[str], col_names: list[str],
+                    title: str, xlabel: str, ylabel: str, annotate: bool = True, value_label: str = "value") -> Figure:
+    """Heatmaps side by side, one per {panel title: matrix `[rows, cols]`}, with a diverging color
+    map centered at 0 (e.g. cosine similarity matrices per layer); a None matrix gets the
+    "constant codes" panel; small matrices get their values written in. Every column is labeled:
+    with many columns, the tick labels get smaller."""
+    drawn = {name: m for name, m in matrices.items() if m is not None}
+    rows, cols = next(iter(drawn.values())).shape if drawn else (len(row_names), len(col_names))
+    panel_width, panel_height = max(3.0, 0.4 * min(cols, 24) + 1.5), max(2.8, 0.35 * rows + 1.2)
     fig = Figure(figsize=(panel_width * len(matrices) + 1.0, panel_height))
-    axes = fig.subplots(1, len(matrices), squeeze=False)
-    limit = max(float(np.nanmax(np.abs(m))) for m in matrices.values()) or 1.0
-    for ax, (name, matrix) in zip(axes[0], matrices.items()):
+    axes = fig.subplots(1, len(matrices), squeeze=False)[0]
+    limit = max((float(np.nanmax(np.abs(m))) for m in drawn.values()), default=1.0) or 1.0
+    image = None
+    for ax, (name, matrix) in zip(axes, matrices.items()):
+        ax.set_xlabel(xlabel, fontsize=8), ax.set_ylabel(ylabel, fontsize=8)
+        if matrix is None:
+            constant_panel(ax, name)
+            continue
         image = ax.imshow(matrix, cmap="RdBu_r", vmin=-limit, vmax=limit, aspect="auto")
         ax.set_yticks(range(len(row_names)), row_names, fontsize=7)
-        if col_names is not None:
-            ax.set_xticks(range(len(col_names)), col_names, fontsize=7, rotation=90)
-        else:
-            ax.set_xticks([])
+        ax.set_xticks(range(len(col_names)), col_names, fontsize=7 if len(col_names) <= 24 else 5, rotation=90)
         if annotate and max(matrix.shape) <= 10:
             for (r, c), value in np.ndenumerate(matrix):
                 ax.text(c, r, f"{value:.2f}", ha="center", va="center", fontsize=6)
         ax.set_title(name, fontsize=9)
-    fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8)
+    if image is not None:
+        fig.colorbar(image, ax=axes.tolist(), shrink=0.8, label=value_label)
     fig.suptitle(title, fontsize=10)
-    return save_figure(fig, path, dpi=110, tight=True)
+    return fig
 
 
-def plot_probe_layers(layer_names: list[str], curves: dict[str, list[float]], chance: dict[str, list[float]],
-                      ylabel: str, title: str, path: str | Path) -> Path:
-    """Probe score per layer (solid) with its chance level (dashed, same color)."""
+def plot_matrices(matrices: dict[str, np.ndarray | None], row_names: list[str], col_names: list[str], title: str,
+                  path: str | Path, xlabel: str, ylabel: str, annotate: bool = True, value_label: str = "value") -> Path:
+    """`matrices_figure` written to `path`."""
+    return save_figure(matrices_figure(matrices, row_names, col_names, title, xlabel, ylabel, annotate, value_label),
+                       path, dpi=110, tight=True)
+
+
+def probe_layers_figure(layer_names: list[str], curves: dict[str, list[float]], chance: dict[str, list[float]],
+                        ylabel: str, title: str, floor: float | None = -1.0) -> Figure:
+    """Probe score per code set (solid) with its chance level (dashed, same color).
+
+    floor: the lowest score shown (R² is unbounded below; one R² of -8 would squash every other
+    line): a score below it is drawn at the floor as a down-pointing marker with its value written
+    beside it. None: no floor."""
     fig = Figure(figsize=(4.5, 3.2))
     ax = fig.subplots()
     x = np.arange(len(layer_names))
+    clipped = False
     for k, (name, values) in enumerate(curves.items()):
         color = colormaps["tab10"](k)
-        ax.plot(x, values, "o-", color=color, label=name)
+        clipped |= _clipped_line(ax, x, values, floor, dict(color=color, marker="o", ls="-", label=name))
         if name in chance:
-            ax.plot(x, chance[name], "x--", color=color, alpha=0.6, label=f"{name} (chance)")
+            clipped |= _clipped_line(ax, x, chance[name], floor,
+                                     dict(color=color, marker="x", ls="--", alpha=0.6, label=f"{name} (chance)"))
+    if clipped:
+        margin = 0.05 * (1.0 - floor)
+        ax.set_ylim(floor - margin, max(ax.get_ylim()[1], 1.0 + margin))
     ax.set_xticks(x, layer_names)
+    ax.set_xlabel("latent codes of")
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, frameon=False)
-    return save_figure(fig, path, dpi=110, tight=True)
+    return fig
+
+
+def _clipped_line(ax, x: np.ndarray, values: list[float], floor: float | None, style: dict) -> bool:
+    """Draw one line with its values below `floor` at the floor, marked and annotated; whether any was."""
+    values = np.asarray(values, dtype=np.float64)
+    below = np.flatnonzero(values < floor) if floor is not None else np.array([], dtype=int)
+    shown = values if floor is None else np.where(values < floor, floor, values)
+    ax.plot(x, shown, **style)
+    if len(below):
+        ax.plot(x[below], shown[below], ls="", marker="v", ms=8, color=style["color"], alpha=style.get("alpha", 1.0))
+        for i in below:
+            ax.annotate(f"{values[i]:.2f}", (x[i], floor), xytext=(4, 4), textcoords="offset points", fontsize=7,
+                        color=style["color"])
+    return bool(len(below))
+
+
+def plot_probe_layers(layer_names: list[str], curves: dict[str, list[float]], chance: dict[str, list[float]],
+                      ylabel: str, title: str, path: str | Path, floor: float | None = -1.0) -> Path:
+    """`probe_layers_figure` written to `path`."""
+    return save_figure(probe_layers_figure(layer_names, curves, chance, ylabel, title, floor), path, dpi=110,
+                       tight=True)

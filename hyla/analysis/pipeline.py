@@ -11,7 +11,11 @@ were collected (held-out tasks: compositional generalization of the decoder, pap
 
 from __future__ import annotations
 
+import inspect
+import json
+import re
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +38,10 @@ DEFAULT_SPLITS = {
 }
 SUFFIXES = {FUZZY_LOGIC: ("_fixed_query", "", "_fixed_context"), SRAVEN: ("_unpermuted", "")}
 ADDITION, SUBTRACTION = 5, 6
+
+
+def _nothing() -> None:
+    """The default progress `tick`."""
 
 
 # ----------------------------------------------------------------------------- code sets
@@ -72,7 +80,7 @@ def probe_pairs(data: dict[str, dict], kind: str) -> list[tuple[str, str]]:
     return [(f"valid{s}", f"ood{s}") for s in SUFFIXES[kind] if f"valid{s}" in data and f"ood{s}" in data]
 
 
-def fuzzy_logic_probes(train: dict, test: dict, seed: int = 0) -> dict:
+def fuzzy_logic_probes(train: dict, test: dict, seed: int = 0, tick=_nothing) -> dict:
     """Per code set: ridge R² to the K·L term bits, in distribution (the training split halved,
     as the authors' callback) and transferred to held-out tasks; per-term logistic F1 trained on
     training tasks and tested on held-out tasks. Each with its chance level."""
@@ -93,31 +101,36 @@ def fuzzy_logic_probes(train: dict, test: dict, seed: int = 0) -> dict:
             "term_f1_held_out": logistic_f1_per_label(x_train, term_membership(train), x_test,
                                                       term_membership(test), seed=seed),
         }
+        tick()
     return results
 
 
-def sraven_probes(train: dict, test: dict, feature: int | None = None, seed: int = 0) -> dict:
+def sraven_probes(train: dict, test: dict, feature: int | None = None, seed: int = 0, tick=_nothing) -> dict:
     """Per code set: logistic decoding of a feature's rule, trained on `train` tasks and tested
     on `test` tasks, with its chance level and the majority baseline."""
     train_sets, test_sets = code_sets(train, feature), code_sets(test, feature)
     y_train, y_test = per_feature(train["rules"], feature), per_feature(test["rules"], feature)
-    return {name: logistic_classification_probe(x, y_train, test_sets[name], y_test, seed=seed)
-            for name, x in train_sets.items()}
+    results = {}
+    for name, x in train_sets.items():
+        results[name] = logistic_classification_probe(x, y_train, test_sets[name], y_test, seed=seed)
+        tick()
+    return results
 
 
-def run_probes(data: dict[str, dict], kind: str, seed: int = 0, feature: int | None = None) -> dict:
+def run_probes(data: dict[str, dict], kind: str, seed: int = 0, feature: int | None = None, tick=_nothing) -> dict:
     """Probes for every (valid<suffix>, ood<suffix>) pair; `feature`: SRAVEN only, probe that
-    underlying feature alone (the paper: the last) instead of all K."""
+    underlying feature alone (the paper: the last) instead of all K; `tick()` after each code set."""
     results = {}
     for train_split, test_split in probe_pairs(data, kind):
         train, test = data[train_split], data[test_split]
         results[f"{train_split}->{test_split}"] = (
-            fuzzy_logic_probes(train, test, seed) if kind == FUZZY_LOGIC else sraven_probes(train, test, feature, seed))
+            fuzzy_logic_probes(train, test, seed, tick) if kind == FUZZY_LOGIC
+            else sraven_probes(train, test, feature, seed, tick))
     return results
 
 
 # ----------------------------------------------------------------------------- structure
-def topographic(data: dict, num_permutations: int = 1000, seed: int = 0) -> dict:
+def topographic(data: dict, num_permutations: int = 1000, seed: int = 0, tick=_nothing) -> dict:
     """Per code set of one split (see `hyla.analysis.topographic`). SRAVEN: a task is a rule
     multiset and a sample's code is the mean of its K feature codes."""
     if str(data["task"]) == SRAVEN:
@@ -127,8 +140,11 @@ def topographic(data: dict, num_permutations: int = 1000, seed: int = 0) -> dict
         identities, distance = data["rules"], "rule_multiset"
     else:
         sets, identities, distance = code_sets(data), data["terms"], "term_matching"
-    return {name: topographic_similarity(codes, identities, distance, num_permutations, seed=seed)
-            for name, codes in sets.items()}
+    results = {}
+    for name, codes in sets.items():
+        results[name] = topographic_similarity(codes, identities, distance, num_permutations, seed=seed)
+        tick()
+    return results
 
 
 def mean_codes(codes: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -152,33 +168,39 @@ def cosine_matrix(means: np.ndarray, centered: bool) -> np.ndarray:
 
 def label_similarity(data: dict) -> dict:
     """Per code set: mean code per rule (SRAVEN) / per term (fuzzy logic) and the cosine
-    similarity matrices, raw and centered. SRAVEN also gets the addition-vs-subtraction claim
-    (paper Fig. 5E): their centered cosine and the rank of that pair among all rule pairs."""
+    similarity matrices, raw and centered, and whether the codes are constant (then the cosines
+    are those of rounding noise: figures show no matrix). SRAVEN also gets the addition-vs-
+    subtraction claim (paper Fig. 5E): their centered cosine and the rank of that pair among all
+    rule pairs (not for constant codes)."""
     kind = str(data["task"])
     labels = per_feature(data["rules"]) if kind == SRAVEN else term_membership(data)
     results = {}
     for name, codes in code_sets(data).items():
         present, means = mean_codes(codes, labels)
         raw, centered = cosine_matrix(means, False), cosine_matrix(means, True)
+        constant = figures.is_constant(codes)
         entry = {"labels": present.tolist(), "mean_codes": means.tolist(), "cosine": raw.tolist(),
-                 "centered_cosine": centered.tolist()}
+                 "centered_cosine": centered.tolist(), "constant_codes": constant}
         index = {int(label): i for i, label in enumerate(present)}
-        if kind == SRAVEN and ADDITION in index and SUBTRACTION in index:
-            a, s = index[ADDITION], index[SUBTRACTION]
-            upper = centered[np.triu_indices(len(present), k=1)]
-            others = centered[a].copy()
-            others[a] = -np.inf
-            entry["addition_subtraction"] = {
-                "cosine": float(raw[a, s]), "centered_cosine": float(centered[a, s]),
-                "rank_among_pairs": int(1 + np.sum(upper > centered[a, s])), "num_pairs": int(len(upper)),
-                "nearest_rule_to_addition": int(present[np.argmax(others)]),
-            }
+        if kind == SRAVEN and ADDITION in index and SUBTRACTION in index and not constant:
+            entry["addition_subtraction"] = addition_subtraction(present, raw, centered, index)
         results[name] = entry
     return results
 
 
+def addition_subtraction(present: np.ndarray, raw: np.ndarray, centered: np.ndarray, index: dict) -> dict:
+    a, s = index[ADDITION], index[SUBTRACTION]
+    upper = centered[np.triu_indices(len(present), k=1)]
+    others = centered[a].copy()
+    others[a] = -np.inf
+    return {"cosine": float(raw[a, s]), "centered_cosine": float(centered[a, s]),
+            "rank_among_pairs": int(1 + np.sum(upper > centered[a, s])), "num_pairs": int(len(upper)),
+            "nearest_rule_to_addition": int(present[np.argmax(others)])}
+
+
 # ----------------------------------------------------------------------------- figures
-def draw_embeddings(split: str, data: dict, out_dir: Path, tsne: bool, plot_samples: int, seed: int) -> list[Path]:
+def draw_embeddings(split: str, data: dict, out_dir: Path, tsne: bool, plot_samples: int, seed: int,
+                    tick=_nothing) -> list[Path]:
     kind = str(data["task"])
     sets = code_sets(data)
     rows = len(next(iter(sets.values())))
@@ -187,6 +209,7 @@ def draw_embeddings(split: str, data: dict, out_dir: Path, tsne: bool, plot_samp
     for method in ("pca", "tsne") if tsne else ("pca",):
         for name, codes in sets.items():
             embeddings[(method, name)] = figures.embed(codes[subset], method, seed)
+            tick()
     if kind == SRAVEN:
         colorings = {"rule": (per_feature(data["rules"])[subset], True, dict(enumerate(figures.RULE_NAMES))),
                      "target": (per_feature(data["targets"])[subset], False, None)}
@@ -201,22 +224,31 @@ def draw_embeddings(split: str, data: dict, out_dir: Path, tsne: bool, plot_samp
     for what, (color, categorical, names) in colorings.items():
         paths.append(figures.plot_embeddings(
             embeddings, color, categorical, f"{split}: latent codes colored by {what}",
-            out_dir / f"embedding_{split}_{what}.png", names))
+            out_dir / f"embedding_{split}_{what}.png", names, color_label=what))
     return paths
 
 
 def draw_similarity(split: str, similarity: dict, kind: str, out_dir: Path) -> list[Path]:
-    """One figure of the centered cosine matrices (a panel per code set), one of the mean codes."""
+    """One figure of the centered cosine matrices (a panel per code set; constant codes get the
+    "constant codes" panel), one of the mean codes (a panel per layer, a column per code dimension)."""
     what = "rule" if kind == SRAVEN else "term"
     labels = next(iter(similarity.values()))["labels"]
     names = [figures.RULE_NAMES[r] for r in labels] if kind == SRAVEN else [f"t{t}" for t in labels]
-    cosines = {name: np.array(entry["centered_cosine"]) for name, entry in similarity.items()}
-    means = np.array(similarity["all layers"]["mean_codes"])
+    cosines = {name: None if entry.get("constant_codes") else np.array(entry["centered_cosine"])
+               for name, entry in similarity.items()}
+    means = {name: np.array(entry["mean_codes"]) for name, entry in similarity.items() if name != "all layers"}
+    width = next(iter(means.values())).shape[1]
+    if kind == SRAVEN:  # per layer: the codes towards panel (2,0), then towards (2,1), H heads each
+        columns, xlabel = [f"(2,{p}) h{h}" for p in range(2) for h in range(width // 2)], "key panel, head"
+    else:
+        columns, xlabel = [f"h{h}" for h in range(width)], "head"
     return [
         figures.plot_matrices(cosines, names, names, f"{split}: cosine similarity of centered mean codes per {what}",
-                              out_dir / f"similarity_{split}.png"),
-        figures.plot_matrices({"all layers": means}, names, None, f"{split}: mean code per {what}",
-                              out_dir / f"mean_codes_{split}.png", annotate=False),
+                              out_dir / f"similarity_{split}.png", xlabel=what, ylabel=what,
+                              value_label="cosine similarity"),
+        figures.plot_matrices(means, names, columns, f"{split}: mean code per {what}",
+                              out_dir / f"mean_codes_{split}.png", xlabel=xlabel, ylabel=what, annotate=False,
+                              value_label="mean code"),
     ]
 
 
@@ -274,50 +306,132 @@ def analyze(model, task, out_dir: str | Path, splits=None, num_samples: int = 40
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     kind = task_kind(task)
-    stage = Stages(progress)
-    data = {}
-    for split in resolve_splits(task, splits):
-        stage(f"latent codes of {split} ({num_samples} sequences)")
-        data[split] = collect_latents(model, task, split, num_samples, batch_size, progress)
-        if save_codes:
-            save_latents(out_dir / f"latents_{split}.npz", data[split])
-    with threadpool_limits(limits=1):  # small sklearn problems: threads only oversubscribe the CPU
-        results = _analyze_codes(data, kind, out_dir, tsne, plot_samples, num_permutations, seed, probe_feature,
-                                 stage)
-    stage("report")
-    results["num_samples"], results["run"] = num_samples, metadata or {}
-    write_json(out_dir / "analysis.json", results, indent=1)
-    write_report(results, out_dir / "report.md")
+    with Stages(progress) as stage:
+        data = {}
+        splits = resolve_splits(task, splits)
+        for i, split in enumerate(splits):
+            stage(f"latent codes of {split} ({num_samples} sequences, split {i + 1}/{len(splits)})")
+            data[split] = collect_latents(model, task, split, num_samples, batch_size, stage.bars)
+            if save_codes:
+                save_latents(out_dir / f"latents_{split}.npz", data[split])
+        with threadpool_limits(limits=1):  # small sklearn problems: threads only oversubscribe the CPU
+            results = _analyze_codes(data, kind, out_dir, tsne, plot_samples, num_permutations, seed, probe_feature,
+                                     stage)
+        stage("report")
+        results["num_samples"], results["run"] = num_samples, metadata or {}
+        write_json(out_dir / "analysis.json", results, indent=1)
+        write_report(results, out_dir / "report.md")
     return results
 
 
 def _analyze_codes(data: dict, kind: str, out_dir: Path, tsne: bool, plot_samples: int, num_permutations: int,
                    seed: int, probe_feature: int | None, stage: Stages) -> dict:
     results = {"task": kind, "seed": seed, "splits": {split: split_summary(d) for split, d in data.items()}}
+    num_sets = len(code_sets(next(iter(data.values()))))
     stage("probes")
-    results["probes"] = run_probes(data, kind, seed, probe_feature)
+    tick = stage.counter("probes of code sets", len(probe_pairs(data, kind)) * num_sets)
+    results["probes"] = run_probes(data, kind, seed, probe_feature, tick)
     stage(f"topographic similarity ({num_permutations} permutations)")
-    results["topographic_similarity"] = {split: topographic(d, num_permutations, seed) for split, d in data.items()}
+    tick = stage.counter("topographic similarity of code sets", len(data) * num_sets)
+    results["topographic_similarity"] = {split: topographic(d, num_permutations, seed, tick)
+                                         for split, d in data.items()}
     results["label_similarity"] = {split: label_similarity(d) for split, d in data.items()}
+    stage(f"figures ({'PCA and t-SNE' if tsne else 'PCA'} embeddings)")
+    tick = stage.counter("embeddings", len(data) * num_sets * (2 if tsne else 1))
     paths = draw_probes(results["probes"], kind, out_dir)
     for split, d in data.items():
-        stage(f"embeddings of {split} ({'PCA and t-SNE' if tsne else 'PCA'})")
-        paths += draw_embeddings(split, d, out_dir, tsne, plot_samples, seed)
+        paths += draw_embeddings(split, d, out_dir, tsne, plot_samples, seed, tick)
         paths += draw_similarity(split, results["label_similarity"][split], kind, out_dir)
     results["figures"] = [p.name for p in paths]
     return results
 
 
-class Stages:
-    """`stage(name)` prints `analyze: NAME (N s elapsed)` on stderr as each stage starts (the slow ones
-    print nothing for a minute); nothing when not `enabled`."""
+PROGRESS_EVERY = 30.0  # seconds between progress lines outside a terminal
 
-    def __init__(self, enabled: bool):
-        self.enabled, self.start = enabled, time.perf_counter()
+
+class Stages:
+    """Progress of `analyze` on stderr; nothing when not `enabled`.
+
+    `stage(name)` prints `analyze: NAME (12 s elapsed)` as a stage starts; `stage.counter(what,
+    total)` returns a `tick()` to call after each of the stage's `total` items. On a terminal the
+    items advance a tqdm bar; elsewhere (a log file) a background thread prints the current state,
+    `analyze: WHAT 3/9 (1 min 05 s elapsed, ETA 2 min 10 s)`, whenever no line was printed for
+    `every` seconds, so a long stage (t-SNE, probes, permutation tests) never looks hung. Use as a
+    context manager: the thread stops on exit.
+    """
+
+    def __init__(self, enabled: bool, every: float | None = None):
+        self.enabled, self.every = enabled, PROGRESS_EVERY if every is None else every
+        self.bars = enabled and sys.stderr.isatty()
+        self.start = self.last_line = time.perf_counter()
+        self.name, self.what, self.total, self.done, self.since, self.bar = "", "", 0, 0, self.start, None
+        self.lock, self.stopped = threading.Lock(), threading.Event()
+        self.thread = threading.Thread(target=self._beat, daemon=True, name="analyze-progress")
+
+    def __enter__(self) -> Stages:
+        if self.enabled and not self.bars:
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopped.set()
+        if self.thread.is_alive():
+            self.thread.join()
+        self._close_bar()
 
     def __call__(self, name: str) -> None:
+        with self.lock:
+            self._close_bar()
+            self.name, self.what, self.total, self.done = name, name, 0, 0
+            self._print(f"{name} ({_seconds(time.perf_counter() - self.start)} elapsed)")
+
+    def counter(self, what: str, total: int):
+        """Start counting `total` items of the current stage; returns `tick()` (one item done)."""
+        with self.lock:
+            self._close_bar()
+            self.what, self.total, self.done, self.since = what, total, 0, time.perf_counter()
+            if self.bars:
+                from tqdm.auto import tqdm
+
+                self.bar = tqdm(total=total, desc=what, leave=False, dynamic_ncols=True)
+        return self._tick
+
+    def _tick(self) -> None:
+        with self.lock:
+            self.done += 1
+            if self.bar is not None:
+                self.bar.update(1)
+
+    def status(self) -> str:
+        """`WHAT i/N (elapsed, ETA)` while counting, else `NAME (elapsed)`."""
+        now = time.perf_counter()
+        elapsed = f"{_seconds(now - self.start)} elapsed"
+        if not self.total:
+            return f"{self.name} ({elapsed})"
+        eta = (f", ETA {_seconds((now - self.since) / self.done * (self.total - self.done))}"
+               if 0 < self.done < self.total else "")
+        return f"{self.what} {self.done}/{self.total} ({elapsed}{eta})"
+
+    def _beat(self) -> None:
+        while not self.stopped.wait(min(1.0, max(0.01, self.every / 2))):
+            with self.lock:
+                if self.name and time.perf_counter() - self.last_line >= self.every:
+                    self._print(self.status())
+
+    def _print(self, text: str) -> None:
         if self.enabled:
-            print(f"analyze: {name} ({time.perf_counter() - self.start:.0f} s elapsed)", file=sys.stderr, flush=True)
+            print(f"analyze: {text}", file=sys.stderr, flush=True)
+            self.last_line = time.perf_counter()
+
+    def _close_bar(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def _seconds(seconds: float) -> str:
+    minutes, seconds = divmod(int(round(seconds)), 60)
+    return f"{minutes} min {seconds:02d} s" if minutes else f"{seconds} s"
 
 
 def analysis_hook(model, task, step: int, out_dir: str | Path, num_samples: int = 1024,
@@ -354,7 +468,9 @@ def analysis_hook(model, task, step: int, out_dir: str | Path, num_samples: int 
 
 
 def analyze_run(run_dir: str | Path, splits=None, num_samples: int = 4096, device: str = "cpu", **kwargs) -> dict:
-    """Load a finished (or checkpointed) run and write its analysis into `RUN/analysis/`.
+    """Load a finished (or checkpointed) run and write its analysis into `RUN/analysis/<name>/`,
+    named by the checkpoint step and the options (`output_name`), so an analysis with other
+    options never overwrites this one; the results dict gets the folder under "out_dir".
     device: where the model runs to collect the codes (cpu | cuda | cuda:N | auto)."""
     import torch
 
@@ -363,15 +479,62 @@ def analyze_run(run_dir: str | Path, splits=None, num_samples: int = 4096, devic
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     cfg, model, task, step = load_run_at_step(run_dir, task=("fuzzy_logic", "sraven"))
+    given = {"num_samples": num_samples, "device": device, **kwargs}
+    options = {"splits": list(splits or []), **{key: given.get(key, default) for key, default in _defaults().items()}}
+    out_dir = Path(run_dir) / "analysis" / output_name(step, options)
+    claim_output(out_dir, {"checkpoint_step": step, **options})
     metadata = {"path": str(Path(run_dir).resolve()), "task": cfg.task, "mixer": cfg.model.mixer, "seed": cfg.seed,
-                "checkpoint_step": step}
-    return analyze(model.to(device), task, Path(run_dir) / "analysis", splits=splits, num_samples=num_samples,
-                   metadata=metadata, **kwargs)
+                "checkpoint_step": step, "options": options}
+    results = analyze(model.to(device), task, out_dir, splits=splits, num_samples=num_samples, metadata=metadata,
+                      **kwargs)
+    return {**results, "out_dir": str(out_dir)}
+
+
+# how each option that changes the outputs shows in the folder name when it is not the default
+NAME_PARTS = {"num_samples": "samples{}", "batch_size": "batch-size{}", "tsne": "tsne", "plot_samples": "plot-samples{}",
+              "num_permutations": "permutations{}", "seed": "seed{}", "probe_feature": "feature{}",
+              "save_codes": "save-codes", "device": "device-{}"}
+
+
+def output_name(step: int, options: dict) -> str:
+    """`step<S>` and every option that differs from its default in `analyze`, e.g.
+    `step30-samples256-permutations100-no-tsne-splits-valid+ood` (`step30` for the defaults)."""
+    defaults = _defaults()
+    parts = [f"step{step}"]
+    for key, pattern in NAME_PARTS.items():
+        value = options.get(key, defaults[key])
+        if value != defaults[key]:
+            parts.append(("" if value else "no-") + pattern if isinstance(value, bool) else pattern.format(value))
+    if options.get("splits"):
+        parts.append("splits-" + "+".join(options["splits"]))
+    return re.sub(r"[^A-Za-z0-9_.+=-]", "_", "-".join(parts))
+
+
+def _defaults() -> dict:
+    """The default of every option in `NAME_PARTS` (those of `analyze`, and the cpu device)."""
+    defaults = {name: p.default for name, p in inspect.signature(analyze).parameters.items()} | {"device": "cpu"}
+    return {key: defaults[key] for key in NAME_PARTS}
+
+
+def claim_output(out_dir: Path, options: dict) -> None:
+    """Record the options in `out_dir/options.json`; refuse a folder written with other options."""
+    record = out_dir / "options.json"
+    if record.exists():
+        previous = json.loads(record.read_text())
+        if previous != json.loads(json.dumps(options)):
+            changed = sorted(k for k in previous.keys() | options.keys() if previous.get(k) != options.get(k))
+            raise FileExistsError(f"{out_dir} holds an analysis with other options ({', '.join(changed)} differ): "
+                                  f"move it away to write this one there")
+    elif out_dir.exists() and any(out_dir.iterdir()):
+        raise FileExistsError(f"{out_dir} exists without options.json: move it away to write an analysis there")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_json(record, options, indent=1)
 
 
 @dataclass
 class AnalyzeOptions:
-    """Latent-code analysis of a trained run (probes, embeddings, topographic similarity, report) into RUN/analysis/."""
+    """Latent-code analysis of a trained run (probes, embeddings, topographic similarity, report) into
+    RUN/analysis/step<S>[-<options>]/: one folder per checkpoint step and set of non-default options."""
 
     run: Positional[Path]
     """run folder (written by `hyla train`)"""
@@ -403,6 +566,6 @@ def main(argv: list[str]) -> int:
     results = analyze_run(args.run, args.split or None, args.samples, device=args.device, batch_size=args.batch_size,
                           tsne=args.tsne, plot_samples=args.plot_samples, num_permutations=args.permutations,
                           seed=args.seed, probe_feature=args.feature)
-    print(f"wrote {args.run / 'analysis' / 'report.md'} ({len(results['figures'])} figures)")
+    print(f"wrote {Path(results['out_dir']) / 'report.md'} ({len(results['figures'])} figures)")
     return 0
 

@@ -66,18 +66,29 @@ def write_report(results: dict, path: str | Path) -> Path:
 
     lines += ["", "## Mean codes per " + ("rule" if kind == "sraven" else "term"), ""]
     for split, per_set in results["label_similarity"].items():
-        if kind == "sraven":
-            pairs = [(name, entry["addition_subtraction"]) for name, entry in per_set.items()
-                     if entry.get("addition_subtraction")]
-            lines += [f"### {split}", "", markdown_table(
-                ["codes", "cos(add, sub)", "centered", "rank among pairs", "nearest to add"],
-                [[name, _f(a["cosine"]), _f(a["centered_cosine"]), f"{a['rank_among_pairs']} / {a['num_pairs']}",
-                  RULE_NAMES[a["nearest_rule_to_addition"]]] for name, a in pairs]), ""]
-        lines += [f"![{split} similarity](similarity_{split}.png)", "",
-                  f"![{split} mean codes](mean_codes_{split}.png)", ""]
+        lines += _mean_code_lines(split, per_set, kind)
 
     lines += ["## Embeddings", ""]
     lines += [f"![{name}]({name})" for name in results["figures"] if name.startswith("embedding_")]
     path = Path(path)
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def _mean_code_lines(split: str, per_set: dict, kind: str) -> list[str]:
+    """One split's mean-code section: SRAVEN's addition-vs-subtraction table, the constant code
+    sets (their cosines would be those of rounding noise: not drawn), the two figures."""
+    lines = []
+    if kind == "sraven":
+        pairs = [(name, entry["addition_subtraction"]) for name, entry in per_set.items()
+                 if entry.get("addition_subtraction")]
+        lines += [f"### {split}", "", markdown_table(
+            ["codes", "cos(add, sub)", "centered", "rank among pairs", "nearest to add"],
+            [[name, _f(a["cosine"]), _f(a["centered_cosine"]), f"{a['rank_among_pairs']} / {a['num_pairs']}",
+              RULE_NAMES[a["nearest_rule_to_addition"]]] for name, a in pairs]), ""]
+    constant = [name for name, entry in per_set.items() if entry.get("constant_codes")]
+    if constant:
+        lines += [f"Constant codes on {split} (no similarity matrix: it would show rounding noise): "
+                  + ", ".join(constant) + ".", ""]
+    return lines + [f"![{split} similarity](similarity_{split}.png)", "",
+                    f"![{split} mean codes](mean_codes_{split}.png)", ""]

@@ -4,6 +4,7 @@ has a known answer), then on a tiny checkpoint trained in the test."""
 import json
 import math
 import re
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -141,11 +142,74 @@ def test_end_to_end_on_a_trained_checkpoint(tmp_path):
     code = cli.main(["analyze", str(run), "--samples", "256", "--no-tsne", "--permutations", "100",
                      "--split", "valid_fixed_query", "--split", "ood_fixed_query", "--split", "valid"])
     assert code == 0
-    out_dir = run / "analysis"
-    hook_lines = [json.loads(line) for line in (out_dir / "analysis_hook.jsonl").read_text().splitlines()]
+    hook_lines = [json.loads(line) for line in (run / "analysis" / "analysis_hook.jsonl").read_text().splitlines()]
     assert [line["step"] for line in hook_lines] == [15, 30]  # the training loop's periodic hook
+    out_dir = run / "analysis" / "step30-samples256-no-tsne-permutations100-splits-valid_fixed_query+ood_fixed_query+valid"
     results = json.loads((out_dir / "analysis.json").read_text())
     assert results["task"] == "fuzzy_logic" and results["splits"]["valid"]["num_samples"] == 256
     probe = results["probes"]["valid_fixed_query->ood_fixed_query"]["all layers"]
     assert {"r2", "chance"} <= probe["ridge_term_bits_held_out"].keys()
     assert (out_dir / "report.md").exists() and (out_dir / "latents_valid.npz").exists()
+    # other options: another folder, the first one untouched
+    before = (out_dir / "analysis.json").read_bytes()
+    assert cli.main(["analyze", str(run), "--samples", "64", "--no-tsne", "--permutations", "20", "--split", "valid"]) == 0
+    assert (run / "analysis" / "step30-samples64-no-tsne-permutations20-splits-valid" / "report.md").exists()
+    assert (out_dir / "analysis.json").read_bytes() == before
+
+
+def test_analysis_folder_is_named_by_its_options_and_never_overwritten(tmp_path):
+    assert pipeline.output_name(30, {"num_samples": 4096, "device": "cpu", "tsne": True}) == "step30"
+    assert pipeline.output_name(7, {"num_samples": 64, "tsne": False, "seed": 1, "probe_feature": 2,
+                                    "device": "cuda:0", "splits": ["valid", "ood"]}) == (
+        "step7-samples64-no-tsne-seed1-feature2-device-cuda_0-splits-valid+ood")
+    out_dir = tmp_path / "step30"
+    pipeline.claim_output(out_dir, {"checkpoint_step": 30, "num_samples": 64, "splits": ["valid"]})
+    pipeline.claim_output(out_dir, {"checkpoint_step": 30, "num_samples": 64, "splits": ["valid"]})  # same: fine
+    with pytest.raises(FileExistsError, match=r"other options \(num_samples differ\)") as error:
+        pipeline.claim_output(out_dir, {"checkpoint_step": 30, "num_samples": 128, "splits": ["valid"]})
+    assert "\n" not in str(error.value)
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "report.md").write_text("by hand")
+    with pytest.raises(FileExistsError, match="without options.json"):
+        pipeline.claim_output(tmp_path / "old", {"checkpoint_step": 30})
+
+
+def test_progress_lines_have_elapsed_time_eta_and_keep_coming_in_long_stages(tmp_path, monkeypatch, capsys):
+    slow = pipeline.topographic_similarity
+
+    def slow_topographic(*args, **kwargs):  # a long stage: three items of 0.3 s
+        time.sleep(0.3)
+        return slow(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "topographic_similarity", slow_topographic)
+    monkeypatch.setattr(pipeline, "PROGRESS_EVERY", 0.1)
+    task = Recorder(SRaven())
+    model = PlantedModel(task, num_heads=8, num_outputs=4, output_dim=8)
+    analyze(model, task, tmp_path, splits=["valid"], num_samples=32, batch_size=32, tsne=False,
+            plot_samples=32, num_permutations=10, progress=True)
+    err = capsys.readouterr().err
+    assert "\r" not in err  # outside a terminal: plain lines, no bars redrawn in place
+    lines = err.splitlines()
+    assert all(line.startswith("analyze: ") for line in lines)
+    assert lines[0] == "analyze: latent codes of valid (32 sequences, split 1/1) (0 s elapsed)"
+    assert lines[-1].startswith("analyze: report (")
+    # inside the slow stage: a line every 0.1 s, with the items done and an ETA once one is done
+    counted = [line for line in lines if line.startswith("analyze: topographic similarity of code sets ")]
+    assert len(counted) >= 2
+    assert any(re.fullmatch(r"analyze: topographic similarity of code sets [12]/3 \(\d+ s elapsed, ETA \d+ s\)", line)
+               for line in counted)
+
+
+def test_progress_stops_its_thread_and_is_silent_when_disabled(capsys):
+    with pipeline.Stages(True, every=0.01) as stage:
+        stage("probes")
+        tick = stage.counter("code sets", 2)
+        tick()
+        time.sleep(0.05)
+    assert not stage.thread.is_alive()
+    assert "analyze: code sets 1/2 (0 s elapsed, ETA 0 s)" in capsys.readouterr().err.splitlines()
+    with pipeline.Stages(False, every=0.01) as stage:
+        stage("probes")
+        stage.counter("code sets", 2)()
+        time.sleep(0.05)
+    assert capsys.readouterr().err == ""
