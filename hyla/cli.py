@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("hyla.sweep:main", "train a grid of runs from a YAML file, skipping finished ones: hyla sweep FILE [--parallel N]"),
     "results": ("hyla.results:main", "aggregate run folders into mean ± s.e. tables, CSV and plots: hyla results DIR"),
     "analyze": ("hyla.analysis.pipeline:main", "latent-code analysis of a run (probes, embeddings, report): hyla analyze RUN [--split S] [--samples N] [--no-tsne]"),
+    "interventions": ("hyla.analysis.interventions:main", "patch latent codes with another task's, measure the transfer: hyla interventions RUN [--out DIR] [--tasks N] [--seed S]"),
 }
 
 

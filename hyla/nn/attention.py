@@ -55,6 +55,8 @@ class MultiHeadAttention(nn.Module):
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.num_heads, self.causal, self.dropout, self.implementation = num_heads, causal, dropout, implementation
+        # set only inside `hyla.analysis.patch_latents`: a callable that computes (out, codes) instead of `attention`
+        self.latent_patch = None
         self.dim, self.context_dim = dim, context_dim or dim
         self.query = Linear(dim, qk_dim)
         self.key = Linear(self.context_dim, qk_dim)
@@ -100,13 +102,17 @@ class MultiHeadAttention(nn.Module):
             mask = causal if mask is None else mask & causal
         if dropout_mask is None and self.training and self.dropout > 0:
             dropout_mask = self.draw_dropout_mask(q_len, k_len, x.device, q.dtype)
-        result = attention(
-            q, k, v,
-            normalization=self.mixer.normalization, value_network=self.mixer.value_network,
-            activation=self.mixer.activation, bias=bias, mask=mask, dropout_mask=dropout_mask,
-            return_scores=return_latents, implementation=self.implementation,
-        )
-        out, latents = result if return_latents else (result, None)
+        if self.latent_patch is not None:  # an intervention (hyla.analysis.interventions) replaces latent codes
+            out, latents = self.latent_patch(q, k, v, bias=bias, mask=mask, dropout_mask=dropout_mask)
+            latents = latents if return_latents else None
+        else:
+            result = attention(
+                q, k, v,
+                normalization=self.mixer.normalization, value_network=self.mixer.value_network,
+                activation=self.mixer.activation, bias=bias, mask=mask, dropout_mask=dropout_mask,
+                return_scores=return_latents, implementation=self.implementation,
+            )
+            out, latents = result if return_latents else (result, None)
         y = self.out(out.flatten(-2))  # [B, Tq, out_dim]
         return (y, latents) if return_latents else y
 
