@@ -6,6 +6,12 @@ Runs are grouped by every config field that varies among them and changes what a
 folders, progress bars, threads, logging, evaluation schedule, stop_at, ...) never split a group.
 A group of one seed shows no error bar. Writes `results.md`, `results.csv`, `results.json`,
 `results_<metric>.png` (final metric per split) and `curves_<metric>.png` (evaluation curves).
+
+`hyla results DIR --latent-structure` instead relates latent structure to generalization across
+the completed runs (`hyla.analysis.structure`): per run, the topographic similarity of its latent
+codes on the held-out split (cached in the run folder) against its final metric there; Spearman
+across runs with a bootstrap interval, overall and per mixer. Writes `latent_structure.json` and
+`latent_structure.png`.
 """
 
 from __future__ import annotations
@@ -13,16 +19,20 @@ from __future__ import annotations
 import csv
 import json
 import math
+import sys
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from matplotlib.figure import Figure
 from tyro.conf import Positional
 
 from hyla import tables
 from hyla.jsonio import write_json
-from hyla.plots import plot_curves, save_figure
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def bookkeeping_fields() -> frozenset[str]:
@@ -142,6 +152,8 @@ def write_csv(path: Path, fields: list[str], rows: list[dict]) -> None:
 def final_figure(rows: list[dict], metric: str, fields: list[str]) -> Figure:
     """Final `metric` per group (a bar per split) as mean ± s.e. over its seeds: error bars only
     for groups of two seeds or more (a single seed has no standard error, and gets no cap)."""
+    from matplotlib.figure import Figure
+
     splits = sorted({n.split("/")[0] for row in rows for n in row["values"] if n.endswith(f"/{metric}")})
     fig = Figure(figsize=(max(4, 1.2 * len(rows) * max(1, len(splits)) / 2), 3.5))
     ax = fig.subplots()
@@ -165,11 +177,14 @@ def final_figure(rows: list[dict], metric: str, fields: list[str]) -> Figure:
 
 def plot_final(path: Path, rows: list[dict], metric: str, fields: list[str] = ()) -> Path:
     """`final_figure` written to `path`."""
+    from hyla.plots import save_figure
+
     return save_figure(final_figure(rows, metric, list(fields)), path)
 
 
 def summarize(root: str | Path, out: str | Path | None = None) -> str:
     """Aggregate the runs below root; write the tables and plots into `out` (default root)."""
+    from hyla.plots import plot_curves
     from hyla.train.run_dir import RunError
 
     runs = find_runs(root)
@@ -195,19 +210,175 @@ def summarize(root: str | Path, out: str | Path | None = None) -> str:
     return text
 
 
+def run_folders(root: str | Path) -> list[Path]:
+    """Every run folder below root: a config.json beside a summary, metrics or checkpoints (an
+    export folder, config.json and weights only, is not one)."""
+    return [c.parent for c in sorted(Path(root).rglob("config.json"))
+            if any((c.parent / n).exists() for n in ("summary.json", "metrics.jsonl", "checkpoints"))]
+
+
+def structure_candidates(root: str | Path, split: str) -> tuple[list[dict], list[str]]:
+    """(completed runs with a final metric on `split`: {path, name, config (flat), summary},
+    one note per folder skipped and why)."""
+    from hyla.train.run_dir import RunDir
+
+    candidates, notes = [], []
+    for path in run_folders(root):
+        name = str(path.relative_to(root)) if path != Path(root) else path.name
+        run = RunDir(path)
+        try:
+            summary = run.read_summary() if run.summary_file.exists() else {}
+            config = _leaves(json.loads(run.config_file.read_text()))
+        except ValueError as e:
+            notes.append(f"{name}: unreadable ({' '.join(str(e).split())})")
+            continue
+        status = summary.get("status")
+        final = (summary.get("final") or {}).get(split) or {}
+        if status != "completed":
+            notes.append(f"{name}: not completed (" + (f"{status} at step {summary.get('step')})" if summary
+                                                       else "no summary.json yet: running or interrupted)"))
+        elif config.get("task") not in ("fuzzy_logic", "sraven"):
+            notes.append(f"{name}: a {config.get('task')} run (latent codes: fuzzy_logic and sraven only)")
+        elif summary.get("metric_name") not in final:
+            notes.append(f"{name}: no final {summary.get('metric_name')} on split {split!r}")
+        else:
+            candidates.append({"path": path, "name": name, "config": config, "summary": summary})
+    return candidates, notes
+
+
+def measure_runs(candidates: list[dict], options: dict) -> tuple[list[dict], list[str]]:
+    """Topographic similarity of every candidate (cached per run), with a line per run on stderr
+    (elapsed and ETA; a tqdm bar on a terminal). Returns (points, notes on runs left out)."""
+    from tqdm.auto import tqdm
+
+    from hyla.analysis.pipeline import _seconds
+    from hyla.analysis.structure import cached_measure
+    from hyla.train.checkpoint import CheckpointError
+    from hyla.train.run_dir import RunError
+
+    bar = tqdm(total=len(candidates), desc="latent structure", unit="run") if sys.stderr.isatty() else None
+    points, notes, start, measuring, measured = [], [], time.monotonic(), 0.0, 0
+    for i, run in enumerate(candidates, 1):
+        began = time.monotonic()
+        try:
+            entry, cached = cached_measure(run["path"], run["summary"].get("step"), options)
+            point, note = _structure_point(run, entry, options["split"], cached)
+        except (RunError, CheckpointError) as e:  # e.g. a completed run whose checkpoints were deleted
+            entry, cached, point, note = None, False, None, f"{run['name']}: left out, {' '.join(str(e).split())}"
+        if not cached:
+            measuring, measured = measuring + time.monotonic() - began, measured + 1
+        points += [point] if point else []
+        notes += [note] if note else []
+        text = note or (f"topographic similarity {point['topographic_similarity']:.3f}, {options['split']} "
+                        f"{point['metric_name']} {point['metric']:.3f}{' (cached)' if cached else ''}")
+        if bar is not None:
+            bar.write(f"{run['name']}: {text}")
+            bar.update(1)
+        else:
+            left = len(candidates) - i
+            eta = f", ETA {_seconds(measuring / measured * left)}" if measured and left else ""
+            print(f"latent structure {i}/{len(candidates)} {run['name']}: {text} "
+                  f"({_seconds(time.monotonic() - start)} elapsed{eta})", file=sys.stderr, flush=True)
+    if bar is not None:
+        bar.close()
+    return points, notes
+
+
+def _structure_point(run: dict, entry: dict, split: str, cached: bool) -> tuple[dict | None, str | None]:
+    """(the run's point, None) or (None, why it is left out of the correlation)."""
+    summary, topo = run["summary"], entry["topographic"]
+    metric_name = summary["metric_name"]
+    metric = summary["final"][split][metric_name]
+    if entry["checkpoint_step"] != summary.get("step"):
+        return None, (f"{run['name']}: left out, its final checkpoint is unreadable (latest readable: step "
+                      f"{entry['checkpoint_step']}, the run reached {summary.get('step')})")
+    if topo.get("spearman") is None or math.isnan(topo["spearman"]) or metric is None:
+        return None, (f"{run['name']}: left out, no finite topographic similarity ({topo['num_tasks']} tasks) "
+                      f"or {metric_name}")
+    return {"name": run["name"], "path": str(Path(run["path"]).resolve()), "task": entry["task"],
+            "mixer": entry["mixer"], "seed": entry["seed"], "steps": summary.get("step"),
+            "metric_name": metric_name, "metric": metric, "topographic_similarity": topo["spearman"],
+            "topographic_p_value": topo["p_value"], "num_tasks": topo["num_tasks"], "codes": entry["codes"],
+            "cached": cached}, None
+
+
+def latent_structure(args: ResultsOptions) -> str:
+    """`hyla results DIR --latent-structure`: measure (or read) every completed run, correlate,
+    write latent_structure.json and .png into `args.out` (default DIR); returns the text printed."""
+    from hyla.analysis import structure
+    from hyla.plots import save_figure
+    from hyla.train.run_dir import RunError
+
+    if not args.dir.is_dir():
+        raise RunError(f"{args.dir} does not exist or is not a folder")
+    candidates, notes = structure_candidates(args.dir, args.latent_split)
+    if not candidates:
+        detail = f" ({len(notes)} skipped: {'; '.join(notes)})" if notes else ""
+        raise RunError(f"no completed fuzzy_logic or sraven run with a final metric on split {args.latent_split!r} "
+                       f"below {args.dir}{detail}")
+    options = {"split": args.latent_split, "layer": args.latent_layer, "num_samples": args.latent_samples,
+               "num_permutations": args.latent_permutations, "seed": args.seed}
+    points, left_out = measure_runs(candidates, options)
+    kinds = sorted({(p["task"], p["metric_name"]) for p in points})
+    if len(kinds) > 1:
+        raise RunError(f"runs of several tasks or metrics below {args.dir} ({kinds}): point at one task's runs")
+    result = {"options": {**options, "bootstrap": args.bootstrap}, "codes": structure.describe_layer(args.latent_layer),
+              "metric_name": kinds[0][1] if kinds else None, "confidence": 0.95,
+              **structure.correlations(points, args.bootstrap, args.seed), "runs": points,
+              "skipped": notes + left_out}
+    text = structure.summary_text(result)
+    if len({p["steps"] for p in points}) > 1:
+        text += f"\nNote: the runs trained for different numbers of steps ({sorted({p['steps'] for p in points})})."
+    if result["skipped"]:
+        text += "\nSkipped:\n" + "\n".join(f"  {note}" for note in result["skipped"])
+    result["statement"] = text
+    out = Path(args.out or args.dir)
+    write_json(out / "latent_structure.json", result)
+    if points:
+        save_figure(structure.structure_figure(points, result), out / "latent_structure.png")
+    return text + f"\nWrote {out / 'latent_structure.json'}" + (" and latent_structure.png" if points else "")
+
+
 @dataclass
 class ResultsOptions:
-    """Aggregate the run folders below DIR into mean ± s.e. tables (Markdown, CSV, JSON) and plots."""
+    """Aggregate the run folders below DIR into mean ± s.e. tables (Markdown, CSV, JSON) and plots;
+    with --latent-structure, relate each run's latent-code structure to its generalization instead."""
 
     dir: Positional[Path]
     """folder containing run folders (searched recursively)"""
     out: Path | None = None
     """where to write the tables and plots (default: DIR)"""
+    latent_structure: bool = False
+    """instead of the tables: topographic similarity of each completed run's latent codes on
+    --latent-split against its final metric there, Spearman across runs with a bootstrap CI, overall
+    and per mixer (latent_structure.json, latent_structure.png; per-run numbers cached in each run
+    folder as latent_structure-step<S>-<options>.json)"""
+    latent_split: str = "ood"
+    """held-out split whose codes and final metric are compared"""
+    latent_layer: str = "last"
+    """code set: last | all (layers concatenated) | a layer index"""
+    latent_samples: int = 512
+    """sequences whose codes are collected per run"""
+    latent_permutations: int = 1000
+    """permutation-test size of each run's topographic p-value"""
+    bootstrap: int = 2000
+    """bootstrap resamples of runs for the confidence interval (95%, percentile)"""
+    seed: int = 0
+    """seed of the task subset and permutations of each run's topographic similarity, and of the
+    bootstrap (the samples are those `hyla analyze` uses: the run's task seed, batch of step 0)"""
+
+    def __post_init__(self):
+        from hyla.configs import ConfigError, check_positive
+
+        check_positive(latent_samples=self.latent_samples, latent_permutations=self.latent_permutations,
+                       bootstrap=self.bootstrap)
+        if self.latent_layer not in ("last", "all") and not self.latent_layer.lstrip("-").isdigit():
+            raise ConfigError(f"--latent-layer={self.latent_layer!r} is not valid: last, all or a layer index")
 
 
 def main(argv: list[str]) -> int:
     from hyla.configs import parse_options
 
     args = parse_options(ResultsOptions, argv, "hyla results", __doc__)
-    print(summarize(args.dir, args.out))
+    print(latent_structure(args) if args.latent_structure else summarize(args.dir, args.out))
     return 0
