@@ -20,7 +20,7 @@ from hyla.ops.torch_internals import onednn_linear, onednn_linear_available
 
 def _plain(t: torch.Tensor) -> torch.Tensor:
     """t itself if it is contiguous or the transpose of a contiguous matrix, else a contiguous copy:
-    for other strides (e.g. a slice of the sequence) oneDNN takes a reference kernel ~100x slower."""
+    for other strides (e.g. a slice of the sequence) oneDNN takes a far slower reference kernel."""
     return t if t.is_contiguous() or t.t().is_contiguous() else t.contiguous()
 
 
@@ -31,7 +31,7 @@ def _onednn_matmul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
 
 # The same as an opaque operator, so that torch.compile calls it instead of lowering it (inductor's
 # own lowering of mkldnn._linear_pointwise expects prepacked weights). Defined with the low-level
-# torch.library API rather than torch.library.custom_op: ~5 us less per call, ~40 calls per step.
+# torch.library API rather than torch.library.custom_op: less Python per call, and it runs ~40 times a step.
 # It needs no autograd formula: _OneDnnLinear's backward calls it too. Registered when the first
 # oneDNN Linear is built, once per process: torch.library's functions keep it alive for good, so a
 # reloaded or re-imported hyla finds it defined (and other code may define hyla:: operators too).

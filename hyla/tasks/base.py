@@ -136,7 +136,7 @@ class RowwiseTask(Task):
     stacked along the first dimension, and `batches` cuts them apart (views, no copy).
     """
 
-    batches_per_pass = 16  # ~3x fewer microseconds a batch for the paper's tasks (benchmarks/README)
+    batches_per_pass = 16  # fewer tensor operations a batch (docs/speed.md)
 
     def _generate(self, split: str, step: int, batch_size: int, rows: tuple[int, int]) -> Batch:
         return self._generate_rows(split, self.random_stream(split, step), batch_size, rows)

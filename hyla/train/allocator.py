@@ -3,8 +3,7 @@
 A training step allocates and frees the same large tensors every step. glibc's malloc serves
 blocks above its mmap threshold with fresh mappings and returns them to the system when freed,
 and trims the top of its heap once more than its trim threshold is free; either way every step
-faults its pages in again. On the fuzzy-logic paper model (2 cores) that kernel work cost about a
-quarter of the step (benchmarks/README.md, "Memory reuse, and one matmul for q, k and v"). With a fixed mmap threshold of 32 MiB
+faults its pages in again, a large share of a CPU step (docs/speed.md). With a fixed mmap threshold of 32 MiB
 (glibc's largest) and a 1 GiB trim threshold, a block up to 32 MiB, once freed, stays in the
 process for the next step.
 

@@ -303,7 +303,7 @@ def _compiler_settings(cfg: ExperimentConfig):
 
     # Inductor's CPU code vectorizes a loop as short as the per-head dimension (2 in the fuzzy-logic
     # models) with masked "tail" vectors and parallelizes the reduction inside it: thousands of
-    # OpenMP regions per kernel, 10-30x slower with 2 threads.
+    # OpenMP regions per kernel, many times slower with 2 threads (docs/speed.md).
     with inductor_config.patch({"cpp.enable_loop_tail_vec": False}):
         yield
 

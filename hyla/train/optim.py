@@ -44,8 +44,8 @@ def lr_multiplier(step: int, steps: int, warmup_steps: int, final_fraction: floa
 
 SMALL_TENSOR = 32768
 """Below this many elements a tensor's AdamW update runs on one thread: torch's CPU kernel starts
-the thread team for every tensor (~4 us on the 2-core development machine, against 0.5 us for
-the whole update of a 128-element tensor); one thread is faster up to ~32K elements."""
+the thread team for every tensor, which costs more than the whole update of a small tensor; one
+thread is faster up to about this size (docs/speed.md)."""
 
 
 @contextlib.contextmanager

@@ -16,8 +16,8 @@ the same function and is tested against it on outputs AND gradients in float64
 
 | implementation | `auto` picks it when (first match) | why |
 |---|---|---|
-| `triton`    | mlp, CUDA, B·Tq·Tk·Dv > STREAM_THRESHOLD, `triton_covers`, `triton_by_default` | memory linear in T, ~10x streamed's speed |
-| `cpp`       | mlp, CPU, `cpp.covers` (rms_head/none, relu/identity, float32/64) and the kernel compiled | one C++ kernel, each pair in registers: 2x+ faster |
+| `triton`    | mlp, CUDA, B·Tq·Tk·Dv > STREAM_THRESHOLD, `triton_covers`, `triton_by_default` | memory linear in T, faster than streamed (docs/speed.md) |
+| `cpp`       | mlp, CPU, `cpp.covers` (rms_head/none, relu/identity, float32/64) and the kernel compiled | one C++ kernel, each pair in registers: faster (docs/speed.md) |
 | `streamed`  | mlp, and B·Tq·Tk·Dv > STREAM_THRESHOLD | memory: [B, Tq, Tk, Dv] exists one key block at a time |
 | `pointwise` | under torch.compile, Dv <= POINTWISE_MAX_HEAD_DIM | inductor fuses it; tiny heads make matmuls slow |
 | `fused`     | mlp, eager, CPU, dropout mask shared by the heads, no autocast | hand-written backward: fewer passes over memory |
