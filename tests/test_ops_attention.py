@@ -273,7 +273,7 @@ def test_fused_is_close_to_naive_in_float32_at_the_sraven_size():
     q, k, v, b, _, d, grad = seeded_case((4, 36, 36, 16, 4, 4), torch.float32, True, False, True)
     kwargs = dict(normalization="rms_head", activation="relu", bias=b, dropout_mask=d)
     reference, _ = attention_naive(q, k, v, value_network="mlp", **kwargs)
-    # atol: float32 sums of ~600 terms of size ~1 round to ~1e-5 (1.04e-5 seen on an AMD EPYC)
+    # atol: float32 sums of ~600 terms of size ~1 round to ~1e-5 (1.04e-5 seen on an Intel Xeon)
     assert_same_outputs_and_grads(hyla_fused(q, k, v, **kwargs), reference, [q, k, v, b], grad, rtol=1e-5, atol=5e-5)
     with pytest.raises(ValueError, match="shared by all heads"):
         hyla_fused(q, k, v, normalization="none", dropout_mask=torch.ones(1, 16, 36, 36))

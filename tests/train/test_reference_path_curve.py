@@ -2,7 +2,7 @@
 reference path (the naive einsum attention, public operators only) train the paper's CPU presets
 along the same curve: the training losses of a few hundred steps agree to float rounding.
 
-Measured on the 2-core AMD EPYC: largest relative difference 1.1e-7 (logic_cpu, 300 steps) and
+Measured on a 2-core Intel Xeon: largest relative difference 1.1e-7 (logic_cpu, 300 steps) and
 4.5e-8 (raven_cpu, 200 steps); the test runs 200 and 100 steps to stay short. The tolerance, 1e-5,
 leaves a hundredfold margin for other CPUs, while any change of the math (a wrong gradient term, a
 wrong normalization) moves the losses by far more within the first logged steps."""
