@@ -14,7 +14,10 @@ memory. The value dimensions are independent through both layers, so they are sp
 of BD (the forward runs one program per chunk). The backward recomputes a tile's codes and hidden
 layer (as `hyla_streamed` recomputes a key block), keeps the key gradients of its key tile in
 registers, adds its value gradients chunk by chunk into a float32 buffer that no other program
-writes, and adds the query gradients of every query tile into a float32 buffer with atomics.
+writes, and adds the query gradients of every query tile into a float32 buffer with atomics. It
+loads the q and k tiles again (from L2) for each product instead of keeping them across its loop:
+a tile kept is a shared-memory buffer that lives through the loop, and the float32 backward would
+then not fit the 99 KiB of an sm_86/sm_89 GPU.
 Memory: the inputs, the output, those two buffers and, only when the bias needs a gradient, one
 float32 [B or 1, H, Tq, Tk].
 
