@@ -182,7 +182,10 @@ def spawn_case(case: dict) -> dict:
         [sys.executable, __file__, "--case", json.dumps(case)], capture_output=True, text=True, check=False
     )
     if proc.returncode != 0:
-        return {**case, "error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"}
+        return {
+            **case,
+            "error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}",
+        }
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -201,13 +204,18 @@ def correctness_check(args) -> dict:
             ("naive", lambda q, k, v: attention_naive(q, k, v, value_network="mlp", **kw)[0]),
             ("streamed", lambda q, k, v: hyla_streamed(q, k, v, block=37, **kw)),
         ):
-            inputs, grad_out = make_inputs(args.batch, 193, args.heads, args.head_dim, torch.float64, args.device, seed=1)
+            inputs, grad_out = make_inputs(
+                args.batch, 193, args.heads, args.head_dim, torch.float64, args.device, seed=1
+            )
             out = fn(*inputs)
             results[name] = [out, *torch.autograd.grad(out, inputs, grad_out)]
         output_error = relative_error(results["streamed"][0], results["naive"][0])
         grad_error = max(relative_error(a, e) for a, e in zip(results["streamed"][1:], results["naive"][1:]))
-        report[mixer] = dict(output_error=output_error, grad_error=grad_error,
-                             passed=output_error <= GATE_TOLERANCE and grad_error <= GATE_TOLERANCE)
+        report[mixer] = dict(
+            output_error=output_error,
+            grad_error=grad_error,
+            passed=output_error <= GATE_TOLERANCE and grad_error <= GATE_TOLERANCE,
+        )
     return report
 
 
@@ -216,9 +224,13 @@ def correctness_check(args) -> dict:
 
 def machine_info(args) -> dict:
     info = dict(
-        platform=platform.platform(), processor=platform.processor() or platform.machine(),
-        cpu_count=os.cpu_count(), torch=torch.__version__, threads=args.threads,
-        device=args.device, load_average=os.getloadavg(),
+        platform=platform.platform(),
+        processor=platform.processor() or platform.machine(),
+        cpu_count=os.cpu_count(),
+        torch=torch.__version__,
+        threads=args.threads,
+        device=args.device,
+        load_average=os.getloadavg(),
     )
     if args.device.startswith("cuda"):
         info["gpu"] = torch.cuda.get_device_name(args.device)
@@ -243,16 +255,25 @@ def print_length_table(length: int, rows: list[dict], speedups_allowed: bool) ->
             if not speedups_allowed:
                 note = "(correctness check failed: no comparison reported)"
             elif base is not None:
-                memory = (f"memory /{base['peak_bytes'] / r['peak_bytes']:.1f}" if r["peak_bytes"] >= 2**20
-                          else "memory: < 1 MiB")
-                note = (f"time x{r['time_s'] / base['time_s']:.2f}, {memory}, "
-                        f"error out {r['output_error']:.0e} grads {r['grad_error']:.0e}")
-        print(f"  {r['mixer']:<26} {r['implementation']:<9} {r['time_s']:>9.3f} {format_bytes(r['peak_bytes']):>11}   {note}")
+                memory = (
+                    f"memory /{base['peak_bytes'] / r['peak_bytes']:.1f}"
+                    if r["peak_bytes"] >= 2**20
+                    else "memory: < 1 MiB"
+                )
+                note = (
+                    f"time x{r['time_s'] / base['time_s']:.2f}, {memory}, "
+                    f"error out {r['output_error']:.0e} grads {r['grad_error']:.0e}"
+                )
+        peak = format_bytes(r["peak_bytes"])
+        print(f"  {r['mixer']:<26} {r['implementation']:<9} {r['time_s']:>9.3f} {peak:>11}   {note}")
 
 
 def target_report(results: list[dict], speedups_allowed: bool) -> dict | None:
-    pick = {r["implementation"]: r for r in results
-            if r["mixer"] == TARGET["mixer"] and r["length"] == TARGET["length"] and "time_s" in r}
+    pick = {
+        r["implementation"]: r
+        for r in results
+        if r["mixer"] == TARGET["mixer"] and r["length"] == TARGET["length"] and "time_s" in r
+    }
     if set(pick) != {"naive", "streamed"} or not speedups_allowed:
         return None
     naive, streamed = pick["naive"], pick["streamed"]
@@ -262,8 +283,11 @@ def target_report(results: list[dict], speedups_allowed: bool) -> dict | None:
         output_error=streamed["output_error"],
         grad_error=streamed["grad_error"],
     )
-    report["passed"] = (report["memory_ratio"] >= TARGET["memory_ratio"] and report["time_ratio"] <= TARGET["time_ratio"]
-                        and report["output_error"] <= TARGET["relative_error"])
+    report["passed"] = (
+        report["memory_ratio"] >= TARGET["memory_ratio"]
+        and report["time_ratio"] <= TARGET["time_ratio"]
+        and report["output_error"] <= TARGET["relative_error"]
+    )
     return {**TARGET, **report}
 
 
@@ -273,20 +297,36 @@ def main(argv=None) -> None:
         print(json.dumps(run_case(json.loads(args.case))))
         return
     torch.set_num_threads(args.threads)
-    bytes_per = torch.tensor([], dtype=getattr(torch, args.dtype)).element_size()
     info = machine_info(args)
     print("machine:", ", ".join(f"{k}={v}" for k, v in info.items()))
-    print(f"B={args.batch} H={args.heads} Dk=Dv={args.head_dim} {args.dtype}, forward+backward, "
-          f"{args.threads} thread(s), time = min over up to {args.repeats} runs")
+    print(
+        f"B={args.batch} H={args.heads} Dk=Dv={args.head_dim} {args.dtype}, forward+backward, "
+        f"{args.threads} thread(s), time = min over up to {args.repeats} runs"
+    )
 
     correctness = correctness_check(args)
     speedups_allowed = all(c["passed"] for c in correctness.values())
+    print_correctness(correctness, speedups_allowed)
+    results = run_all_cases(args, speedups_allowed)
+    target = target_report(results, speedups_allowed)
+    if target is not None:
+        print_target(target)
+    write_results(args, info, correctness, speedups_allowed, target, results)
+
+
+def print_correctness(correctness: dict, speedups_allowed: bool) -> None:
     for mixer, c in correctness.items():
-        print(f"correctness (float64) {mixer:<26} output {c['output_error']:.1e} grads {c['grad_error']:.1e} "
-              f"{'ok' if c['passed'] else 'FAILED'}")
+        print(
+            f"correctness (float64) {mixer:<26} output {c['output_error']:.1e} grads {c['grad_error']:.1e} "
+            f"{'ok' if c['passed'] else 'FAILED'}"
+        )
     if not speedups_allowed:
         print("streamed and naive disagree: timings are listed, but no speedup is reported")
 
+
+def run_all_cases(args, speedups_allowed: bool) -> list[dict]:
+    """Every (length, mixer, implementation) case, each in its own process; a table per length."""
+    bytes_per = torch.tensor([], dtype=getattr(torch, args.dtype)).element_size()
     results = []
     with tempfile.TemporaryDirectory() as scratch:
         for length in args.lengths:
@@ -294,32 +334,66 @@ def main(argv=None) -> None:
             for mixer in args.mixers:
                 implementations = ["naive", "streamed"] if axes(mixer)["value_network"] == "mlp" else ["naive"]
                 for implementation in implementations:
-                    case = dict(
-                        mixer=mixer, implementation=implementation, length=length, batch=args.batch,
-                        heads=args.heads, head_dim=args.head_dim, dtype=args.dtype, device=args.device,
-                        threads=args.threads, repeats=args.repeats, budget_s=args.budget_s,
-                        compare_file=str(Path(scratch) / f"{mixer}-{length}.pt"),
-                    )
-                    estimate = naive_peak_estimate_gib(mixer, args.batch, length, args.heads, args.head_dim, bytes_per)
-                    if implementation == "naive" and estimate > args.max_gib:
-                        row = {**case, "skipped": f"skipped: naive needs ~{estimate:.0f} GiB > --max-gib {args.max_gib:g}"}
-                    else:
-                        row = spawn_case(case)
+                    row = run_or_skip(args, mixer, implementation, length, bytes_per, Path(scratch))
                     row.pop("compare_file")
                     rows.append(row)
             print_length_table(length, rows, speedups_allowed)
             results += rows
+    return results
 
-    target = target_report(results, speedups_allowed)
-    if target is not None:
-        print(f"\ntarget (T={TARGET['length']}, {TARGET['mixer']}): memory /{target['memory_ratio']:.1f} (>= {TARGET['memory_ratio']:g}), "
-              f"time x{target['time_ratio']:.2f} (<= {TARGET['time_ratio']:g}), output error {target['output_error']:.1e} "
-              f"(<= {TARGET['relative_error']:g}): {'PASSED' if target['passed'] else 'MISSED'}")
+
+def run_or_skip(args, mixer: str, implementation: str, length: int, bytes_per: int, scratch: Path) -> dict:
+    """One case's result, or the case marked skipped when naive would need more than --max-gib."""
+    case = dict(
+        mixer=mixer,
+        implementation=implementation,
+        length=length,
+        batch=args.batch,
+        heads=args.heads,
+        head_dim=args.head_dim,
+        dtype=args.dtype,
+        device=args.device,
+        threads=args.threads,
+        repeats=args.repeats,
+        budget_s=args.budget_s,
+        compare_file=str(scratch / f"{mixer}-{length}.pt"),
+    )
+    estimate = naive_peak_estimate_gib(mixer, args.batch, length, args.heads, args.head_dim, bytes_per)
+    if implementation == "naive" and estimate > args.max_gib:
+        return {**case, "skipped": f"skipped: naive needs ~{estimate:.0f} GiB > --max-gib {args.max_gib:g}"}
+    return spawn_case(case)
+
+
+def print_target(target: dict) -> None:
+    print(
+        f"\ntarget (T={TARGET['length']}, {TARGET['mixer']}): "
+        f"memory /{target['memory_ratio']:.1f} (>= {TARGET['memory_ratio']:g}), "
+        f"time x{target['time_ratio']:.2f} (<= {TARGET['time_ratio']:g}), "
+        f"output error {target['output_error']:.1e} (<= {TARGET['relative_error']:g}): "
+        f"{'PASSED' if target['passed'] else 'MISSED'}"
+    )
+
+
+def write_results(args, info: dict, correctness: dict, speedups_allowed: bool, target, results: list[dict]) -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    settings = dict(batch=args.batch, heads=args.heads, head_dim=args.head_dim, dtype=args.dtype,
-                    lengths=list(args.lengths), mixers=args.mixers, repeats=args.repeats, max_gib=args.max_gib)
-    report = dict(machine=info, settings=settings, correctness=correctness, speedups_reported=speedups_allowed,
-                  target=target, results=results)
+    settings = dict(
+        batch=args.batch,
+        heads=args.heads,
+        head_dim=args.head_dim,
+        dtype=args.dtype,
+        lengths=list(args.lengths),
+        mixers=args.mixers,
+        repeats=args.repeats,
+        max_gib=args.max_gib,
+    )
+    report = dict(
+        machine=info,
+        settings=settings,
+        correctness=correctness,
+        speedups_reported=speedups_allowed,
+        target=target,
+        results=results,
+    )
     args.out.write_text(json.dumps(report, indent=1) + "\n")
     print(f"\nwrote {args.out}")
 

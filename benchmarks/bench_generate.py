@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from hyla.generate import generate
-from hyla.model import ModelConfig, Transformer
+from hyla.nn.generate import generate
+from hyla.nn.transformer import ModelConfig, Transformer
 
 OUT = Path(__file__).parent / "results" / "generate.json"
 
@@ -53,9 +53,21 @@ def main(argv=None) -> None:
     new_tokens = args.seq_len - args.prompt
     rows = []
     for mixer in args.mixers:
-        cfg = ModelConfig(num_layers=4, dim=128, num_heads=8, qk_dim=128, v_dim=128, mlp_dim=256, mixer=mixer,
-                          feedforward="swiglu", seq_len=args.seq_len, causal=True, vocab_size=args.vocab,
-                          output_dim=args.vocab, num_outputs=0)
+        cfg = ModelConfig(
+            num_layers=4,
+            dim=128,
+            num_heads=8,
+            qk_dim=128,
+            v_dim=128,
+            mlp_dim=256,
+            mixer=mixer,
+            feedforward="swiglu",
+            seq_len=args.seq_len,
+            causal=True,
+            vocab_size=args.vocab,
+            output_dim=args.vocab,
+            num_outputs=0,
+        )
         torch.manual_seed(0)
         model = Transformer(cfg).eval()
         prompt = torch.randint(args.vocab, (args.batch, args.prompt))
@@ -63,18 +75,29 @@ def main(argv=None) -> None:
         uncached, _ = generate(model, prompt, new_tokens, temperature=0, use_cache=False)
         correct = torch.equal(cached, uncached)
         time_cached = best_time(lambda: generate(model, prompt, new_tokens, temperature=0), args.repeats)
-        time_uncached = best_time(lambda: generate(model, prompt, new_tokens, temperature=0, use_cache=False),
-                                  args.repeats)
-        row = {"mixer": mixer, "correct": correct, "cache_bytes": stats.cache_bytes,
-               "tokens_per_s_cached": args.batch * new_tokens / time_cached,
-               "tokens_per_s_uncached": args.batch * new_tokens / time_uncached,
-               "speedup": time_uncached / time_cached if correct else None}
+        time_uncached = best_time(
+            lambda: generate(model, prompt, new_tokens, temperature=0, use_cache=False), args.repeats
+        )
+        row = {
+            "mixer": mixer,
+            "correct": correct,
+            "cache_bytes": stats.cache_bytes,
+            "tokens_per_s_cached": args.batch * new_tokens / time_cached,
+            "tokens_per_s_uncached": args.batch * new_tokens / time_uncached,
+            "speedup": time_uncached / time_cached if correct else None,
+        }
         rows.append(row)
         speedup = f"{row['speedup']:.2f}x" if correct else "n/a (cached and uncached tokens DIFFER)"
-        print(f"{mixer:>8}: cached {row['tokens_per_s_cached']:8.0f} tok/s, uncached {row['tokens_per_s_uncached']:8.0f} "
-              f"tok/s, speedup {speedup}, cache {stats.cache_bytes:,} bytes")
-    report = {"args": {k: str(v) for k, v in vars(args).items()}, "torch": torch.__version__,
-              "machine": platform.processor() or platform.machine(), "results": rows}
+        print(
+            f"{mixer:>8}: cached {row['tokens_per_s_cached']:8.0f} tok/s, uncached {row['tokens_per_s_uncached']:8.0f} "
+            f"tok/s, speedup {speedup}, cache {stats.cache_bytes:,} bytes"
+        )
+    report = {
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "torch": torch.__version__,
+        "machine": platform.processor() or platform.machine(),
+        "results": rows,
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))
     print(f"wrote {args.out}")

@@ -29,16 +29,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "ledger.json"
 # mechanism -> the environment that turns it off
-SWITCHES = {"cpp_kernel": {"HYLA_CPP_KERNEL": "0"}, "private_operators": {"HYLA_PUBLIC_OPS": "1"},
-            "allocator": {"HYLA_MALLOC_TUNING": "0"}}
+SWITCHES = {
+    "cpp_kernel": {"HYLA_CPP_KERNEL": "0"},
+    "private_operators": {"HYLA_PUBLIC_OPS": "1"},
+    "allocator": {"HYLA_MALLOC_TUNING": "0"},
+}
 STEPS = {"logic_4var_2term": 600, "raven_3x3_4features": 120}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--mechanisms", nargs="*", default=list(SWITCHES), choices=list(SWITCHES))
-    p.add_argument("--off-tree", nargs="*", default=[], metavar="NAME=DIR",
-                   help="a mechanism measured against another checkout that lacks it")
+    p.add_argument(
+        "--off-tree",
+        nargs="*",
+        default=[],
+        metavar="NAME=DIR",
+        help="a mechanism measured against another checkout that lacks it",
+    )
     p.add_argument("--presets", nargs="+", default=list(STEPS), choices=list(STEPS))
     p.add_argument("--repeats", type=int, default=3, help="pairs per mechanism and preset")
     p.add_argument("--threads", type=int, default=2)
@@ -49,10 +57,32 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def steps_per_second(preset: str, threads: int, env: dict, cwd: Path) -> float:
     """One compiled `hyla train` process of STEPS[preset] steps: its timed steps/s."""
     with tempfile.TemporaryDirectory() as scratch:
-        command = [sys.executable, "-m", "hyla.cli", "train", "--preset", preset, "--model.mixer", "hyla",
-                   "--train.steps", str(STEPS[preset]), "--train.eval_every", "0", "--train.final_eval_samples", "128",
-                   "--train.checkpoint_every", str(STEPS[preset]), "--train.compile", "--train.threads", str(threads),
-                   "--train.no-progress", "--out_dir", scratch, "--name", "run"]
+        command = [
+            sys.executable,
+            "-m",
+            "hyla.cli",
+            "train",
+            "--preset",
+            preset,
+            "--model.mixer",
+            "hyla",
+            "--train.steps",
+            str(STEPS[preset]),
+            "--train.eval_every",
+            "0",
+            "--train.final_eval_samples",
+            "128",
+            "--train.checkpoint_every",
+            str(STEPS[preset]),
+            "--train.compile",
+            "--train.threads",
+            str(threads),
+            "--train.no-progress",
+            "--out_dir",
+            scratch,
+            "--name",
+            "run",
+        ]
         done = subprocess.run(command, cwd=cwd, env={**os.environ, **env}, capture_output=True, text=True, check=False)
         if done.returncode:
             raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
@@ -67,9 +97,16 @@ def measure(name: str, preset: str, off_env: dict, off_cwd: Path, args) -> dict:
         off.append(steps_per_second(preset, args.threads, off_env, off_cwd))
         print(f"{name} {preset}: on {on[-1]:.1f}, off {off[-1]:.1f} steps/s", flush=True)
     ratios = sorted(a / b for a, b in zip(on, off))
-    return {"mechanism": name, "preset": preset, "off": off_env or str(off_cwd), "on_steps_per_second": on,
-            "off_steps_per_second": off, "ratio_min": ratios[0], "ratio_median": statistics.median(ratios),
-            "ratio_max": ratios[-1]}
+    return {
+        "mechanism": name,
+        "preset": preset,
+        "off": off_env or str(off_cwd),
+        "on_steps_per_second": on,
+        "off_steps_per_second": off,
+        "ratio_min": ratios[0],
+        "ratio_median": statistics.median(ratios),
+        "ratio_max": ratios[-1],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,16 +119,24 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(measure(name, preset, env, cwd, args))
             write(args, rows)
     for row in rows:
-        print(f"{row['mechanism']:18} {row['preset']:20} on/off {row['ratio_median']:.3f} "
-              f"({row['ratio_min']:.3f}-{row['ratio_max']:.3f})")
+        print(
+            f"{row['mechanism']:18} {row['preset']:20} on/off {row['ratio_median']:.3f} "
+            f"({row['ratio_min']:.3f}-{row['ratio_max']:.3f})"
+        )
     return 0
 
 
 def write(args, rows: list[dict]) -> None:
     from hyla.train.run_dir import cpu_name, git_commit
 
-    info = {"cpu": cpu_name(), "threads": args.threads, "git_commit": git_commit(), "steps": STEPS,
-            "load_average": os.getloadavg(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    info = {
+        "cpu": cpu_name(),
+        "threads": args.threads,
+        "git_commit": git_commit(),
+        "steps": STEPS,
+        "load_average": os.getloadavg(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"machine": info, "rows": rows}, indent=1) + "\n")
 

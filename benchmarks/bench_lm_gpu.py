@@ -37,8 +37,15 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-VARIANTS = ("softmax:naive", "softmax:sdpa", "softmax:flash", "linear:naive", "hyla:triton", "hyla:streamed",
-            "hyla:naive")
+VARIANTS = (
+    "softmax:naive",
+    "softmax:sdpa",
+    "softmax:flash",
+    "linear:naive",
+    "hyla:triton",
+    "hyla:streamed",
+    "hyla:naive",
+)
 DEFAULT_VARIANTS = ("softmax:sdpa", "softmax:flash", "linear:naive", "hyla:triton")
 OUT = Path(__file__).parent / "results" / "lm_gpu.json"
 PAPER_TOKENS = 130e9  # the paper's C4 budget (16 TPUs, 3-4 days)
@@ -67,16 +74,24 @@ def parse_args(argv=None):
 
 
 def experiment_config(args):
-    from hyla.configs import get_preset
+    from hyla.train.configs import get_preset
 
     cfg = get_preset(args.preset)
     text = cfg.text
     dim = args.dim or cfg.model.dim
     model = replace(
-        cfg.model, num_layers=args.layers or cfg.model.num_layers, dim=dim, num_heads=args.heads or cfg.model.num_heads,
-        qk_dim=dim if args.dim else cfg.model.qk_dim, v_dim=dim if args.dim else cfg.model.v_dim,
-        mlp_dim=args.mlp_dim or cfg.model.mlp_dim, seq_len=args.seq_len or text.seq_len,
-        vocab_size=args.vocab or text.vocab_size, input_dim=0, num_outputs=0, causal=True,
+        cfg.model,
+        num_layers=args.layers or cfg.model.num_layers,
+        dim=dim,
+        num_heads=args.heads or cfg.model.num_heads,
+        qk_dim=dim if args.dim else cfg.model.qk_dim,
+        v_dim=dim if args.dim else cfg.model.v_dim,
+        mlp_dim=args.mlp_dim or cfg.model.mlp_dim,
+        seq_len=args.seq_len or text.seq_len,
+        vocab_size=args.vocab or text.vocab_size,
+        input_dim=0,
+        num_outputs=0,
+        causal=True,
     )
     return replace(cfg, model=model, train=replace(cfg.train, batch_size=args.batch or cfg.train.batch_size))
 
@@ -86,8 +101,17 @@ def sdpa_attention(original, keep_bias: bool):
 
     def attention(q, k, v, *, normalization, value_network, bias=None, mask=None, dropout_mask=None, **kwargs):
         if normalization != "softmax" or value_network != "linear" or dropout_mask is not None:
-            return original(q, k, v, normalization=normalization, value_network=value_network, bias=bias, mask=mask,
-                            dropout_mask=dropout_mask, **kwargs)
+            return original(
+                q,
+                k,
+                v,
+                normalization=normalization,
+                value_network=value_network,
+                bias=bias,
+                mask=mask,
+                dropout_mask=dropout_mask,
+                **kwargs,
+            )
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, T, D]
         if keep_bias:
             float_mask = bias.to(q.dtype).masked_fill(~mask, float("-inf"))
@@ -141,7 +165,7 @@ def train_steps(model, optimizer, cfg, args, device):
         optimizer.zero_grad(set_to_none=True)
         synchronize(device)
         times.append(time.perf_counter() - start)
-    return times[args.warmup:]
+    return times[args.warmup :]
 
 
 def synchronize(device):
@@ -151,8 +175,12 @@ def synchronize(device):
 
 def run_variant(variant, cfg, args):
     device = args.device
-    row = dict(variant=variant, batch=cfg.train.batch_size, micro_batch=args.micro_batch or cfg.train.batch_size,
-               seq_len=cfg.model.seq_len)
+    row = dict(
+        variant=variant,
+        batch=cfg.train.batch_size,
+        micro_batch=args.micro_batch or cfg.train.batch_size,
+        seq_len=cfg.model.seq_len,
+    )
     if device == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
@@ -165,7 +193,11 @@ def run_variant(variant, cfg, args):
     step = statistics.median(times)
     tokens_per_s = cfg.train.batch_size * cfg.model.seq_len / step
     return dict(
-        row, status="ok", step_s=step, times_s=times, tokens_per_s=tokens_per_s,
+        row,
+        status="ok",
+        step_s=step,
+        times_s=times,
+        tokens_per_s=tokens_per_s,
         peak_gib=torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None,
         preset_budget_gpu_hours=cfg.train.steps * cfg.train.batch_size * cfg.model.seq_len / tokens_per_s / 3600,
         paper_budget_gpu_hours=PAPER_TOKENS / tokens_per_s / 3600,
@@ -189,16 +221,27 @@ def main(argv=None):
     for variant in args.variants:
         rows.append(run_variant(variant, cfg, args))
         r = rows[-1]
-        print(f"{variant:15} {r['status']:14} step {r.get('step_s', float('nan')):.4g} s  "
-              f"{r.get('tokens_per_s', 0):,.0f} tok/s  peak {r.get('peak_gib') or float('nan'):.2f} GiB  "
-              f"preset budget {r.get('preset_budget_gpu_hours', float('nan')):.1f} GPU-h  "
-              f"paper 130B tokens {r.get('paper_budget_gpu_hours', float('nan')):.0f} GPU-h", flush=True)
+        print(
+            f"{variant:15} {r['status']:14} step {r.get('step_s', float('nan')):.4g} s  "
+            f"{r.get('tokens_per_s', 0):,.0f} tok/s  peak {r.get('peak_gib') or float('nan'):.2f} GiB  "
+            f"preset budget {r.get('preset_budget_gpu_hours', float('nan')):.1f} GPU-h  "
+            f"paper 130B tokens {r.get('paper_budget_gpu_hours', float('nan')):.0f} GPU-h",
+            flush=True,
+        )
     result = dict(
-        benchmark="lm_gpu", preset=args.preset, model={k: v for k, v in vars(cfg.model).items()},
-        batch=cfg.train.batch_size, micro_batch=args.micro_batch, dtype=args.dtype, compile=args.compile,
+        benchmark="lm_gpu",
+        preset=args.preset,
+        model={k: v for k, v in vars(cfg.model).items()},
+        batch=cfg.train.batch_size,
+        micro_batch=args.micro_batch,
+        dtype=args.dtype,
+        compile=args.compile,
         float32_matmul_precision=torch.get_float32_matmul_precision(),
-        device=torch.cuda.get_device_name() if args.device == "cuda" else "cpu", torch=torch.__version__,
-        preset_tokens=cfg.train.steps * cfg.train.batch_size * cfg.model.seq_len, paper_tokens=PAPER_TOKENS, rows=rows,
+        device=torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+        torch=torch.__version__,
+        preset_tokens=cfg.train.steps * cfg.train.batch_size * cfg.model.seq_len,
+        paper_tokens=PAPER_TOKENS,
+        rows=rows,
     )
     by_name = {r["variant"]: r for r in rows if r["status"] == "ok"}
     if "hyla:triton" in by_name and "softmax:flash" in by_name:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from hyla.configs import build_task, get_preset, resolve_model
+from hyla.train.configs import build_task, get_preset, resolve_model
 from hyla.train.loop import build_model
 from hyla.train.optim import make_optimizer, parameter_groups
 from hyla.train.run_dir import cpu_name, git_commit
@@ -39,17 +39,22 @@ def measure(preset: str, rounds: int, steps: int) -> dict:
     model = build_model(cfg)
     t = cfg.train
     hyla_adamw, _ = make_optimizer(model, t)
-    torch_adamw = torch.optim.AdamW(parameter_groups(model, t.weight_decay), lr=t.lr, betas=(t.beta1, t.beta2),
-                                    eps=t.eps, fused=True)
+    torch_adamw = torch.optim.AdamW(
+        parameter_groups(model, t.weight_decay), lr=t.lr, betas=(t.beta1, t.beta2), eps=t.eps, fused=True
+    )
     for p in model.parameters():
         p.grad = torch.randn_like(p) * 1e-3
     times = {"torch": [], "hyla": []}
     for _ in range(rounds):  # alternating, so that drift of the machine's speed falls on both
         times["torch"].append(microseconds_per_step(torch_adamw.step, steps))
         times["hyla"].append(microseconds_per_step(hyla_adamw.step, steps))
-    return {"preset": preset, "parameter_tensors": len(list(model.parameters())),
-            "parameters": sum(p.numel() for p in model.parameters()), "us_per_step": times,
-            "median_us": {name: statistics.median(v) for name, v in times.items()}}
+    return {
+        "preset": preset,
+        "parameter_tensors": len(list(model.parameters())),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "us_per_step": times,
+        "median_us": {name: statistics.median(v) for name, v in times.items()},
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,8 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     for preset in args.presets:
         row = measure(preset, args.rounds, args.steps)
         rows.append(row)
-        print(f"{preset} ({row['parameter_tensors']} tensors): torch {row['median_us']['torch']:.1f} us, "
-              f"hyla {row['median_us']['hyla']:.1f} us per step (median of {args.rounds} alternating rounds)")
+        print(
+            f"{preset} ({row['parameter_tensors']} tensors): torch {row['median_us']['torch']:.1f} us, "
+            f"hyla {row['median_us']['hyla']:.1f} us per step (median of {args.rounds} alternating rounds)"
+        )
     write_results(args.out, args.threads, rows)
     return 0
 
@@ -76,8 +83,13 @@ def write_results(out: str, threads: int, rows: list[dict]) -> None:
     (nothing when `out` is empty)."""
     if not out:
         return
-    info = {"cpu": cpu_name(), "threads": threads, "torch": torch.__version__, "git_commit": git_commit(),
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    info = {
+        "cpu": cpu_name(),
+        "threads": threads,
+        "torch": torch.__version__,
+        "git_commit": git_commit(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps({"machine": info, "rows": rows}, indent=2) + "\n")
     print(f"wrote {out}", file=sys.stderr)

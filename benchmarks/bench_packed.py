@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 from bench_training import machine
 
-from hyla.configs import build_task, get_preset, resolve_model
+from hyla.train.configs import build_task, get_preset, resolve_model
 from hyla.train.distributed import DistContext
 from hyla.train.loop import Trainer, build_model
 from hyla.train.packed import PackedUpdate
@@ -66,8 +66,11 @@ def packed_matches_solo(preset: str, mixer: str, size: int, device: str, updates
         if not torch.allclose(packed_losses, solo_losses, rtol=RTOL, atol=ATOL):
             return False
     with torch.no_grad():
-        return all(torch.allclose(a.model.eval()(batch.x), b.model.eval()(batch.x), rtol=RTOL, atol=ATOL)
-                   for a, b in zip(pack, solo) for batch in [a.task.batch("valid", 256, 0).to(device)])
+        return all(
+            torch.allclose(a.model.eval()(batch.x), b.model.eval()(batch.x), rtol=RTOL, atol=ATOL)
+            for a, b in zip(pack, solo)
+            for batch in [a.task.batch("valid", 256, 0).to(device)]
+        )
 
 
 class Case:
@@ -96,9 +99,13 @@ class Case:
 
     def row(self, steps: int) -> dict:
         window = statistics.median(self.windows)
-        return {"case": self.name, "pack_size": self.size, "steps_per_second": steps / window,
-                "model_steps_per_second": steps * max(self.size, 1) / window,
-                "windows_s": self.windows}
+        return {
+            "case": self.name,
+            "pack_size": self.size,
+            "steps_per_second": steps / window,
+            "model_steps_per_second": steps * max(self.size, 1) / window,
+            "windows_s": self.windows,
+        }
 
 
 def table(rows: list[dict]) -> str:
@@ -107,6 +114,35 @@ def table(rows: list[dict]) -> str:
         ratio = f"{r['vs_solo']:.2f}x" if r.get("vs_solo") is not None else "(not reported)"
         lines.append(f"| {r['case']} | {r['steps_per_second']:.2f} | {r['model_steps_per_second']:.1f} | {ratio} |")
     return "\n".join(lines)
+
+
+def time_rounds(cases: list[Case], steps: int, repeats: int) -> None:
+    """After one warm-up update each, `repeats` rounds of one timed window per case, the cases
+    alternating so that all of them see the same machine load."""
+    for case in cases:
+        case.run(1)  # warm-up
+    for round_ in range(repeats):
+        for case in cases:
+            case.windows.append(case.run(steps))
+        print(
+            f"round {round_ + 1}/{repeats}: "
+            + ", ".join(f"{c.name} {steps / c.windows[-1]:.2f} steps/s" for c in cases),
+            file=sys.stderr,
+        )
+
+
+def rows_vs_solo(cases: list[Case], steps: int, correct: dict[int, bool]) -> list[dict]:
+    """One row per case; each pack's row with its model-steps per second over the solo case's
+    (cases[0]) steps per second, per round and their median (None where the pack's updates do
+    not match solo ones)."""
+    rows = [case.row(steps) for case in cases]
+    solo = cases[0].windows
+    for case, row in zip(cases[1:], rows[1:]):
+        row["correct"] = correct[case.size]
+        ratios = [case.size * solo_s / packed_s for solo_s, packed_s in zip(solo, case.windows)]
+        row["vs_solo_per_round"] = ratios
+        row["vs_solo"] = statistics.median(ratios) if row["correct"] else None
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,33 +159,37 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
 
     info = machine(args.device)
-    print(f"{info['gpu'] or info['cpu']}, {info['cpu_count']} cores, {args.threads} threads, "
-          f"load average {info['load_average']}", file=sys.stderr)
+    print(
+        f"{info['gpu'] or info['cpu']}, {info['cpu_count']} cores, {args.threads} threads, "
+        f"load average {info['load_average']}",
+        file=sys.stderr,
+    )
     correct = {size: packed_matches_solo(args.preset, args.mixer, size, args.device) for size in args.sizes}
     print(f"packed updates match solo ones: {correct}", file=sys.stderr)
     cases = [Case(args.preset, args.mixer, size, args.device) for size in [0, *args.sizes]]
-    for case in cases:
-        case.run(1)  # warm-up
-    for round_ in range(args.repeats):
-        for case in cases:
-            case.windows.append(case.run(args.steps))
-        print(f"round {round_ + 1}/{args.repeats}: "
-              + ", ".join(f"{c.name} {args.steps / c.windows[-1]:.2f} steps/s" for c in cases), file=sys.stderr)
-    rows = [case.row(args.steps) for case in cases]
-    solo = cases[0].windows
-    for case, row in zip(cases[1:], rows[1:]):
-        row["correct"] = correct[case.size]
-        ratios = [case.size * solo_s / packed_s for solo_s, packed_s in zip(solo, case.windows)]
-        row["vs_solo_per_round"] = ratios
-        row["vs_solo"] = statistics.median(ratios) if row["correct"] else None
+    time_rounds(cases, args.steps, args.repeats)
+    rows = rows_vs_solo(cases, args.steps, correct)
     info["load_average_end"] = os.getloadavg()
     print(table(rows))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps({
-            "machine": info, "preset": args.preset, "mixer": args.mixer, "threads": args.threads,
-            "steps_per_window": args.steps, "repeats": args.repeats, "tolerance": {"rtol": RTOL, "atol": ATOL},
-            "rows": rows, "table": table(rows)}, indent=2) + "\n")
+        Path(args.out).write_text(
+            json.dumps(
+                {
+                    "machine": info,
+                    "preset": args.preset,
+                    "mixer": args.mixer,
+                    "threads": args.threads,
+                    "steps_per_window": args.steps,
+                    "repeats": args.repeats,
+                    "tolerance": {"rtol": RTOL, "atol": ATOL},
+                    "rows": rows,
+                    "table": table(rows),
+                },
+                indent=2,
+            )
+            + "\n"
+        )
         print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

@@ -50,8 +50,16 @@ def time_case(shape, mixer, implementation, compiled, repeats) -> tuple[float, t
     q, k, v, bias, dropout = inputs(shape)
 
     def step(q, k, v, bias):
-        return attention(q, k, v, normalization=normalization, value_network=value_network, bias=bias,
-                         dropout_mask=dropout, implementation=implementation)
+        return attention(
+            q,
+            k,
+            v,
+            normalization=normalization,
+            value_network=value_network,
+            bias=bias,
+            dropout_mask=dropout,
+            implementation=implementation,
+        )
 
     fn = torch.compile(step) if compiled else step
     times = []
@@ -76,38 +84,77 @@ def main(argv=None) -> int:
         torch.set_num_threads(threads)
         for shape_name, shape in SHAPES.items():
             for mixer in MIXERS:
-                implementations = ["naive", "pointwise"] + (["fused", "cpp"] if mixer == "hyla" else [])
-                reference = None
-                for implementation in implementations:
-                    for compiled in (False, True):
-                        torch._dynamo.reset()
-                        seconds, out = time_case(shape, mixer, implementation, compiled, args.repeats)
-                        reference = out if reference is None else reference
-                        error = ((out - reference).abs().max() / reference.abs().max()).item()
-                        if error > 1e-4:
-                            raise SystemExit(f"{shape_name} {mixer} {implementation}: output differs from naive "
-                                             f"(relative {error:.1e})")
-                        rows.append({"shape": shape_name, "mixer": mixer, "implementation": implementation,
-                                     "mode": "compiled" if compiled else "eager", "threads": threads,
-                                     "ms": seconds * 1e3, "relative_error": error})
-                        print(f"threads={threads} {shape_name} {mixer} {implementation} "
-                              f"{rows[-1]['mode']}: {seconds * 1e3:.3f} ms", file=sys.stderr, flush=True)
+                rows += measure_mixer(shape_name, shape, mixer, threads, args.repeats)
+    table = eager_vs_compiled_table(rows)
+    print(table)
+    if args.out:
+        write_results(Path(args.out), rows, table)
+        print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+def measure_mixer(shape_name: str, shape: tuple, mixer: str, threads: int, repeats: int) -> list[dict]:
+    """One row per implementation and mode (eager, compiled) of `mixer` at `shape`, each output
+    checked against the first (naive, eager) one."""
+    implementations = ["naive", "pointwise"] + (["fused", "cpp"] if mixer == "hyla" else [])
+    reference = None
+    rows = []
+    for implementation in implementations:
+        for compiled in (False, True):
+            torch._dynamo.reset()
+            seconds, out = time_case(shape, mixer, implementation, compiled, repeats)
+            reference = out if reference is None else reference
+            error = ((out - reference).abs().max() / reference.abs().max()).item()
+            if error > 1e-4:
+                raise SystemExit(
+                    f"{shape_name} {mixer} {implementation}: output differs from naive (relative {error:.1e})"
+                )
+            rows.append(
+                {
+                    "shape": shape_name,
+                    "mixer": mixer,
+                    "implementation": implementation,
+                    "mode": "compiled" if compiled else "eager",
+                    "threads": threads,
+                    "ms": seconds * 1e3,
+                    "relative_error": error,
+                }
+            )
+            print(
+                f"threads={threads} {shape_name} {mixer} {implementation} {rows[-1]['mode']}: {seconds * 1e3:.3f} ms",
+                file=sys.stderr,
+                flush=True,
+            )
+    return rows
+
+
+def eager_vs_compiled_table(rows: list[dict]) -> str:
+    """A Markdown table: per threads, shape, mixer and implementation, the eager and compiled times."""
     lines = ["| threads | shape | mixer | implementation | eager ms | compiled ms |", "|---|---|---|---|---|---|"]
     for r in rows:
         if r["mode"] == "eager":
-            c = next(x for x in rows if x["mode"] == "compiled" and
-                     all(x[key] == r[key] for key in ("threads", "shape", "mixer", "implementation")))
-            lines.append(f"| {r['threads']} | {r['shape']} | {r['mixer']} | {r['implementation']} "
-                         f"| {r['ms']:.3f} | {c['ms']:.3f} |")
-    table = "\n".join(lines)
-    print(table)
-    if args.out:
-        machine = {"cpu": cpu_name(), "platform": platform.platform(), "torch": torch.__version__,
-                   "git_commit": git_commit(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        Path(args.out).write_text(json.dumps({"machine": machine, "shapes": SHAPES, "rows": rows, "table": table},
-                                             indent=2) + "\n")
-        print(f"wrote {args.out}", file=sys.stderr)
-    return 0
+            c = next(
+                x
+                for x in rows
+                if x["mode"] == "compiled"
+                and all(x[key] == r[key] for key in ("threads", "shape", "mixer", "implementation"))
+            )
+            lines.append(
+                f"| {r['threads']} | {r['shape']} | {r['mixer']} | {r['implementation']} "
+                f"| {r['ms']:.3f} | {c['ms']:.3f} |"
+            )
+    return "\n".join(lines)
+
+
+def write_results(path: Path, rows: list[dict], table: str) -> None:
+    machine = {
+        "cpu": cpu_name(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "git_commit": git_commit(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    path.write_text(json.dumps({"machine": machine, "shapes": SHAPES, "rows": rows, "table": table}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

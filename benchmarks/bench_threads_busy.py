@@ -33,8 +33,11 @@ POLICIES = {"passive": "PASSIVE", "default": ""}
 @contextmanager
 def busy_cores(busy: bool):
     """One busy-loop process per core while inside (none when not `busy`)."""
-    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
-             for _ in range(os.cpu_count() or 1)] if busy else []
+    loops = (
+        [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+        if busy
+        else []
+    )
     try:
         yield
     finally:
@@ -47,11 +50,38 @@ def steps_per_second(preset: str, steps: int, threads: int, policy: str) -> floa
     """A fresh `hyla train` (eager HYLA, no evaluation), as its summary reports it."""
     env = {**os.environ, "OMP_WAIT_POLICY": policy}
     with tempfile.TemporaryDirectory() as out:
-        subprocess.run([sys.executable, "-m", "hyla.cli", "train", "--preset", preset, "--model.mixer", "hyla",
-                        "--train.steps", str(steps), "--train.threads", str(threads), "--train.eval_every", "0",
-                        "--train.final_eval_samples", "128", "--train.checkpoint_every", str(10 * steps),
-                        "--train.no-progress", "--train.device", "cpu", "--out_dir", out, "--name", "run"],
-                       env=env, check=True, capture_output=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "hyla.cli",
+                "train",
+                "--preset",
+                preset,
+                "--model.mixer",
+                "hyla",
+                "--train.steps",
+                str(steps),
+                "--train.threads",
+                str(threads),
+                "--train.eval_every",
+                "0",
+                "--train.final_eval_samples",
+                "128",
+                "--train.checkpoint_every",
+                str(10 * steps),
+                "--train.no-progress",
+                "--train.device",
+                "cpu",
+                "--out_dir",
+                out,
+                "--name",
+                "run",
+            ],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
         return json.loads((Path(out) / "run" / "summary.json").read_text())["steps_per_second"]
 
 
@@ -74,12 +104,23 @@ def main(argv: list[str] | None = None) -> int:
         for policy, threads in settings:
             median = statistics.median(rates[policy, threads])
             one = statistics.median(rates[policy, 1])
-            rows.append({"load": load, "omp_wait_policy": policy, "threads": threads, "steps_per_second": median,
-                         "all": rates[policy, threads], "vs_one_thread": median / one})
-            print(f"{load:<5} {policy:<9} {threads} threads: {median:7.2f} steps/s ({median / one:.2f}x one thread)",
-                  flush=True)
-    write_results(args.out, cores, [{"preset": args.preset, "steps": args.steps, "rounds": args.rounds, **row}
-                                    for row in rows])
+            rows.append(
+                {
+                    "load": load,
+                    "omp_wait_policy": policy,
+                    "threads": threads,
+                    "steps_per_second": median,
+                    "all": rates[policy, threads],
+                    "vs_one_thread": median / one,
+                }
+            )
+            print(
+                f"{load:<5} {policy:<9} {threads} threads: {median:7.2f} steps/s ({median / one:.2f}x one thread)",
+                flush=True,
+            )
+    write_results(
+        args.out, cores, [{"preset": args.preset, "steps": args.steps, "rounds": args.rounds, **row} for row in rows]
+    )
     return 0
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from hyla.configs import build_task, get_preset, resolve_model
+from hyla.train.configs import build_task, get_preset, resolve_model
 from hyla.train.distributed import DistContext
 from hyla.train.loop import Trainer, build_model, process_settings
 from hyla.train.run_dir import cpu_name, git_commit
@@ -38,17 +38,34 @@ AUTHORS_JAX = {"raven_3x3_4features": 5.0, "logic_4var_2term": 41.2}
 TARGETS = {(preset, "hyla"): 4 * rate for preset, rate in AUTHORS_JAX.items()}
 
 
-def measure(preset: str, mixer: str, compiled: bool, threads: int, steps: int, repeats: int,
-            compile_mode: str, device: str = "cpu") -> dict:
+def measure(
+    preset: str,
+    mixer: str,
+    compiled: bool,
+    threads: int,
+    steps: int,
+    repeats: int,
+    compile_mode: str,
+    device: str = "cpu",
+) -> dict:
     torch._dynamo.reset()  # every case compiles afresh (and stays below dynamo's recompile limit)
     cfg = get_preset(preset)
-    cfg = replace(cfg, model=replace(cfg.model, mixer=mixer),
-                  train=replace(cfg.train, compile=compiled, compile_mode=compile_mode, device=device, threads=threads))
+    cfg = replace(
+        cfg,
+        model=replace(cfg.model, mixer=mixer),
+        train=replace(cfg.train, compile=compiled, compile_mode=compile_mode, device=device, threads=threads),
+    )
     ctx = DistContext(0, 1, torch.device(device))
     with process_settings(cfg, ctx):  # threads and compiler settings exactly as `hyla train` sets them
         row = _measure(cfg, ctx, steps, repeats)
-    return {"preset": preset, "mixer": mixer, "device": device, "mode": "compiled" if compiled else "eager",
-            "threads": threads, **row}
+    return {
+        "preset": preset,
+        "mixer": mixer,
+        "device": device,
+        "mode": "compiled" if compiled else "eager",
+        "threads": threads,
+        **row,
+    }
 
 
 def _measure(cfg, ctx: DistContext, steps: int, repeats: int) -> dict:
@@ -72,35 +89,53 @@ def _measure(cfg, ctx: DistContext, steps: int, repeats: int) -> dict:
         windows.append(steps / (time.perf_counter() - start))
         cpu_windows.append(steps / (time.process_time() - cpu_start))
     fell_back = cfg.train.compile and trainer.forward is trainer.eager
-    return {"steps_per_second": statistics.median(windows), "best_steps_per_second": max(windows),
-            "windows": windows, "warmup_s": warmup, "compile_fell_back": fell_back,
-            # steps per second of this process's CPU time: with 1 thread, what an otherwise idle core
-            # would give (the wall-clock rate on a shared machine is lower by the share it gets)
-            "steps_per_cpu_second": max(cpu_windows),
-            "num_parameters": model.num_parameters()}
+    return {
+        "steps_per_second": statistics.median(windows),
+        "best_steps_per_second": max(windows),
+        "windows": windows,
+        "warmup_s": warmup,
+        "compile_fell_back": fell_back,
+        # steps per second of this process's CPU time: with 1 thread, what an otherwise idle core
+        # would give (the wall-clock rate on a shared machine is lower by the share it gets)
+        "steps_per_cpu_second": max(cpu_windows),
+        "num_parameters": model.num_parameters(),
+    }
 
 
 def machine(device: str) -> dict:
     gpu = torch.cuda.get_device_name(device) if device.startswith("cuda") else None
-    return {"cpu": cpu_name(), "gpu": gpu, "cpu_count": os.cpu_count(), "platform": platform.platform(),
-            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
-            "python": platform.python_version(), "torch": torch.__version__, "git_commit": git_commit(),
-            "load_average": os.getloadavg(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    return {
+        "cpu": cpu_name(),
+        "gpu": gpu,
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "git_commit": git_commit(),
+        "load_average": os.getloadavg(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| preset | mixer | mode | threads | steps/s (median) | best | steps per CPU-second | warm-up s | target "
-             "| authors' JAX |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| preset | mixer | mode | threads | steps/s (median) | best | steps per CPU-second | warm-up s | target "
+        "| authors' JAX |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         target = TARGETS.get((r["preset"], r["mixer"])) if r.get("device", "cpu") == "cpu" else None
-        lines.append(f"| {r['preset']} | {r['mixer']} | {r['mode']}{' (fell back)' if r['compile_fell_back'] else ''} "
-                     f"| {r['threads']} | {r['steps_per_second']:.1f} | {r['best_steps_per_second']:.1f} "
-                     f"| {r['steps_per_cpu_second']:.1f} "
-                     f"| {r['warmup_s']:.1f} | {'≥ %g' % target if target else ''} | {AUTHORS_JAX.get(r['preset'], '')} |")
+        lines.append(
+            f"| {r['preset']} | {r['mixer']} | {r['mode']}{' (fell back)' if r['compile_fell_back'] else ''} "
+            f"| {r['threads']} | {r['steps_per_second']:.1f} | {r['best_steps_per_second']:.1f} "
+            f"| {r['steps_per_cpu_second']:.1f} "
+            f"| {r['warmup_s']:.1f} | {f'≥ {target:g}' if target else ''} | {AUTHORS_JAX.get(r['preset'], '')} |"
+        )
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--presets", nargs="+", default=["logic_4var_2term", "raven_3x3_4features"])
     parser.add_argument("--mixers", nargs="+", default=["softmax", "linear", "hyla"])
@@ -111,42 +146,79 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compile-mode", default="default")
     parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
     parser.add_argument("--out", default=str(RESULTS), help="JSON output ('' to skip)")
-    parser.add_argument("--update", action="store_true", help="keep the other rows already in --out (replace "
-                        "only the measured preset/mixer/mode/threads combinations)")
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="keep the other rows already in --out (replace only the measured preset/mixer/mode/threads combinations)",
+    )
+    return parser.parse_args(argv)
 
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     info = machine(args.device)
-    print(f"{info['gpu'] or info['cpu']}, {info['cpu_count']} cores, torch {info['torch']}, "
-          f"load average {info['load_average']}", file=sys.stderr)
+    print(
+        f"{info['gpu'] or info['cpu']}, {info['cpu_count']} cores, torch {info['torch']}, "
+        f"load average {info['load_average']}",
+        file=sys.stderr,
+    )
+    rows = measure_grid(args)
+    info["load_average_end"] = os.getloadavg()
+    runs = [{"machine": info, "rows": [r["preset"] + "/" + r["mixer"] for r in rows]}]
+    if args.update and args.out and Path(args.out).exists():
+        rows, runs = merge_previous(json.loads(Path(args.out).read_text()), rows, runs)
+    sort_rows(rows)
+    print(table(rows))
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(
+            json.dumps({"machine": info, "runs": runs, "batch_size": 128, "rows": rows, "table": table(rows)}, indent=2)
+            + "\n"
+        )
+        print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+def measure_grid(args: argparse.Namespace) -> list[dict]:
+    """One row per preset x mixer x mode x threads, each reported on stderr as it is measured."""
     rows = []
     for preset in args.presets:
         for mixer in args.mixers:
             for mode in args.modes:
                 for threads in args.threads:
                     steps = args.steps or (20 if preset.startswith("logic") else 5)
-                    row = measure(preset, mixer, mode == "compiled", threads, steps, args.repeats, args.compile_mode,
-                                  args.device)
+                    row = measure(
+                        preset, mixer, mode == "compiled", threads, steps, args.repeats, args.compile_mode, args.device
+                    )
                     rows.append(row)
-                    print(f"{preset} {mixer} {mode} threads={threads}: {row['steps_per_second']:.1f} steps/s "
-                          f"(best {row['best_steps_per_second']:.1f}, warm-up {row['warmup_s']:.1f} s)",
-                          file=sys.stderr, flush=True)
-    info["load_average_end"] = os.getloadavg()
-    runs = [{"machine": info, "rows": [r["preset"] + "/" + r["mixer"] for r in rows]}]
-    if args.update and args.out and Path(args.out).exists():
-        previous = json.loads(Path(args.out).read_text())
-        measured = {(r["preset"], r["mixer"], r["mode"], r["threads"]) for r in rows}
-        rows = [r for r in previous["rows"] if (r["preset"], r["mixer"], r["mode"], r["threads"]) not in measured] + rows
-        runs = previous.get("runs", []) + runs
-    order = {name: i for i, name in enumerate(["logic_4var_2term", "raven_3x3_4features", "softmax", "linear", "hyla",
-                                                "eager", "compiled"])}
-    rows.sort(key=lambda r: (order.get(r["preset"], 9), order.get(r["mixer"], 9), order.get(r["mode"], 9), r["threads"]))
-    print(table(rows))
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps({"machine": info, "runs": runs, "batch_size": 128, "rows": rows,
-                                              "table": table(rows)}, indent=2) + "\n")
-        print(f"wrote {args.out}", file=sys.stderr)
-    return 0
+                    print(
+                        f"{preset} {mixer} {mode} threads={threads}: {row['steps_per_second']:.1f} steps/s "
+                        f"(best {row['best_steps_per_second']:.1f}, warm-up {row['warmup_s']:.1f} s)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+    return rows
+
+
+def merge_previous(previous: dict, rows: list[dict], runs: list[dict]) -> tuple[list[dict], list[dict]]:
+    """--update: the previous results' rows of the combinations not measured now, then the new rows;
+    the previous runs, then this one."""
+    measured = {(r["preset"], r["mixer"], r["mode"], r["threads"]) for r in rows}
+    rows = [r for r in previous["rows"] if (r["preset"], r["mixer"], r["mode"], r["threads"]) not in measured] + rows
+    return rows, previous.get("runs", []) + runs
+
+
+def sort_rows(rows: list[dict]) -> None:
+    """In place: by preset, mixer and mode in the order of the paper's tables, then threads."""
+    order = {
+        name: i
+        for i, name in enumerate(
+            ["logic_4var_2term", "raven_3x3_4features", "softmax", "linear", "hyla", "eager", "compiled"]
+        )
+    }
+    rows.sort(
+        key=lambda r: (order.get(r["preset"], 9), order.get(r["mixer"], 9), order.get(r["mode"], 9), r["threads"])
+    )
 
 
 if __name__ == "__main__":

@@ -53,14 +53,26 @@ def parse_args(argv=None):
     p.add_argument("--device", default="cuda", help="cuda; cpu runs the kernels in Triton's interpreter (smoke test)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--max-gib", type=float, default=60.0, help="skip cases estimated to need more memory")
-    p.add_argument("--blocks", type=int, nargs=3, default=None, metavar=("BQ", "BK", "BV"),
-                   help="Triton tile sizes (default: the kernel's)")
+    p.add_argument(
+        "--blocks",
+        type=int,
+        nargs=3,
+        default=None,
+        metavar=("BQ", "BK", "BV"),
+        help="Triton tile sizes (default: the kernel's)",
+    )
     p.add_argument("--num-warps", type=int, default=None)
-    p.add_argument("--tf32", action="store_true",
-                   help="torch.set_float32_matmul_precision('high'): TF32 float32 products everywhere (default exact)")
+    p.add_argument(
+        "--tf32",
+        action="store_true",
+        help="torch.set_float32_matmul_precision('high'): TF32 float32 products everywhere (default exact)",
+    )
     p.add_argument("--out", type=Path, default=OUT)
-    p.add_argument("--compile-report", action="store_true",
-                   help="compile the kernels for --arch without a GPU and report their resources (JSON to --out)")
+    p.add_argument(
+        "--compile-report",
+        action="store_true",
+        help="compile the kernels for --arch without a GPU and report their resources (JSON to --out)",
+    )
     p.add_argument("--arch", type=int, default=90, help="CUDA compute capability for --compile-report (90: H100)")
     return p.parse_args(argv)
 
@@ -84,14 +96,16 @@ def hyla_fn(impl: str, args):
     def run(q, k, v, mask):
         if impl == "softmax_sdpa":
             out = torch.nn.functional.scaled_dot_product_attention(
-                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+            )
             return out.transpose(1, 2)
         if impl == "triton" and triton_options:
             from hyla.ops.attention.triton_hyla import hyla_triton
 
             return hyla_triton(q, k, v, normalization="rms_head", activation="relu", mask=mask, **triton_options)
-        return attention(q, k, v, normalization="rms_head", value_network="mlp", activation="relu", mask=mask,
-                         implementation=impl)
+        return attention(
+            q, k, v, normalization="rms_head", value_network="mlp", activation="relu", mask=mask, implementation=impl
+        )
 
     return run
 
@@ -110,8 +124,10 @@ def forward_backward(fn, q, k, v, grad, mask):
 
 
 def relative_error(actual, expected) -> float:
-    return max((a.double() - e.double()).abs().max().item() / max(e.double().abs().max().item(), 1.0)
-               for a, e in zip(actual, expected))
+    return max(
+        (a.double() - e.double()).abs().max().item() / max(e.double().abs().max().item(), 1.0)
+        for a, e in zip(actual, expected)
+    )
 
 
 def measure(fn, inputs, device, repeats):
@@ -169,8 +185,9 @@ def print_table(rows):
     for r in rows:
         t = f"{r['seconds']:.4g}" if "seconds" in r else "-"
         m = f"{r['peak_mib']:.0f}" if r.get("peak_mib") is not None else "-"
-        print(f"{r['dtype']:9} {r['implementation']:13} {r['length']:>6} {r['batch']:>4} {t:>10} {m:>10}  "
-              f"{r['status']}")
+        print(
+            f"{r['dtype']:9} {r['implementation']:13} {r['length']:>6} {r['batch']:>4} {t:>10} {m:>10}  {r['status']}"
+        )
 
 
 def kernel_resources(compiled):
@@ -186,8 +203,9 @@ def kernel_resources(compiled):
         cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
         usage = subprocess.run([str(cuobjdump), "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
     fields = dict(item.split(":") for line in usage.splitlines() if "REG:" in line for item in line.split())
-    return dict(registers=int(fields["REG"]), spill_stack_bytes=int(fields["STACK"]),
-                shared_bytes=compiled.metadata.shared)
+    return dict(
+        registers=int(fields["REG"]), spill_stack_bytes=int(fields["STACK"]), shared_bytes=compiled.metadata.shared
+    )
 
 
 def compile_report(args):
@@ -196,24 +214,43 @@ def compile_report(args):
     gradient), a mask and a dropout mask."""
     from hyla.ops.attention import triton_hyla as th
 
-    configs = [tuple(args.blocks) + (args.num_warps or th.DEFAULT_NUM_WARPS,)] if args.blocks else [
-        (16, 16, 16, 8), (16, 16, 32, 4), (16, 16, 32, 8), (32, 16, 32, 8), (32, 32, 16, 8)]
+    configs = (
+        [tuple(args.blocks) + (args.num_warps or th.DEFAULT_NUM_WARPS,)]
+        if args.blocks
+        else [(16, 16, 16, 8), (16, 16, 32, 4), (16, 16, 32, 8), (32, 16, 32, 8), (32, 32, 16, 8)]
+    )
     rows = []
     for dtype_name in args.dtypes:
         q = torch.empty(1, 64, args.heads, args.head_dim, dtype=getattr(torch, dtype_name), device="meta")
         pair = torch.empty(64, 64, device="meta")
         for block_q, block_k, block_v, warps in configs:
             try:
-                compiled = th.compile_kernels(q, q, q, normalization="rms_head", bias=pair, mask=pair.bool(),
-                                              dropout_mask=pair, tiles=[(block_q, block_k, block_v)], num_warps=warps,
-                                              arch=args.arch)
+                compiled = th.compile_kernels(
+                    q,
+                    q,
+                    q,
+                    normalization="rms_head",
+                    bias=pair,
+                    mask=pair.bool(),
+                    dropout_mask=pair,
+                    tiles=[(block_q, block_k, block_v)],
+                    num_warps=warps,
+                    arch=args.arch,
+                )
             except ValueError as error:  # too large for this GPU
                 print(error, flush=True)
                 continue
             for name, kernel in compiled.items():
-                row = dict(kernel=name, dtype=dtype_name, block_q=block_q, block_k=block_k, block_v=block_v,
-                           num_warps=warps, products="ieee",
-                           **kernel_resources(kernel))
+                row = dict(
+                    kernel=name,
+                    dtype=dtype_name,
+                    block_q=block_q,
+                    block_k=block_k,
+                    block_v=block_v,
+                    num_warps=warps,
+                    products="ieee",
+                    **kernel_resources(kernel),
+                )
                 rows.append(row)
                 print(row, flush=True)
     return rows
@@ -224,13 +261,7 @@ def main(argv=None):
     if args.tf32:
         torch.set_float32_matmul_precision("high")
     if args.compile_report:
-        import triton
-
-        rows = compile_report(args)
-        out = args.out if args.out != OUT else OUT.with_name("triton_resources.json")
-        out.write_text(json.dumps(dict(benchmark="triton_resources", arch=f"sm_{args.arch}", heads=args.heads,
-                                       head_dim=args.head_dim, triton=triton.__version__, rows=rows), indent=1))
-        print(f"-> {out}")
+        write_compile_report(args)
         return
     if args.device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"  # before hyla.ops.attention.triton_hyla imports triton
@@ -238,26 +269,73 @@ def main(argv=None):
         sys.exit("no CUDA device: run on a GPU, or --device cpu for an interpreter smoke run")
     import triton
 
-    streamed = hyla_fn("streamed", args)
-    rows = []
-    for dtype_name in args.dtypes:
-        for length in args.lengths:
-            for impl in args.implementations:
-                rows.append(run_case(impl, length, dtype_name, args, lambda inputs: forward_backward(
-                    streamed, *(t.double() if t.is_floating_point() else t for t in inputs))))
-                print_table(rows[-1:])
+    rows = run_cases(args)
     result = dict(
-        benchmark="triton_attention", heads=args.heads, head_dim=args.head_dim, tokens=args.tokens,
-        mask="causal", hyla="rms_head + relu", device=args.device,
+        benchmark="triton_attention",
+        heads=args.heads,
+        head_dim=args.head_dim,
+        tokens=args.tokens,
+        mask="causal",
+        hyla="rms_head + relu",
+        device=args.device,
         gpu=torch.cuda.get_device_name() if args.device == "cuda" else platform.processor(),
-        torch=torch.__version__, triton=triton.__version__, blocks=args.blocks, num_warps=args.num_warps,
+        torch=torch.__version__,
+        triton=triton.__version__,
+        blocks=args.blocks,
+        num_warps=args.num_warps,
         float32_matmul_precision=torch.get_float32_matmul_precision(),
-        tolerance=TOLERANCE, rows=rows,
+        tolerance=TOLERANCE,
+        rows=rows,
     )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     print_table(rows)
     print(f"-> {args.out}")
+
+
+def write_compile_report(args) -> None:
+    """--compile-report: the kernels' resources (`compile_report`) as JSON."""
+    import triton
+
+    rows = compile_report(args)
+    out = args.out if args.out != OUT else OUT.with_name("triton_resources.json")
+    out.write_text(
+        json.dumps(
+            dict(
+                benchmark="triton_resources",
+                arch=f"sm_{args.arch}",
+                heads=args.heads,
+                head_dim=args.head_dim,
+                triton=triton.__version__,
+                rows=rows,
+            ),
+            indent=1,
+        )
+    )
+    print(f"-> {out}")
+
+
+def run_cases(args) -> list[dict]:
+    """One row per dtype x length x implementation, printed as it finishes (triton's outputs and
+    gradients checked against streamed HYLA in float64 first)."""
+    streamed = hyla_fn("streamed", args)
+    rows = []
+    for dtype_name in args.dtypes:
+        for length in args.lengths:
+            for impl in args.implementations:
+                rows.append(
+                    run_case(
+                        impl,
+                        length,
+                        dtype_name,
+                        args,
+                        lambda inputs: forward_backward(
+                            streamed, *(t.double() if t.is_floating_point() else t for t in inputs)
+                        ),
+                    )
+                )
+                print_table(rows[-1:])
+    return rows
 
 
 if __name__ == "__main__":

@@ -52,8 +52,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 # hyla preset -> the authors' config file and dataset name (their `--config FILE:DATA;MIXER`)
-AUTHORS_CONFIGS = {"logic_4var_2term": ("configs/logic.py", "logic_4var_2term"),
-                   "raven_3x3_4features": ("configs/raven.py", "raven_3x3_4features")}
+AUTHORS_CONFIGS = {
+    "logic_4var_2term": ("configs/logic.py", "logic_4var_2term"),
+    "raven_3x3_4features": ("configs/raven.py", "raven_3x3_4features"),
+}
 AUTHORS_MIXERS = {"hyla": "linear_hypatt", "softmax": "softmax_attention", "linear": "linear_attention"}
 # Steps per measurement: on the 2-core CPU ~25 s of the authors' code and ~5 s of hyla's compiled
 # training, long enough that a burst of load on a shared machine does not decide a measurement
@@ -62,7 +64,7 @@ DEFAULT_STEPS = {"logic_4var_2term": 1000, "raven_3x3_4features": 100}
 # The authors' side, run by --jax-python with the authors' checkout as working directory. Their
 # run.py imports wandb, TensorFlow and the WikiText pipeline at the top, none of which a logic or
 # SRAVEN run uses: empty stand-ins let it import without them.
-AUTHORS_DRIVER = r'''
+AUTHORS_DRIVER = r"""
 import json, sys, time, types
 authors, config_arg, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 sys.path.insert(0, authors)
@@ -98,30 +100,49 @@ print(json.dumps({
     "devices": [str(d) for d in jax.devices()],
     "versions": {"python": sys.version.split()[0], "jax": jax.__version__, "flax": flax.__version__,
                  "optax": optax.__version__}}))
-'''
+"""
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--authors", type=Path, help="checkout of github.com/smonsays/hypernetwork-attention "
-                        "(omitted: hyla only)")
-    parser.add_argument("--jax-python", default=sys.executable, help="python with jax, flax, optax, chex, "
-                        "ml_collections, einops (default: this one)")
+    parser.add_argument(
+        "--authors", type=Path, help="checkout of github.com/smonsays/hypernetwork-attention (omitted: hyla only)"
+    )
+    parser.add_argument(
+        "--jax-python",
+        default=sys.executable,
+        help="python with jax, flax, optax, chex, ml_collections, einops (default: this one)",
+    )
     parser.add_argument("--presets", nargs="+", default=list(AUTHORS_CONFIGS), choices=list(AUTHORS_CONFIGS))
     parser.add_argument("--mixer", default="hyla", choices=list(AUTHORS_MIXERS))
     parser.add_argument("--modes", nargs="+", default=["eager", "compiled"], choices=["eager", "compiled"])
-    parser.add_argument("--compile-mode", default="auto", help="hyla's --train.compile-mode for the compiled "
-                        "variant (auto: reduce-overhead, i.e. CUDA graphs, on CUDA; default on CPU)")
+    parser.add_argument(
+        "--compile-mode",
+        default="auto",
+        help="hyla's --train.compile-mode for the compiled "
+        "variant (auto: reduce-overhead, i.e. CUDA graphs, on CUDA; default on CPU)",
+    )
     parser.add_argument("--packs", nargs="*", type=int, default=[], help="pack sizes (hyla.train.train_packed)")
-    parser.add_argument("--parallel-packs", nargs="*", type=processes_by_pack, default=[], metavar="PxN",
-                        help="P processes each training a pack of N at once (hyla sweep --pack N --parallel P)")
-    parser.add_argument("--smoke", action="store_true", help="toy sizes for a quick CPU check: 3 steps, "
-                        "1 repeat, hyla at batch 16")
+    parser.add_argument(
+        "--parallel-packs",
+        nargs="*",
+        type=processes_by_pack,
+        default=[],
+        metavar="PxN",
+        help="P processes each training a pack of N at once (hyla sweep --pack N --parallel P)",
+    )
+    parser.add_argument(
+        "--smoke", action="store_true", help="toy sizes for a quick CPU check: 3 steps, 1 repeat, hyla at batch 16"
+    )
     parser.add_argument("--steps", type=int, help=f"steps per measurement (default: {DEFAULT_STEPS})")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
-                        help="cores for each process and hyla's intra-op threads (default: all usable)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=len(os.sched_getaffinity(0)),
+        help="cores for each process and hyla's intra-op threads (default: all usable)",
+    )
     parser.add_argument("--out", type=Path, help="JSON (default: benchmarks/results/vs_authors_<device>.json)")
     parser.add_argument("--pack-worker", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -147,8 +168,15 @@ def pinned(threads: int):
 def run_child(command: list[str], threads: int, cwd: Path, env: dict | None = None) -> tuple[str, float]:
     """Run a measurement process; return its stdout and wall time. Fails with its stderr's tail."""
     start = time.perf_counter()
-    done = subprocess.run(command, cwd=cwd, env={**os.environ, **(env or {})}, preexec_fn=pinned(threads),
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        command,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        preexec_fn=pinned(threads),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     wall = time.perf_counter() - start
     if done.returncode:
         tail = "\n".join(done.stderr.strip().splitlines()[-15:])
@@ -157,7 +185,7 @@ def run_child(command: list[str], threads: int, cwd: Path, env: dict | None = No
 
 
 def processes_by_pack(text: str) -> tuple[int, int]:
-    """"PxN" -> (P, N), both >= 1."""
+    """ "PxN" -> (P, N), both >= 1."""
     parts = text.lower().split("x")
     if len(parts) != 2 or not all(p.isdigit() and int(p) >= 1 for p in parts):
         raise argparse.ArgumentTypeError(f"expected PxN (processes x pack size, e.g. 4x8), got {text!r}")
@@ -167,9 +195,15 @@ def processes_by_pack(text: str) -> tuple[int, int]:
 def hyla_settings(args: argparse.Namespace, steps: int) -> dict:
     """The `hyla train` settings of one measurement: `steps` steps, no evaluation but a minimal
     final one, one checkpoint at the end (`--smoke`: batch 16)."""
-    settings = {"model.mixer": args.mixer, "train.steps": steps, "train.eval_every": 0,
-                "train.final_eval_samples": 128, "train.eval_batch_size": 128, "train.checkpoint_every": steps,
-                "train.device": args.device}
+    settings = {
+        "model.mixer": args.mixer,
+        "train.steps": steps,
+        "train.eval_every": 0,
+        "train.final_eval_samples": 128,
+        "train.eval_batch_size": 128,
+        "train.checkpoint_every": steps,
+        "train.device": args.device,
+    }
     if args.smoke:
         settings.update({"train.batch_size": 16, "train.final_eval_samples": 16})
     return settings
@@ -177,17 +211,32 @@ def hyla_settings(args: argparse.Namespace, steps: int) -> dict:
 
 def hyla_flags(args: argparse.Namespace, preset: str, steps: int, out_dir: Path) -> list[str]:
     """`hyla train` options of one measurement (run folder `out_dir/run`)."""
-    from hyla.sweep import override_flags
+    from hyla.experiments.sweep import override_flags
 
     flags = [flag for key, value in hyla_settings(args, steps).items() for flag in override_flags(key, value)]
-    return ["--preset", preset, *flags, "--train.threads", str(args.threads), "--train.no-progress",
-            "--out-dir", str(out_dir), "--name", "run"]
+    return [
+        "--preset",
+        preset,
+        *flags,
+        "--train.threads",
+        str(args.threads),
+        "--train.no-progress",
+        "--out-dir",
+        str(out_dir),
+        "--name",
+        "run",
+    ]
 
 
 def sweep_file(args: argparse.Namespace, preset: str, steps: int, runs: int, out_dir: Path) -> Path:
     """A sweep of `runs` seeds of the measurement's settings, its runs in `out_dir`."""
-    spec = {"name": out_dir.name, "preset": preset, "out_dir": str(out_dir), "seeds": list(range(runs)),
-            "overrides": hyla_settings(args, steps)}
+    spec = {
+        "name": out_dir.name,
+        "preset": preset,
+        "out_dir": str(out_dir),
+        "seeds": list(range(runs)),
+        "overrides": hyla_settings(args, steps),
+    }
     path = out_dir.with_suffix(".yaml")
     path.write_text(json.dumps(spec))  # JSON is YAML
     return path
@@ -216,13 +265,22 @@ def measure_hyla(args: argparse.Namespace, preset: str, variant: str, steps: int
     if not summaries or any(s["status"] != "completed" for s in summaries):
         raise RuntimeError(f"{' '.join(command)}: the runs did not complete ({[s['status'] for s in summaries]})")
     env = json.loads((members[0].parent / "env.json").read_text())
-    return {"side": "hyla", "preset": preset, "variant": variant, "command": command, "process_wall_s": wall,
-            # every member of a pack records the pack's rate: the sum is the aggregate model-steps/s
-            "steps_per_second": sum(s["steps_per_second"] for s in summaries),
-            "wall_model_steps_per_second": len(summaries) * steps / wall, "numerics": env["numerics"],
-            "num_parameters": summaries[0]["num_parameters"], "train_loss": summaries[0]["train_loss"],
-            "batch_size": json.loads((members[0].parent / "config.json").read_text())["train"]["batch_size"],
-            "run_wall_time_s": summaries[0]["wall_time_s"], "members": len(summaries)}
+    return {
+        "side": "hyla",
+        "preset": preset,
+        "variant": variant,
+        "command": command,
+        "process_wall_s": wall,
+        # every member of a pack records the pack's rate: the sum is the aggregate model-steps/s
+        "steps_per_second": sum(s["steps_per_second"] for s in summaries),
+        "wall_model_steps_per_second": len(summaries) * steps / wall,
+        "numerics": env["numerics"],
+        "num_parameters": summaries[0]["num_parameters"],
+        "train_loss": summaries[0]["train_loss"],
+        "batch_size": json.loads((members[0].parent / "config.json").read_text())["train"]["batch_size"],
+        "run_wall_time_s": summaries[0]["wall_time_s"],
+        "members": len(summaries),
+    }
 
 
 def pack_worker(argv: list[str]) -> int:
@@ -230,7 +288,7 @@ def pack_worker(argv: list[str]) -> int:
     from dataclasses import replace
 
     from hyla.train import train_packed
-    from hyla.train.commands import parse_train_args
+    from hyla.train.configs import parse_train_args
 
     size, flags = int(argv[0]), argv[1:]
     cfg, _ = parse_train_args(flags)
@@ -245,8 +303,15 @@ def measure_authors(args: argparse.Namespace, preset: str, steps: int, driver: P
     platform_env = {"JAX_PLATFORMS": "cuda" if args.device == "cuda" else "cpu"}
     stdout, wall = run_child(command, args.threads, args.authors, platform_env)
     result = json.loads(stdout.strip().splitlines()[-1])
-    return {"side": "authors", "preset": preset, "variant": AUTHORS_MIXERS[args.mixer], "command": command,
-            "env": platform_env, "process_wall_s": wall, **result}
+    return {
+        "side": "authors",
+        "preset": preset,
+        "variant": AUTHORS_MIXERS[args.mixer],
+        "command": command,
+        "env": platform_env,
+        "process_wall_s": wall,
+        **result,
+    }
 
 
 def variants(args: argparse.Namespace) -> list[str]:
@@ -259,11 +324,17 @@ def ratios(measurements: list[dict], presets: list[str], hyla_variants: list[str
     for preset in presets:
         peers = [m for m in measurements if m["side"] == "authors" and m["preset"] == preset]
         for variant in hyla_variants:
-            ours = [m for m in measurements if m["side"] == "hyla" and m["preset"] == preset and m["variant"] == variant]
+            ours = [
+                m for m in measurements if m["side"] == "hyla" and m["preset"] == preset and m["variant"] == variant
+            ]
             pairs = [h["steps_per_second"] / a["steps_per_second"] for h, a in zip(ours, peers)]
-            row = {"preset": preset, "variant": variant,
-                   "hyla_steps_per_second": [m["steps_per_second"] for m in ours],
-                   "authors_steps_per_second": [m["steps_per_second"] for m in peers], "ratios": pairs}
+            row = {
+                "preset": preset,
+                "variant": variant,
+                "hyla_steps_per_second": [m["steps_per_second"] for m in ours],
+                "authors_steps_per_second": [m["steps_per_second"] for m in peers],
+                "ratios": pairs,
+            }
             if pairs:
                 row.update(ratio_min=min(pairs), ratio_median=statistics.median(pairs), ratio_max=max(pairs))
             rows.append(row)
@@ -275,8 +346,10 @@ def shape_check(measurements: list[dict]) -> list[str]:
     lines = []
     for preset in dict.fromkeys(m["preset"] for m in measurements):
         for key in ("num_parameters", "batch_size"):
-            seen = {side: sorted({m[key] for m in measurements if m["preset"] == preset and m["side"] == side})
-                    for side in ("hyla", "authors")}
+            seen = {
+                side: sorted({m[key] for m in measurements if m["preset"] == preset and m["side"] == side})
+                for side in ("hyla", "authors")
+            }
             if seen["authors"]:
                 verdict = "match" if seen["hyla"] == seen["authors"] else "MISMATCH: not the same training"
                 lines.append(f"{preset}: {key} hyla {seen['hyla']}, authors {seen['authors']}: {verdict}")
@@ -292,14 +365,29 @@ def machine(args: argparse.Namespace) -> dict:
     gpu = torch.cuda.get_device_name() if args.device == "cuda" and torch.cuda.is_available() else None
     authors_commit = None  # stays None for an exported (non-git) checkout
     if args.authors is not None and (args.authors / ".git").exists():
-        authors_commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=args.authors, capture_output=True,
-                                        text=True, check=False).stdout.strip() or None
-    return {"cpu": cpu_name(), "gpu": gpu, "cpu_count": os.cpu_count(), "usable_cores": len(os.sched_getaffinity(0)),
-            "platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
-            "hyla": hyla.__file__, "hyla_git_commit": git_commit(), "authors_checkout": str(args.authors),
-            "authors_git_commit": authors_commit, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
-            "malloc_env": malloc_env(), "load_average_start": os.getloadavg(),
-            "time_start": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        authors_commit = (
+            subprocess.run(
+                ["git", "rev-parse", "HEAD"], cwd=args.authors, capture_output=True, text=True, check=False
+            ).stdout.strip()
+            or None
+        )
+    return {
+        "cpu": cpu_name(),
+        "gpu": gpu,
+        "cpu_count": os.cpu_count(),
+        "usable_cores": len(os.sched_getaffinity(0)),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "hyla": hyla.__file__,
+        "hyla_git_commit": git_commit(),
+        "authors_checkout": str(args.authors),
+        "authors_git_commit": authors_commit,
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        "malloc_env": malloc_env(),
+        "load_average_start": os.getloadavg(),
+        "time_start": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
 
 
 def malloc_env() -> dict:
@@ -309,13 +397,16 @@ def malloc_env() -> dict:
 
 
 def report(rows: list[dict], checks: list[str]) -> str:
-    lines = ["| preset | hyla variant | hyla steps/s (packs: model-steps/s) | authors steps/s | ratio min | median | max |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| preset | hyla variant | hyla steps/s (packs: model-steps/s) | authors steps/s | ratio min | median | max |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         ours = ", ".join(f"{v:.2f}" for v in r["hyla_steps_per_second"])
         peers = ", ".join(f"{v:.2f}" for v in r["authors_steps_per_second"]) or "–"
-        spread = (f"{r['ratio_min']:.2f} | **{r['ratio_median']:.2f}** | {r['ratio_max']:.2f}" if r["ratios"]
-                  else "– | – | –")
+        spread = (
+            f"{r['ratio_min']:.2f} | **{r['ratio_median']:.2f}** | {r['ratio_max']:.2f}" if r["ratios"] else "– | – | –"
+        )
         lines.append(f"| {r['preset']} | {r['variant']} | {ours} | {peers} | {spread} |")
     return "\n".join(lines + [""] + checks)
 
@@ -326,8 +417,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.pack_worker is not None:
         return pack_worker(args.pack_worker)
     info = machine(args)
-    print(f"{info['gpu'] or info['cpu']}, {info['usable_cores']} usable cores, threads {args.threads}, "
-          f"load average {info['load_average_start']}", file=sys.stderr)
+    print(
+        f"{info['gpu'] or info['cpu']}, {info['usable_cores']} usable cores, threads {args.threads}, "
+        f"load average {info['load_average_start']}",
+        file=sys.stderr,
+    )
     out = args.out or RESULTS / f"vs_authors_{args.device}.json"
     measurements: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="bench_vs_authors_") as tmp:
@@ -338,13 +432,19 @@ def main(argv: list[str] | None = None) -> int:
                 steps = args.steps or DEFAULT_STEPS[preset]
                 todo = [("hyla", v) for v in variants(args)] + ([("authors", None)] if args.authors else [])
                 for side, variant in todo:
-                    m = (measure_hyla(args, preset, variant, steps, Path(tmp)) if side == "hyla"
-                         else measure_authors(args, preset, steps, driver))
+                    m = (
+                        measure_hyla(args, preset, variant, steps, Path(tmp))
+                        if side == "hyla"
+                        else measure_authors(args, preset, steps, driver)
+                    )
                     m.update(repeat=repeat, steps=steps, load_average=os.getloadavg())
                     measurements.append(m)
-                    print(f"repeat {repeat} {preset} {side} {m['variant']}: {m['steps_per_second']:.2f} steps/s "
-                          f"(process {m['process_wall_s']:.0f} s, load {m['load_average'][0]:.1f})",
-                          file=sys.stderr, flush=True)
+                    print(
+                        f"repeat {repeat} {preset} {side} {m['variant']}: {m['steps_per_second']:.2f} steps/s "
+                        f"(process {m['process_wall_s']:.0f} s, load {m['load_average'][0]:.1f})",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                     write_run(out, record(args, info, measurements))  # so far: a cut-off run keeps its measurements
     print(record(args, info, measurements)["table"])
     print(f"wrote {out}", file=sys.stderr)
@@ -356,13 +456,28 @@ def record(args: argparse.Namespace, info: dict, measurements: list[dict]) -> di
     info = {**info, "load_average_end": os.getloadavg(), "time_end": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     rows = ratios(measurements, args.presets, variants(args))
     checks = shape_check(measurements)
-    setting = {"threads": args.threads, "omp_wait_policy": info["omp_wait_policy"], "malloc_env": info["malloc_env"],
-               "mixer": args.mixer, "presets": args.presets, "modes": args.modes, "compile_mode": args.compile_mode,
-               "packs": args.packs,
-               "parallel_packs": [f"{p}x{n}" for p, n in args.parallel_packs], "smoke": args.smoke,
-               "steps": {preset: args.steps or DEFAULT_STEPS[preset] for preset in args.presets}}
-    return {"command": [sys.executable, *sys.argv], "setting": setting, "machine": info, "summary": rows,
-            "shape_check": checks, "table": report(rows, checks), "measurements": measurements}
+    setting = {
+        "threads": args.threads,
+        "omp_wait_policy": info["omp_wait_policy"],
+        "malloc_env": info["malloc_env"],
+        "mixer": args.mixer,
+        "presets": args.presets,
+        "modes": args.modes,
+        "compile_mode": args.compile_mode,
+        "packs": args.packs,
+        "parallel_packs": [f"{p}x{n}" for p, n in args.parallel_packs],
+        "smoke": args.smoke,
+        "steps": {preset: args.steps or DEFAULT_STEPS[preset] for preset in args.presets},
+    }
+    return {
+        "command": [sys.executable, *sys.argv],
+        "setting": setting,
+        "machine": info,
+        "summary": rows,
+        "shape_check": checks,
+        "table": report(rows, checks),
+        "measurements": measurements,
+    }
 
 
 def write_run(out: Path, run: dict) -> None:

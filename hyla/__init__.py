@@ -4,8 +4,12 @@ import importlib
 
 # Loaded on first use (PEP 562), so that importing the `hyla` command does not load torch: the
 # command sets OpenMP's wait policy first (hyla.cli), which OpenMP reads once, when torch loads.
-_EXPORTS = {"ops": "hyla.ops", "MultiHeadAttention": "hyla.nn", "Transformer": "hyla.model",
-            "ModelConfig": "hyla.model"}
+_EXPORTS = {
+    "ops": "hyla.ops",
+    "MultiHeadAttention": "hyla.nn",
+    "Transformer": "hyla.nn.transformer",
+    "ModelConfig": "hyla.nn.transformer",
+}
 
 __all__ = list(_EXPORTS)
 

@@ -1,6 +1,6 @@
 """Shared test setup: one intra-op thread, every test starts from the same random state, and
 without a GPU Triton kernels run in Triton's interpreter (chosen when triton is first imported,
-which other tests' imports may do before tests/test_triton_attention.py is collected)."""
+which other tests' imports may do before tests/ops/test_triton_attention.py is collected)."""
 
 import os
 

@@ -19,22 +19,36 @@ def test_version_flag(capsys):
 
 
 def _source_modules() -> set[str]:
-    return {str(p.relative_to(ROOT)) for suffix in ("py", "cpp") for p in (ROOT / "hyla").rglob(f"*.{suffix}")
-            if "__pycache__" not in p.parts}
+    return {
+        str(p.relative_to(ROOT))
+        for suffix in ("py", "cpp")
+        for p in (ROOT / "hyla").rglob(f"*.{suffix}")
+        if "__pycache__" not in p.parts
+    }
 
 
 @pytest.mark.slow
 def test_wheel_installs_and_runs_outside_the_source_tree(tmp_path):
     pytest.importorskip("build")
-    subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(tmp_path / "dist"), str(ROOT)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--outdir", str(tmp_path / "dist"), str(ROOT)],
+        check=True,
+        capture_output=True,
+    )
     wheel = next((tmp_path / "dist").glob("hyla-*.whl"))
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     assert _source_modules() <= names, f"modules missing from the wheel: {sorted(_source_modules() - names)}"
-    for field in ("License-Expression: MIT", "Author: ", "Project-URL: ", "Classifier: ", "Keywords: ",
-                  "Requires-Dist: torch>=2.6", "Provides-Extra: cpu"):
+    for field in (
+        "License-Expression: MIT",
+        "Author: ",
+        "Project-URL: ",
+        "Classifier: ",
+        "Keywords: ",
+        "Requires-Dist: torch>=2.6",
+        "Provides-Extra: cpu",
+    ):
         assert field in metadata, field
 
     venv = tmp_path / "venv"
@@ -43,10 +57,16 @@ def test_wheel_installs_and_runs_outside_the_source_tree(tmp_path):
     subprocess.run(pip + [f"{wheel}[cpu]"], check=True, capture_output=True)  # [cpu]: the local CPU torch wheel
     outside = tmp_path / "elsewhere"
     outside.mkdir()
-    out = subprocess.run([str(venv / "bin" / "hyla"), "--version"], cwd=outside, check=True, capture_output=True,
-                         text=True).stdout
+    out = subprocess.run(
+        [str(venv / "bin" / "hyla"), "--version"], cwd=outside, check=True, capture_output=True, text=True
+    ).stdout
     assert out.strip() == f"hyla {wheel.name.split('-')[1]}"
-    imported = subprocess.run([str(venv / "bin" / "python"), "-c", "import hyla; print(hyla.__file__)"],
-                              cwd=outside, check=True, capture_output=True, text=True).stdout
+    imported = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import hyla; print(hyla.__file__)"],
+        cwd=outside,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     assert str(venv) in imported and str(ROOT) not in imported
     assert subprocess.run([str(venv / "bin" / "hyla"), "list"], cwd=outside, capture_output=True).returncode == 0

@@ -8,6 +8,17 @@ from hyla.analysis.pipeline import analysis_hook, analyze, analyze_run, main
 from hyla.analysis.probes import logistic_classification_probe, logistic_f1_per_label, ridge_probe
 from hyla.analysis.topographic import topographic_similarity
 
-__all__ = ["collect_latents", "save_latents", "load_latents", "analyze", "analyze_run", "analysis_hook", "main",
-           "ridge_probe", "logistic_f1_per_label", "logistic_classification_probe", "topographic_similarity",
-           "patch_latents"]
+__all__ = [
+    "collect_latents",
+    "save_latents",
+    "load_latents",
+    "analyze",
+    "analyze_run",
+    "analysis_hook",
+    "main",
+    "ridge_probe",
+    "logistic_f1_per_label",
+    "logistic_classification_probe",
+    "topographic_similarity",
+    "patch_latents",
+]

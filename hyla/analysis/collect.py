@@ -84,8 +84,9 @@ def sraven_codes(latents: list[torch.Tensor], perm: torch.Tensor, num_features: 
 
 
 @torch.no_grad()
-def collect_latents(model: torch.nn.Module, task, split: str, num_samples: int = 4096,
-                    batch_size: int = 512, progress: bool = True) -> dict[str, np.ndarray]:
+def collect_latents(
+    model: torch.nn.Module, task, split: str, num_samples: int = 4096, batch_size: int = 512, progress: bool = True
+) -> dict[str, np.ndarray]:
     """Run `model` on `num_samples` sequences of `split` and return the codes with task
     identities, targets, predictions and per-sample metrics (numpy).
 
@@ -107,8 +108,9 @@ def collect_latents(model: torch.nn.Module, task, split: str, num_samples: int =
     parts: dict[str, list[np.ndarray]] = {}
     everything = task.batch(split, num_samples, 0)
     try:
-        for start in tqdm(range(0, num_samples, batch_size), desc=f"latents {split}", disable=not progress,
-                          leave=False):
+        for start in tqdm(
+            range(0, num_samples, batch_size), desc=f"latents {split}", disable=not progress, leave=False
+        ):
             batch = everything.rows(start, start + batch_size)
             logits, latents = model(batch.x.to(device), return_latents=True)
             latents = [a.float() for a in latents]
@@ -129,8 +131,10 @@ def _fuzzy_fields(logits, latents, batch) -> dict[str, torch.Tensor]:
     info = batch.info
     fields = {
         "codes": fuzzy_logic_codes(latents),
-        "terms": info["terms"], "term_indices": info["term_indices"],
-        "targets": batch.y.reshape(-1), "predictions": logits.float().reshape(-1),
+        "terms": info["terms"],
+        "term_indices": info["term_indices"],
+        "targets": batch.y.reshape(-1),
+        "predictions": logits.float().reshape(-1),
     }
     if "task_index" in info:
         fields["task_index"] = info["task_index"]
@@ -148,7 +152,8 @@ def _sraven_fields(logits, latents, batch) -> dict[str, torch.Tensor]:
     shown = (query - 8 * K).cpu()  # [B, K]: answer position of feature f
     return {
         "codes": sraven_codes(latents, perm, K),
-        "rules": rules, "perm": perm,
+        "rules": rules,
+        "perm": perm,
         "query_positions": shown,
         "targets": batch.y.cpu().gather(1, shown),
         "predictions": logits.argmax(-1).cpu().gather(1, shown),

@@ -1,4 +1,4 @@
-"""Figures of latent codes (PNG, drawn on `matplotlib.figure.Figure`, no pyplot: see hyla.plots):
+"""Figures of latent codes (PNG, drawn on `matplotlib.figure.Figure`, no pyplot: see hyla.analysis.plots):
 2-D embeddings, mean codes per label, similarity matrices and probe scores per layer."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from matplotlib.lines import Line2D
 from sklearn.decomposition import PCA
 from sklearn.manifold import TSNE
 
-from hyla.plots import save_figure
+from hyla.analysis.plots import save_figure
 
 RULE_NAMES = ("A const", "B +1", "C +2", "D -1", "E -2", "F add", "G sub", "H dist3")
 
@@ -33,7 +33,7 @@ def is_constant(codes: np.ndarray, rtol: float = CONSTANT_RTOL) -> bool:
     codes = np.asarray(codes, dtype=np.float64)
     if codes.size == 0 or not np.isfinite(codes).all():
         return True
-    return float(codes.std(0).max()) <= rtol * float(np.sqrt(np.mean(codes ** 2)))
+    return float(codes.std(0).max()) <= rtol * float(np.sqrt(np.mean(codes**2)))
 
 
 def embed(codes: np.ndarray, method: str, seed: int = 0) -> np.ndarray | None:
@@ -63,8 +63,14 @@ def constant_panel(ax, title: str) -> None:
 AXIS_NAMES = {"pca": "PC", "tsne": "t-SNE"}
 
 
-def embeddings_figure(embeddings: dict[tuple[str, str], np.ndarray | None], color: np.ndarray, categorical: bool,
-                      title: str, category_names: dict | None = None, color_label: str = "color") -> Figure:
+def embeddings_figure(
+    embeddings: dict[tuple[str, str], np.ndarray | None],
+    color: np.ndarray,
+    categorical: bool,
+    title: str,
+    category_names: dict | None = None,
+    color_label: str = "color",
+) -> Figure:
     """A grid of scatter plots: rows = methods, columns = code sets (e.g. layers).
 
     embeddings: {(method, code set): [N, 2], or None for constant codes}; color `[N]` (class
@@ -87,20 +93,11 @@ def embeddings_figure(embeddings: dict[tuple[str, str], np.ndarray | None], colo
             ax.set_xticks([]), ax.set_yticks([])
             ax.set_title(f"{method.upper()} · {code_set}", fontsize=9)
             if categorical:
-                # one scatter in random order, so no class is drawn over all the others
-                palette = {value: cmap(k % cmap.N) for k, value in enumerate(classes)}
-                point_colors = [palette.get(value, (0.85, 0.85, 0.85, 1.0)) for value in color]
-                order = np.random.default_rng(0).permutation(len(xy))
-                ax.scatter(xy[order, 0], xy[order, 1], s=4, c=[point_colors[i] for i in order], lw=0)
+                _scatter_classes(ax, xy, color, classes, cmap)
             else:
-                ax.scatter(xy[:, 0], xy[:, 1], s=4, c=color, cmap="viridis", lw=0,
-                           vmin=float(np.min(color)), vmax=float(np.max(color)))
+                _scatter_values(ax, xy, color)
     if categorical and classes:
-        handles = [Line2D([], [], ls="", marker="o", ms=5, color=cmap(k % cmap.N),
-                              label=(category_names or {}).get(int(value), str(value)))
-                   for k, value in enumerate(classes)]
-        axes[0, -1].legend(handles=handles, loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=7,
-                           frameon=False)
+        _class_legend(axes[0, -1], classes, cmap, category_names)
     elif not categorical:
         mappable = ScalarMappable(Normalize(float(np.min(color)), float(np.max(color))), "viridis")
         fig.colorbar(mappable, ax=axes[:, -1].tolist(), shrink=0.8, label=color_label)
@@ -108,15 +105,71 @@ def embeddings_figure(embeddings: dict[tuple[str, str], np.ndarray | None], colo
     return fig
 
 
-def plot_embeddings(embeddings: dict[tuple[str, str], np.ndarray | None], color: np.ndarray, categorical: bool,
-                    title: str, path: str | Path, category_names: dict | None = None, color_label: str = "color") -> Path:
+def _scatter_classes(ax, xy: np.ndarray, color: np.ndarray, classes: list, cmap) -> None:
+    """Points colored by class (-1 and any value not in `classes`: grey), in one scatter in random
+    order, so no class is drawn over all the others."""
+    palette = {value: cmap(k % cmap.N) for k, value in enumerate(classes)}
+    point_colors = [palette.get(value, (0.85, 0.85, 0.85, 1.0)) for value in color]
+    order = np.random.default_rng(0).permutation(len(xy))
+    ax.scatter(xy[order, 0], xy[order, 1], s=4, c=[point_colors[i] for i in order], lw=0)
+
+
+def _scatter_values(ax, xy: np.ndarray, color: np.ndarray) -> None:
+    """Points colored by a continuous value (viridis, over the values' full range)."""
+    ax.scatter(
+        xy[:, 0],
+        xy[:, 1],
+        s=4,
+        c=color,
+        cmap="viridis",
+        lw=0,
+        vmin=float(np.min(color)),
+        vmax=float(np.max(color)),
+    )
+
+
+def _class_legend(ax, classes: list, cmap, category_names: dict | None) -> None:
+    """A legend right of `ax`: one marker per class, named by `category_names` (default: the value)."""
+    handles = [
+        Line2D(
+            [],
+            [],
+            ls="",
+            marker="o",
+            ms=5,
+            color=cmap(k % cmap.N),
+            label=(category_names or {}).get(int(value), str(value)),
+        )
+        for k, value in enumerate(classes)
+    ]
+    ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=7, frameon=False)
+
+
+def plot_embeddings(
+    embeddings: dict[tuple[str, str], np.ndarray | None],
+    color: np.ndarray,
+    categorical: bool,
+    title: str,
+    path: str | Path,
+    category_names: dict | None = None,
+    color_label: str = "color",
+) -> Path:
     """`embeddings_figure` written to `path`."""
-    return save_figure(embeddings_figure(embeddings, color, categorical, title, category_names, color_label), path,
-                       dpi=110, tight=True)
+    return save_figure(
+        embeddings_figure(embeddings, color, categorical, title, category_names, color_label), path, dpi=110, tight=True
+    )
 
 
-def matrices_figure(matrices: dict[str, np.ndarray | None], row_names: list[str], col_names: list[str],
-                    title: str, xlabel: str, ylabel: str, annotate: bool = True, value_label: str = "value") -> Figure:
+def matrices_figure(
+    matrices: dict[str, np.ndarray | None],
+    row_names: list[str],
+    col_names: list[str],
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    annotate: bool = True,
+    value_label: str = "value",
+) -> Figure:
     """Heatmaps side by side, one per {panel title: matrix `[rows, cols]`}, with a diverging color
     map centered at 0 (e.g. cosine similarity matrices per layer); a None matrix gets the
     "constant codes" panel; small matrices get their values written in. Every column is labeled:
@@ -146,15 +199,34 @@ def matrices_figure(matrices: dict[str, np.ndarray | None], row_names: list[str]
     return fig
 
 
-def plot_matrices(matrices: dict[str, np.ndarray | None], row_names: list[str], col_names: list[str], title: str,
-                  path: str | Path, xlabel: str, ylabel: str, annotate: bool = True, value_label: str = "value") -> Path:
+def plot_matrices(
+    matrices: dict[str, np.ndarray | None],
+    row_names: list[str],
+    col_names: list[str],
+    title: str,
+    path: str | Path,
+    xlabel: str,
+    ylabel: str,
+    annotate: bool = True,
+    value_label: str = "value",
+) -> Path:
     """`matrices_figure` written to `path`."""
-    return save_figure(matrices_figure(matrices, row_names, col_names, title, xlabel, ylabel, annotate, value_label),
-                       path, dpi=110, tight=True)
+    return save_figure(
+        matrices_figure(matrices, row_names, col_names, title, xlabel, ylabel, annotate, value_label),
+        path,
+        dpi=110,
+        tight=True,
+    )
 
 
-def probe_layers_figure(layer_names: list[str], curves: dict[str, list[float]], chance: dict[str, list[float]],
-                        ylabel: str, title: str, floor: float | None = -1.0) -> Figure:
+def probe_layers_figure(
+    layer_names: list[str],
+    curves: dict[str, list[float]],
+    chance: dict[str, list[float]],
+    ylabel: str,
+    title: str,
+    floor: float | None = -1.0,
+) -> Figure:
     """Probe score per code set (solid) with its chance level (dashed, same color).
 
     floor: the lowest score shown (R² is unbounded below; one R² of -8 would squash every other
@@ -168,8 +240,9 @@ def probe_layers_figure(layer_names: list[str], curves: dict[str, list[float]], 
         color = colormaps["tab10"](k)
         clipped |= _clipped_line(ax, x, values, floor, dict(color=color, marker="o", ls="-", label=name))
         if name in chance:
-            clipped |= _clipped_line(ax, x, chance[name], floor,
-                                     dict(color=color, marker="x", ls="--", alpha=0.6, label=f"{name} (chance)"))
+            clipped |= _clipped_line(
+                ax, x, chance[name], floor, dict(color=color, marker="x", ls="--", alpha=0.6, label=f"{name} (chance)")
+            )
     if clipped:
         margin = 0.05 * (1.0 - floor)
         ax.set_ylim(floor - margin, max(ax.get_ylim()[1], 1.0 + margin))
@@ -190,13 +263,27 @@ def _clipped_line(ax, x: np.ndarray, values: list[float], floor: float | None, s
     if len(below):
         ax.plot(x[below], shown[below], ls="", marker="v", ms=8, color=style["color"], alpha=style.get("alpha", 1.0))
         for i in below:
-            ax.annotate(f"{values[i]:.2f}", (x[i], floor), xytext=(4, 4), textcoords="offset points", fontsize=7,
-                        color=style["color"])
+            ax.annotate(
+                f"{values[i]:.2f}",
+                (x[i], floor),
+                xytext=(4, 4),
+                textcoords="offset points",
+                fontsize=7,
+                color=style["color"],
+            )
     return bool(len(below))
 
 
-def plot_probe_layers(layer_names: list[str], curves: dict[str, list[float]], chance: dict[str, list[float]],
-                      ylabel: str, title: str, path: str | Path, floor: float | None = -1.0) -> Path:
+def plot_probe_layers(
+    layer_names: list[str],
+    curves: dict[str, list[float]],
+    chance: dict[str, list[float]],
+    ylabel: str,
+    title: str,
+    path: str | Path,
+    floor: float | None = -1.0,
+) -> Path:
     """`probe_layers_figure` written to `path`."""
-    return save_figure(probe_layers_figure(layer_names, curves, chance, ylabel, title, floor), path, dpi=110,
-                       tight=True)
+    return save_figure(
+        probe_layers_figure(layer_names, curves, chance, ylabel, title, floor), path, dpi=110, tight=True
+    )

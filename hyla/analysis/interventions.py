@@ -28,10 +28,10 @@ import torch
 from tyro.conf import Positional
 
 from hyla.analysis.collect import FUZZY_LOGIC, SRAVEN, task_kind
-from hyla.configs import ConfigError, check_positive, parse_options
-from hyla.jsonio import write_json
 from hyla.nn.attention import MultiHeadAttention
 from hyla.ops.attention.common import ACTIVATION_FNS, normalize, scores
+from hyla.train.configs import ConfigError, check_positive, parse_options
+from hyla.train.jsonio import write_json
 
 ALL_LAYERS = "all"
 CONDITIONS = ("patched", "random_task", "shuffled_heads")
@@ -43,8 +43,13 @@ DISTRIBUTE_THREE = 7
 
 
 # ============================================================================= the intervention API
-def attention_from_codes(a: torch.Tensor, v: torch.Tensor, value_network: str, activation: str = "relu",
-                         dropout_mask: torch.Tensor | None = None) -> torch.Tensor:
+def attention_from_codes(
+    a: torch.Tensor,
+    v: torch.Tensor,
+    value_network: str,
+    activation: str = "relu",
+    dropout_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
     """The value network of docs/math.md given the latent codes: a [B, H, Tq, Tk], v [B, Tk, H, Dv]
     -> y [B, Tq, H, Dv] (before the output projection). The second half of `attention_naive`."""
     weights = a if dropout_mask is None else a * dropout_mask
@@ -62,8 +67,7 @@ class LatentPatch:
     replace) cover every query of the sequence; a layer that computes only the last Tq queries (the
     model's last block when only those are read out) takes their last Tq rows."""
 
-    def __init__(self, module: MultiHeadAttention, index: int, codes: torch.Tensor | None,
-                 where: torch.Tensor | None):
+    def __init__(self, module: MultiHeadAttention, index: int, codes: torch.Tensor | None, where: torch.Tensor | None):
         self.module, self.index, self.codes, self.where = module, index, codes, where
 
     def __call__(self, q, k, v, *, bias=None, mask=None, dropout_mask=None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -88,8 +92,10 @@ class LatentPatch:
         if name == "codes":  # no broadcasting: a code for every (sample, head, query, key)
             fits = fits and tensor.shape[:2] == (B, H) and tensor.shape[-2] in (q_len, k_len)
         if not fits:
-            raise ValueError(f"patch_latents: {name} of layer {self.index} has shape {tuple(tensor.shape)}, "
-                             f"which does not fit its latent codes [B={B}, H={H}, T={max(q_len, k_len)}, Tk={k_len}]")
+            raise ValueError(
+                f"patch_latents: {name} of layer {self.index} has shape {tuple(tensor.shape)}, "
+                f"which does not fit its latent codes [B={B}, H={H}, T={max(q_len, k_len)}, Tk={k_len}]"
+            )
         return rows
 
 
@@ -103,8 +109,10 @@ def _layer_indices(layer, num_layers: int) -> list[int]:
         return list(range(num_layers))
     indices = [layer] if isinstance(layer, int) else list(layer) if isinstance(layer, Sequence) else None
     if not indices or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < num_layers for i in indices):
-        raise ValueError(f"patch_latents: layer={layer!r} is not valid; valid: 0..{num_layers - 1}, a list of "
-                         f"them, or {ALL_LAYERS!r}")
+        raise ValueError(
+            f"patch_latents: layer={layer!r} is not valid; valid: 0..{num_layers - 1}, a list of "
+            f"them, or {ALL_LAYERS!r}"
+        )
     if len(set(indices)) != len(indices):
         raise ValueError(f"patch_latents: layer={layer!r} names a layer twice")
     return indices
@@ -116,28 +124,35 @@ def _codes_by_layer(codes, indices: list[int], num_layers: int) -> dict[int, tor
         return dict.fromkeys(indices)
     if isinstance(codes, torch.Tensor):
         if len(indices) != 1:
-            raise ValueError(f"patch_latents: one codes tensor for {len(indices)} layers; give one per layer "
-                             "(a list as Transformer(..., return_latents=True) returns, or {layer: codes})")
+            raise ValueError(
+                f"patch_latents: one codes tensor for {len(indices)} layers; give one per layer "
+                "(a list as Transformer(..., return_latents=True) returns, or {layer: codes})"
+            )
         codes = {indices[0]: codes}
     elif isinstance(codes, Sequence):
         if len(codes) != num_layers:
-            raise ValueError(f"patch_latents: a list of codes needs one entry per layer ({num_layers}), "
-                             f"got {len(codes)}")
+            raise ValueError(
+                f"patch_latents: a list of codes needs one entry per layer ({num_layers}), got {len(codes)}"
+            )
         codes = dict(enumerate(codes))
     if not isinstance(codes, dict) or any(i not in codes for i in indices):
         raise ValueError(f"patch_latents: codes must give the codes of every patched layer {indices}")
     for i in indices:
         tensor = codes[i]
         if not isinstance(tensor, torch.Tensor) or tensor.ndim != 4 or not tensor.is_floating_point():
-            what = (f"a {tensor.dtype} tensor of shape {tuple(tensor.shape)}" if isinstance(tensor, torch.Tensor)
-                    else type(tensor).__name__)
+            what = (
+                f"a {tensor.dtype} tensor of shape {tuple(tensor.shape)}"
+                if isinstance(tensor, torch.Tensor)
+                else type(tensor).__name__
+            )
             raise ValueError(f"patch_latents: the codes of layer {i} must be a float tensor [B, H, T, Tk], got {what}")
     return {i: codes[i] for i in indices}
 
 
 @contextmanager
-def patch_latents(model: torch.nn.Module, layer: int | Sequence[int] | str, codes=None,
-                  where: torch.Tensor | None = None) -> Iterator[torch.nn.Module]:
+def patch_latents(
+    model: torch.nn.Module, layer: int | Sequence[int] | str, codes=None, where: torch.Tensor | None = None
+) -> Iterator[torch.nn.Module]:
     """Run `model` with the latent codes of some layers and query-key pairs replaced.
 
     Inside the block, each patched layer computes its codes `a [B, H, T, Tk]` as usual, replaces
@@ -208,15 +223,21 @@ def model_codes(model, x: torch.Tensor, batch_size: int) -> tuple[torch.Tensor, 
     """(logits, codes per layer [N, H, T, T]) of an unpatched run, in chunks of batch_size."""
     logits, codes = [], []
     for start in range(0, len(x), batch_size):
-        out, latents = model(x[start:start + batch_size], return_latents=True)
+        out, latents = model(x[start : start + batch_size], return_latents=True)
         logits.append(out)
         codes.append(latents)
     return torch.cat(logits), [torch.cat(layer) for layer in zip(*codes)]
 
 
 @torch.no_grad()
-def patched_logits(model, x: torch.Tensor, layers: list[int], codes: list[torch.Tensor] | None,
-                   where: torch.Tensor | None, batch_size: int) -> torch.Tensor:
+def patched_logits(
+    model,
+    x: torch.Tensor,
+    layers: list[int],
+    codes: list[torch.Tensor] | None,
+    where: torch.Tensor | None,
+    batch_size: int,
+) -> torch.Tensor:
     """Logits of `model(x)` with `layers` patched by `codes` (per model layer, [N, ...]) at `where`."""
     out = []
     for start in range(0, len(x), batch_size):
@@ -239,15 +260,27 @@ def shuffle_heads(codes: list[torch.Tensor], generator: torch.Generator) -> list
     return shuffled
 
 
-def intervene(model, x: torch.Tensor, donors: dict[str, list[torch.Tensor]], wheres: dict[str, torch.Tensor],
-              score, batch_size: int) -> dict:
+def intervene(
+    model,
+    x: torch.Tensor,
+    donors: dict[str, list[torch.Tensor]],
+    wheres: dict[str, torch.Tensor],
+    score,
+    batch_size: int,
+) -> dict:
     """{site: {layer setting: {condition: score(logits)}}} for every site's `where`, every layer
     setting (`layer_settings`) and every donor condition (codes per layer)."""
     settings = layer_settings(len(attention_layers(model)))
-    return {site: {name: {condition: score(patched_logits(model, x, layers, codes, where, batch_size))
-                          for condition, codes in donors.items()}
-                   for name, layers in settings.items()}
-            for site, where in wheres.items()}
+    return {
+        site: {
+            name: {
+                condition: score(patched_logits(model, x, layers, codes, where, batch_size))
+                for condition, codes in donors.items()
+            }
+            for name, layers in settings.items()
+        }
+        for site, where in wheres.items()
+    }
 
 
 # ============================================================================= fuzzy logic
@@ -299,8 +332,9 @@ def fuzzy_logic_pairs(task, split: str, num_pairs: int, samples: int, generator:
         keep = torch.nonzero((y_a - y_b).abs() >= MIN_TARGET_GAP)[:samples, 0]
         for name, value in (("x_a", x_a), ("x_b", x_b), ("x_c", x_c), ("y_a", y_a), ("y_b", y_b)):
             parts.setdefault(name, []).append(value[keep])
-        parts.setdefault("pairs", []).append({"a": tasks[a].tolist(), "b": tasks[b].tolist(), "random_task": c.tolist(),
-                                              "sequences": len(keep)})
+        parts.setdefault("pairs", []).append(
+            {"a": tasks[a].tolist(), "b": tasks[b].tolist(), "random_task": c.tolist(), "sequences": len(keep)}
+        )
     data = {name: torch.cat(values) for name, values in parts.items() if name != "pairs"}
     return {**data, "pairs": parts["pairs"]}
 
@@ -312,12 +346,17 @@ def transfer_scores(pred: torch.Tensor, y_a: torch.Tensor, y_b: torch.Tensor) ->
     pred, y_a, y_b = (t.double().reshape(-1).cpu() for t in (pred, y_a, y_b))
     mse_a, mse_b = (pred - y_a).square().mean().item(), (pred - y_b).square().mean().item()
     gap = y_b - y_a
-    return {"transfer": mse_a / max(mse_a + mse_b, 1e-30), "mse_a": mse_a, "mse_b": mse_b,
-            "projection": ((pred - y_a) * gap).mean().item() / max(gap.square().mean().item(), 1e-30)}
+    return {
+        "transfer": mse_a / max(mse_a + mse_b, 1e-30),
+        "mse_a": mse_a,
+        "mse_b": mse_b,
+        "projection": ((pred - y_a) * gap).mean().item() / max(gap.square().mean().item(), 1e-30),
+    }
 
 
-def fuzzy_logic_interventions(model, task, num_pairs: int = 16, samples: int = 32, seed: int = 0,
-                              batch_size: int = 512, stage=None) -> dict:
+def fuzzy_logic_interventions(
+    model, task, num_pairs: int = 16, samples: int = 32, seed: int = 0, batch_size: int = 512, stage=None
+) -> dict:
     """The fuzzy-logic experiment (docs/interventions.md) on the splits `valid` (pairs of training
     tasks) and `ood` (pairs of held-out combinations): A's context, the query's codes from B's
     context (same inputs), per site, layer setting and condition: `transfer_scores`."""
@@ -337,11 +376,20 @@ def fuzzy_logic_interventions(model, task, num_pairs: int = 16, samples: int = 3
         T, N = task.seq_len, len(x_a)
         last = torch.full((N,), T - 1, device=device)
         wheres = {"probe": pair_mask(last, T, last[:, None]), "row": pair_mask(last, T)}
-        reference = {"unpatched": score(logits_a), "donor_run": score(logits_b),
-                     "reference_formula": score(patched_logits(model, x_a, layer_settings(len(codes_b))["all layers"],
-                                                               None, None, batch_size))}
-        results[split] = {"num_pairs": len(data["pairs"]), "num_sequences": N, "pairs": data["pairs"],
-                          "reference": reference, "sites": intervene(model, x_a, donors, wheres, score, batch_size)}
+        reference = {
+            "unpatched": score(logits_a),
+            "donor_run": score(logits_b),
+            "reference_formula": score(
+                patched_logits(model, x_a, layer_settings(len(codes_b))["all layers"], None, None, batch_size)
+            ),
+        }
+        results[split] = {
+            "num_pairs": len(data["pairs"]),
+            "num_sequences": N,
+            "pairs": data["pairs"],
+            "reference": reference,
+            "sites": intervene(model, x_a, donors, wheres, score, batch_size),
+        }
     return results
 
 
@@ -381,9 +429,16 @@ def sraven_pairs(task, split: str, count: int, seed: int, generator: torch.Gener
         return None
     keep = torch.nonzero(found)[:, 0]
     rule_b = pool_rules[keep, donor[keep]]
-    return {"x_a": a_batch.x.cpu()[keep], "x_b": pool.x.cpu()[donor[keep]], "x_c": pool.x.cpu()[other[keep]],
-            "feature": feature[keep], "rule_a": rules_a[keep, feature[keep]], "rule_b": rule_b,
-            "target_a": last_row[keep, 2], "implied_b": implied[keep, rule_b]}
+    return {
+        "x_a": a_batch.x.cpu()[keep],
+        "x_b": pool.x.cpu()[donor[keep]],
+        "x_c": pool.x.cpu()[other[keep]],
+        "feature": feature[keep],
+        "rule_a": rules_a[keep, feature[keep]],
+        "rule_b": rule_b,
+        "target_a": last_row[keep, 2],
+        "implied_b": implied[keep, rule_b],
+    }
 
 
 def answer_scores(logits: torch.Tensor, data: dict) -> dict[str, float]:
@@ -409,8 +464,9 @@ def sraven_interventions(model, task, count: int = 512, seed: int = 0, batch_siz
             continue
         N, T = len(data["x_a"]), task.seq_len
         (stage or _quiet)(f"SRAVEN {split}: {N} grids")
-        (logits_a, _), (_, codes_b), (_, codes_c) = (model_codes(model, data[x].to(device), batch_size)
-                                                     for x in ("x_a", "x_b", "x_c"))
+        (logits_a, _), (_, codes_b), (_, codes_c) = (
+            model_codes(model, data[x].to(device), batch_size) for x in ("x_a", "x_b", "x_c")
+        )
         donors = {"patched": codes_b, "random_task": codes_c, "shuffled_heads": shuffle_heads(codes_b, generator)}
         query = (8 * K + data["feature"]).to(device)
         keys = torch.stack([6 * K + data["feature"], 7 * K + data["feature"]], 1).to(device)
@@ -420,9 +476,14 @@ def sraven_interventions(model, task, count: int = 512, seed: int = 0, batch_siz
         results[split] = {
             "num_sequences": N,
             "rule_pairs": {f"{a}->{b}": n for (a, b), n in zip(rule_pairs.tolist(), counts.tolist())},
-            "reference": {"unpatched": score(logits_a), "reference_formula": score(
-                patched_logits(model, data["x_a"].to(device), list(range(len(codes_b))), None, None, batch_size))},
-            "sites": intervene(model, data["x_a"].to(device), donors, wheres, score, batch_size)}
+            "reference": {
+                "unpatched": score(logits_a),
+                "reference_formula": score(
+                    patched_logits(model, data["x_a"].to(device), list(range(len(codes_b))), None, None, batch_size)
+                ),
+            },
+            "sites": intervene(model, data["x_a"].to(device), donors, wheres, score, batch_size),
+        }
     return results
 
 
@@ -457,12 +518,21 @@ def interventions_figure(results: dict):
     return fig
 
 
-def interventions(model, task, out_dir: str | Path | None = None, num_pairs: int = 16, samples: int = 32,
-                  seed: int = 0, batch_size: int = 512, progress: bool = True, metadata: dict | None = None) -> dict:
+def interventions(
+    model,
+    task,
+    out_dir: str | Path | None = None,
+    num_pairs: int = 16,
+    samples: int = 32,
+    seed: int = 0,
+    batch_size: int = 512,
+    progress: bool = True,
+    metadata: dict | None = None,
+) -> dict:
     """Both experiments' entry point: the results dict, and with `out_dir` the files
     `interventions_tasks{num_pairs}_samples{samples}_seed{seed}.json` / `.png` there.
     num_pairs: task pairs per split (fuzzy logic); SRAVEN uses num_pairs·samples grids per split."""
-    from hyla.plots import save_figure
+    from hyla.analysis.plots import save_figure
 
     stage, kind = Progress(progress), task_kind(task)
     was_training = model.training
@@ -474,10 +544,15 @@ def interventions(model, task, out_dir: str | Path | None = None, num_pairs: int
             splits = sraven_interventions(model, task, num_pairs * samples, seed, batch_size, stage)
     finally:
         model.train(was_training)
-    results = {"task": kind, "conditions": list(CONDITIONS), "sites": list(SITES),
-               "layer_settings": list(layer_settings(len(attention_layers(model)))),
-               "options": {"tasks": num_pairs, "samples": samples, "seed": seed}, "run": metadata or {},
-               "splits": splits}
+    results = {
+        "task": kind,
+        "conditions": list(CONDITIONS),
+        "sites": list(SITES),
+        "layer_settings": list(layer_settings(len(attention_layers(model)))),
+        "options": {"tasks": num_pairs, "samples": samples, "seed": seed},
+        "run": metadata or {},
+        "splits": splits,
+    }
     if out_dir is not None:
         stage("figure")
         stem = Path(out_dir) / f"interventions_tasks{num_pairs}_samples{samples}_seed{seed}"
@@ -495,8 +570,9 @@ class Progress:
 
     def __call__(self, name: str) -> None:
         if self.enabled:
-            print(f"interventions: {name} ({time.perf_counter() - self.start:.0f} s elapsed)", file=sys.stderr,
-                  flush=True)
+            print(
+                f"interventions: {name} ({time.perf_counter() - self.start:.0f} s elapsed)", file=sys.stderr, flush=True
+            )
 
 
 def _quiet(name: str) -> None:
@@ -533,9 +609,22 @@ def main(argv: list[str]) -> int:
     args = parse_options(InterventionsOptions, argv, "hyla interventions")
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     cfg, model, task, step = load_run_at_step(args.run, task=(FUZZY_LOGIC, SRAVEN))
-    metadata = {"path": str(Path(args.run).resolve()), "task": cfg.task, "mixer": cfg.model.mixer, "seed": cfg.seed,
-                "checkpoint_step": step}
-    results = interventions(model.to(device), task, args.out or Path(args.run) / "interventions", args.tasks,
-                            args.samples, args.seed, args.batch_size, metadata=metadata)
+    metadata = {
+        "path": str(Path(args.run).resolve()),
+        "task": cfg.task,
+        "mixer": cfg.model.mixer,
+        "seed": cfg.seed,
+        "checkpoint_step": step,
+    }
+    results = interventions(
+        model.to(device),
+        task,
+        args.out or Path(args.run) / "interventions",
+        args.tasks,
+        args.samples,
+        args.seed,
+        args.batch_size,
+        metadata=metadata,
+    )
     print(f"wrote {results['files'][0]} and {results['files'][1]}")
     return 0

@@ -28,9 +28,10 @@ from hyla.analysis import figures
 from hyla.analysis.collect import FUZZY_LOGIC, SRAVEN, collect_latents, save_latents, task_kind
 from hyla.analysis.probes import logistic_classification_probe, logistic_f1_per_label, random_stream, ridge_probe
 from hyla.analysis.report import write_report
+from hyla.analysis.tables import format_duration
 from hyla.analysis.topographic import topographic_similarity
-from hyla.configs import check_positive, parse_options
-from hyla.jsonio import append_jsonl, write_json
+from hyla.train.configs import check_positive, parse_options
+from hyla.train.jsonio import append_jsonl, write_json
 
 DEFAULT_SPLITS = {
     FUZZY_LOGIC: ("valid_fixed_query", "ood_fixed_query", "valid", "ood"),
@@ -55,7 +56,7 @@ def code_sets(data: dict[str, np.ndarray], feature: int | None = None) -> dict[s
     codes = data["codes"]
     if str(data["task"]) == SRAVEN:
         if feature is not None:
-            codes = codes[:, feature:feature + 1]
+            codes = codes[:, feature : feature + 1]
         codes = codes.reshape((-1,) + codes.shape[2:])  # [N·K, layers, 2, H]
     sets = {f"layer {layer}": codes[:, layer].reshape(len(codes), -1) for layer in range(codes.shape[1])}
     sets["all layers"] = codes.reshape(len(codes), -1)
@@ -64,7 +65,7 @@ def code_sets(data: dict[str, np.ndarray], feature: int | None = None) -> dict[s
 
 def per_feature(values: np.ndarray, feature: int | None = None) -> np.ndarray:
     """`[N, K]` per-feature values -> rows matching `code_sets` of SRAVEN."""
-    return (values if feature is None else values[:, feature:feature + 1]).reshape(-1)
+    return (values if feature is None else values[:, feature : feature + 1]).reshape(-1)
 
 
 def term_membership(data: dict[str, np.ndarray]) -> np.ndarray:
@@ -91,15 +92,17 @@ def fuzzy_logic_probes(train: dict, test: dict, seed: int = 0, tick=_nothing) ->
     # a random half, not the first half: fixed-context/-query inputs are drawn per batch, and both
     # halves should see the same mix of them
     order = random_stream(seed, "in-distribution halves").permutation(len(bits_train))
-    fit, held = order[: len(order) // 2], order[len(order) // 2:]
+    fit, held = order[: len(order) // 2], order[len(order) // 2 :]
     for name, x_train in train_sets.items():
         x_test = test_sets[name]
         results[name] = {
-            "ridge_term_bits_in_distribution": ridge_probe(x_train[fit], bits_train[fit], x_train[held],
-                                                           bits_train[held], seed=seed),
+            "ridge_term_bits_in_distribution": ridge_probe(
+                x_train[fit], bits_train[fit], x_train[held], bits_train[held], seed=seed
+            ),
             "ridge_term_bits_held_out": ridge_probe(x_train, bits_train, x_test, bits_test, seed=seed),
-            "term_f1_held_out": logistic_f1_per_label(x_train, term_membership(train), x_test,
-                                                      term_membership(test), seed=seed),
+            "term_f1_held_out": logistic_f1_per_label(
+                x_train, term_membership(train), x_test, term_membership(test), seed=seed
+            ),
         }
         tick()
     return results
@@ -124,8 +127,10 @@ def run_probes(data: dict[str, dict], kind: str, seed: int = 0, feature: int | N
     for train_split, test_split in probe_pairs(data, kind):
         train, test = data[train_split], data[test_split]
         results[f"{train_split}->{test_split}"] = (
-            fuzzy_logic_probes(train, test, seed, tick) if kind == FUZZY_LOGIC
-            else sraven_probes(train, test, feature, seed, tick))
+            fuzzy_logic_probes(train, test, seed, tick)
+            if kind == FUZZY_LOGIC
+            else sraven_probes(train, test, feature, seed, tick)
+        )
     return results
 
 
@@ -179,8 +184,13 @@ def label_similarity(data: dict) -> dict:
         present, means = mean_codes(codes, labels)
         raw, centered = cosine_matrix(means, False), cosine_matrix(means, True)
         constant = figures.is_constant(codes)
-        entry = {"labels": present.tolist(), "mean_codes": means.tolist(), "cosine": raw.tolist(),
-                 "centered_cosine": centered.tolist(), "constant_codes": constant}
+        entry = {
+            "labels": present.tolist(),
+            "mean_codes": means.tolist(),
+            "cosine": raw.tolist(),
+            "centered_cosine": centered.tolist(),
+            "constant_codes": constant,
+        }
         index = {int(label): i for i, label in enumerate(present)}
         if kind == SRAVEN and ADDITION in index and SUBTRACTION in index and not constant:
             entry["addition_subtraction"] = addition_subtraction(present, raw, centered, index)
@@ -193,14 +203,19 @@ def addition_subtraction(present: np.ndarray, raw: np.ndarray, centered: np.ndar
     upper = centered[np.triu_indices(len(present), k=1)]
     others = centered[a].copy()
     others[a] = -np.inf
-    return {"cosine": float(raw[a, s]), "centered_cosine": float(centered[a, s]),
-            "rank_among_pairs": int(1 + np.sum(upper > centered[a, s])), "num_pairs": int(len(upper)),
-            "nearest_rule_to_addition": int(present[np.argmax(others)])}
+    return {
+        "cosine": float(raw[a, s]),
+        "centered_cosine": float(centered[a, s]),
+        "rank_among_pairs": int(1 + np.sum(upper > centered[a, s])),
+        "num_pairs": int(len(upper)),
+        "nearest_rule_to_addition": int(present[np.argmax(others)]),
+    }
 
 
 # ----------------------------------------------------------------------------- figures
-def draw_embeddings(split: str, data: dict, out_dir: Path, tsne: bool, plot_samples: int, seed: int,
-                    tick=_nothing) -> list[Path]:
+def draw_embeddings(
+    split: str, data: dict, out_dir: Path, tsne: bool, plot_samples: int, seed: int, tick=_nothing
+) -> list[Path]:
     kind = str(data["task"])
     sets = code_sets(data)
     rows = len(next(iter(sets.values())))
@@ -211,20 +226,35 @@ def draw_embeddings(split: str, data: dict, out_dir: Path, tsne: bool, plot_samp
             embeddings[(method, name)] = figures.embed(codes[subset], method, seed)
             tick()
     if kind == SRAVEN:
-        colorings = {"rule": (per_feature(data["rules"])[subset], True, dict(enumerate(figures.RULE_NAMES))),
-                     "target": (per_feature(data["targets"])[subset], False, None)}
+        colorings = {
+            "rule": (per_feature(data["rules"])[subset], True, dict(enumerate(figures.RULE_NAMES))),
+            "target": (per_feature(data["targets"])[subset], False, None),
+        }
     else:
         task_ids = [tuple(row) for row in data["term_indices"][subset].tolist()]
         frequent = sorted(set(task_ids), key=task_ids.count, reverse=True)[:10]
         codes_of = {task: i for i, task in enumerate(frequent)}
-        colorings = {"target": (data["targets"][subset], False, None),
-                     "task": (np.array([codes_of.get(t, -1) for t in task_ids]), True,
-                              {i: f"terms {t}" for t, i in codes_of.items()})}
+        colorings = {
+            "target": (data["targets"][subset], False, None),
+            "task": (
+                np.array([codes_of.get(t, -1) for t in task_ids]),
+                True,
+                {i: f"terms {t}" for t, i in codes_of.items()},
+            ),
+        }
     paths = []
     for what, (color, categorical, names) in colorings.items():
-        paths.append(figures.plot_embeddings(
-            embeddings, color, categorical, f"{split}: latent codes colored by {what}",
-            out_dir / f"embedding_{split}_{what}.png", names, color_label=what))
+        paths.append(
+            figures.plot_embeddings(
+                embeddings,
+                color,
+                categorical,
+                f"{split}: latent codes colored by {what}",
+                out_dir / f"embedding_{split}_{what}.png",
+                names,
+                color_label=what,
+            )
+        )
     return paths
 
 
@@ -234,8 +264,10 @@ def draw_similarity(split: str, similarity: dict, kind: str, out_dir: Path) -> l
     what = "rule" if kind == SRAVEN else "term"
     labels = next(iter(similarity.values()))["labels"]
     names = [figures.RULE_NAMES[r] for r in labels] if kind == SRAVEN else [f"t{t}" for t in labels]
-    cosines = {name: None if entry.get("constant_codes") else np.array(entry["centered_cosine"])
-               for name, entry in similarity.items()}
+    cosines = {
+        name: None if entry.get("constant_codes") else np.array(entry["centered_cosine"])
+        for name, entry in similarity.items()
+    }
     means = {name: np.array(entry["mean_codes"]) for name, entry in similarity.items() if name != "all layers"}
     width = next(iter(means.values())).shape[1]
     if kind == SRAVEN:  # per layer: the codes towards panel (2,0), then towards (2,1), H heads each
@@ -243,12 +275,27 @@ def draw_similarity(split: str, similarity: dict, kind: str, out_dir: Path) -> l
     else:
         columns, xlabel = [f"h{h}" for h in range(width)], "head"
     return [
-        figures.plot_matrices(cosines, names, names, f"{split}: cosine similarity of centered mean codes per {what}",
-                              out_dir / f"similarity_{split}.png", xlabel=what, ylabel=what,
-                              value_label="cosine similarity"),
-        figures.plot_matrices(means, names, columns, f"{split}: mean code per {what}",
-                              out_dir / f"mean_codes_{split}.png", xlabel=xlabel, ylabel=what, annotate=False,
-                              value_label="mean code"),
+        figures.plot_matrices(
+            cosines,
+            names,
+            names,
+            f"{split}: cosine similarity of centered mean codes per {what}",
+            out_dir / f"similarity_{split}.png",
+            xlabel=what,
+            ylabel=what,
+            value_label="cosine similarity",
+        ),
+        figures.plot_matrices(
+            means,
+            names,
+            columns,
+            f"{split}: mean code per {what}",
+            out_dir / f"mean_codes_{split}.png",
+            xlabel=xlabel,
+            ylabel=what,
+            annotate=False,
+            value_label="mean code",
+        ),
     ]
 
 
@@ -261,15 +308,22 @@ def draw_probes(probes: dict, kind: str, out_dir: Path) -> list[Path]:
             chance = {"rule accuracy": [per_set[n]["chance_accuracy"] for n in names]}
             ylabel = "accuracy (held-out tasks)"
         else:
-            curves = {"ridge R² (in dist.)": [per_set[n]["ridge_term_bits_in_distribution"]["r2"] for n in names],
-                      "ridge R² (held out)": [per_set[n]["ridge_term_bits_held_out"]["r2"] for n in names],
-                      "term F1 (held out)": [per_set[n]["term_f1_held_out"]["mean_f1"] for n in names]}
-            chance = {"ridge R² (in dist.)": [per_set[n]["ridge_term_bits_in_distribution"]["chance"] for n in names],
-                      "ridge R² (held out)": [per_set[n]["ridge_term_bits_held_out"]["chance"] for n in names],
-                      "term F1 (held out)": [per_set[n]["term_f1_held_out"]["mean_chance"] for n in names]}
+            curves = {
+                "ridge R² (in dist.)": [per_set[n]["ridge_term_bits_in_distribution"]["r2"] for n in names],
+                "ridge R² (held out)": [per_set[n]["ridge_term_bits_held_out"]["r2"] for n in names],
+                "term F1 (held out)": [per_set[n]["term_f1_held_out"]["mean_f1"] for n in names],
+            }
+            chance = {
+                "ridge R² (in dist.)": [per_set[n]["ridge_term_bits_in_distribution"]["chance"] for n in names],
+                "ridge R² (held out)": [per_set[n]["ridge_term_bits_held_out"]["chance"] for n in names],
+                "term F1 (held out)": [per_set[n]["term_f1_held_out"]["mean_chance"] for n in names],
+            }
             ylabel = "probe score"
-        paths.append(figures.plot_probe_layers(names, curves, chance, ylabel, f"probes {pair}",
-                                               out_dir / f"probes_{pair.replace('->', '_to_')}.png"))
+        paths.append(
+            figures.plot_probe_layers(
+                names, curves, chance, ylabel, f"probes {pair}", out_dir / f"probes_{pair.replace('->', '_to_')}.png"
+            )
+        )
     return paths
 
 
@@ -289,14 +343,26 @@ def split_summary(data: dict) -> dict:
     summary = {"num_samples": int(len(data["codes"]))}
     for key, values in data.items():
         if key.startswith("metric_"):
-            summary[key[len("metric_"):]] = float(np.mean(values))
+            summary[key[len("metric_") :]] = float(np.mean(values))
     return summary
 
 
-def analyze(model, task, out_dir: str | Path, splits=None, num_samples: int = 4096, batch_size: int = 512,
-            tsne: bool = True, plot_samples: int = 1500, num_permutations: int = 1000, seed: int = 0,
-            probe_feature: int | None = None, save_codes: bool = True, progress: bool = True,
-            metadata: dict | None = None) -> dict:
+def analyze(
+    model,
+    task,
+    out_dir: str | Path,
+    splits=None,
+    num_samples: int = 4096,
+    batch_size: int = 512,
+    tsne: bool = True,
+    plot_samples: int = 1500,
+    num_permutations: int = 1000,
+    seed: int = 0,
+    probe_feature: int | None = None,
+    save_codes: bool = True,
+    progress: bool = True,
+    metadata: dict | None = None,
+) -> dict:
     """Everything relevant to the task; writes figures, `latents_<split>.npz`, `analysis.json`
     and `report.md` into `out_dir` and returns the results dict (the content of analysis.json).
 
@@ -315,8 +381,9 @@ def analyze(model, task, out_dir: str | Path, splits=None, num_samples: int = 40
             if save_codes:
                 save_latents(out_dir / f"latents_{split}.npz", data[split])
         with threadpool_limits(limits=1):  # small sklearn problems: threads only oversubscribe the CPU
-            results = _analyze_codes(data, kind, out_dir, tsne, plot_samples, num_permutations, seed, probe_feature,
-                                     stage)
+            results = _analyze_codes(
+                data, kind, out_dir, tsne, plot_samples, num_permutations, seed, probe_feature, stage
+            )
         stage("report")
         results["num_samples"], results["run"] = num_samples, metadata or {}
         write_json(out_dir / "analysis.json", results, indent=1)
@@ -324,8 +391,17 @@ def analyze(model, task, out_dir: str | Path, splits=None, num_samples: int = 40
     return results
 
 
-def _analyze_codes(data: dict, kind: str, out_dir: Path, tsne: bool, plot_samples: int, num_permutations: int,
-                   seed: int, probe_feature: int | None, stage: Stages) -> dict:
+def _analyze_codes(
+    data: dict,
+    kind: str,
+    out_dir: Path,
+    tsne: bool,
+    plot_samples: int,
+    num_permutations: int,
+    seed: int,
+    probe_feature: int | None,
+    stage: Stages,
+) -> dict:
     results = {"task": kind, "seed": seed, "splits": {split: split_summary(d) for split, d in data.items()}}
     num_sets = len(code_sets(next(iter(data.values()))))
     stage("probes")
@@ -333,8 +409,9 @@ def _analyze_codes(data: dict, kind: str, out_dir: Path, tsne: bool, plot_sample
     results["probes"] = run_probes(data, kind, seed, probe_feature, tick)
     stage(f"topographic similarity ({num_permutations} permutations)")
     tick = stage.counter("topographic similarity of code sets", len(data) * num_sets)
-    results["topographic_similarity"] = {split: topographic(d, num_permutations, seed, tick)
-                                         for split, d in data.items()}
+    results["topographic_similarity"] = {
+        split: topographic(d, num_permutations, seed, tick) for split, d in data.items()
+    }
     results["label_similarity"] = {split: label_similarity(d) for split, d in data.items()}
     stage(f"figures ({'PCA and t-SNE' if tsne else 'PCA'} embeddings)")
     tick = stage.counter("embeddings", len(data) * num_sets * (2 if tsne else 1))
@@ -383,7 +460,7 @@ class Stages:
         with self.lock:
             self._close_bar()
             self.name, self.what, self.total, self.done = name, name, 0, 0
-            self._print(f"{name} ({_seconds(time.perf_counter() - self.start)} elapsed)")
+            self._print(f"{name} ({format_duration(time.perf_counter() - self.start)} elapsed)")
 
     def counter(self, what: str, total: int):
         """Start counting `total` items of the current stage; returns `tick()` (one item done)."""
@@ -405,11 +482,14 @@ class Stages:
     def status(self) -> str:
         """`WHAT i/N (elapsed, ETA)` while counting, else `NAME (elapsed)`."""
         now = time.perf_counter()
-        elapsed = f"{_seconds(now - self.start)} elapsed"
+        elapsed = f"{format_duration(now - self.start)} elapsed"
         if not self.total:
             return f"{self.name} ({elapsed})"
-        eta = (f", ETA {_seconds((now - self.since) / self.done * (self.total - self.done))}"
-               if 0 < self.done < self.total else "")
+        eta = (
+            f", ETA {format_duration((now - self.since) / self.done * (self.total - self.done))}"
+            if 0 < self.done < self.total
+            else ""
+        )
         return f"{self.what} {self.done}/{self.total} ({elapsed}{eta})"
 
     def _beat(self) -> None:
@@ -429,13 +509,9 @@ class Stages:
             self.bar = None
 
 
-def _seconds(seconds: float) -> str:
-    minutes, seconds = divmod(int(round(seconds)), 60)
-    return f"{minutes} min {seconds:02d} s" if minutes else f"{seconds} s"
-
-
-def analysis_hook(model, task, step: int, out_dir: str | Path, num_samples: int = 1024,
-                  batch_size: int = 512, seed: int = 0) -> dict[str, float]:
+def analysis_hook(
+    model, task, step: int, out_dir: str | Path, num_samples: int = 1024, batch_size: int = 512, seed: int = 0
+) -> dict[str, float]:
     """Light-weight periodic analysis for the training loop: probes only (no figures, no t-SNE,
     no permutation test), on the default probe splits, the same samples at every call.
 
@@ -444,13 +520,15 @@ def analysis_hook(model, task, step: int, out_dir: str | Path, num_samples: int 
     model's train/eval mode.
     """
     kind = task_kind(task)
-    data = {split: collect_latents(model, task, split, num_samples, batch_size, progress=False)
-            for split in resolve_splits(task, None) if split.startswith(("valid", "ood"))
-            and (kind == SRAVEN or "fixed_query" in split)}
+    data = {
+        split: collect_latents(model, task, split, num_samples, batch_size, progress=False)
+        for split in resolve_splits(task, None)
+        if split.startswith(("valid", "ood")) and (kind == SRAVEN or "fixed_query" in split)
+    }
     metrics: dict[str, float] = {}
     with threadpool_limits(limits=1):
         probes = run_probes(data, kind, seed)
-    for pair, per_set in probes.items():
+    for per_set in probes.values():
         for name, probe in per_set.items():
             prefix = f"probe/{name}"
             if kind == SRAVEN:
@@ -483,17 +561,32 @@ def analyze_run(run_dir: str | Path, splits=None, num_samples: int = 4096, devic
     options = {"splits": list(splits or []), **{key: given.get(key, default) for key, default in _defaults().items()}}
     out_dir = Path(run_dir) / "analysis" / output_name(step, options)
     claim_output(out_dir, {"checkpoint_step": step, **options})
-    metadata = {"path": str(Path(run_dir).resolve()), "task": cfg.task, "mixer": cfg.model.mixer, "seed": cfg.seed,
-                "checkpoint_step": step, "options": options}
-    results = analyze(model.to(device), task, out_dir, splits=splits, num_samples=num_samples, metadata=metadata,
-                      **kwargs)
+    metadata = {
+        "path": str(Path(run_dir).resolve()),
+        "task": cfg.task,
+        "mixer": cfg.model.mixer,
+        "seed": cfg.seed,
+        "checkpoint_step": step,
+        "options": options,
+    }
+    results = analyze(
+        model.to(device), task, out_dir, splits=splits, num_samples=num_samples, metadata=metadata, **kwargs
+    )
     return {**results, "out_dir": str(out_dir)}
 
 
 # how each option that changes the outputs shows in the folder name when it is not the default
-NAME_PARTS = {"num_samples": "samples{}", "batch_size": "batch-size{}", "tsne": "tsne", "plot_samples": "plot-samples{}",
-              "num_permutations": "permutations{}", "seed": "seed{}", "probe_feature": "feature{}",
-              "save_codes": "save-codes", "device": "device-{}"}
+NAME_PARTS = {
+    "num_samples": "samples{}",
+    "batch_size": "batch-size{}",
+    "tsne": "tsne",
+    "plot_samples": "plot-samples{}",
+    "num_permutations": "permutations{}",
+    "seed": "seed{}",
+    "probe_feature": "feature{}",
+    "save_codes": "save-codes",
+    "device": "device-{}",
+}
 
 
 def output_name(step: int, options: dict) -> str:
@@ -523,8 +616,10 @@ def claim_output(out_dir: Path, options: dict) -> None:
         previous = json.loads(record.read_text())
         if previous != json.loads(json.dumps(options)):
             changed = sorted(k for k in previous.keys() | options.keys() if previous.get(k) != options.get(k))
-            raise FileExistsError(f"{out_dir} holds an analysis with other options ({', '.join(changed)} differ): "
-                                  f"move it away to write this one there")
+            raise FileExistsError(
+                f"{out_dir} holds an analysis with other options ({', '.join(changed)} differ): "
+                f"move it away to write this one there"
+            )
     elif out_dir.exists() and any(out_dir.iterdir()):
         raise FileExistsError(f"{out_dir} exists without options.json: move it away to write an analysis there")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -556,16 +651,28 @@ class AnalyzeOptions:
     """SRAVEN: probe only this underlying feature (the paper: the last); default all"""
 
     def __post_init__(self):
-        check_positive(samples=self.samples, batch_size=self.batch_size, permutations=self.permutations,
-                       plot_samples=self.plot_samples)
+        check_positive(
+            samples=self.samples,
+            batch_size=self.batch_size,
+            permutations=self.permutations,
+            plot_samples=self.plot_samples,
+        )
 
 
 def main(argv: list[str]) -> int:
     """`hyla analyze RUN [--split S ...] [--samples N] ...`"""
     args = parse_options(AnalyzeOptions, argv, "hyla analyze")
-    results = analyze_run(args.run, args.split or None, args.samples, device=args.device, batch_size=args.batch_size,
-                          tsne=args.tsne, plot_samples=args.plot_samples, num_permutations=args.permutations,
-                          seed=args.seed, probe_feature=args.feature)
+    results = analyze_run(
+        args.run,
+        args.split or None,
+        args.samples,
+        device=args.device,
+        batch_size=args.batch_size,
+        tsne=args.tsne,
+        plot_samples=args.plot_samples,
+        num_permutations=args.permutations,
+        seed=args.seed,
+        probe_feature=args.feature,
+    )
     print(f"wrote {Path(results['out_dir']) / 'report.md'} ({len(results['figures'])} figures)")
     return 0
-

@@ -45,13 +45,15 @@ def multioutput_r2(y_true: np.ndarray, y_pred: np.ndarray) -> float:
     return float(np.mean(1.0 - residual[keep] / variance[keep]))
 
 
-def ridge_probe(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray,
-                alpha: float = 1.0, seed: int = 0) -> dict[str, float]:
+def ridge_probe(
+    x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray, alpha: float = 1.0, seed: int = 0
+) -> dict[str, float]:
     """Multi-output ridge regression codes -> targets.
 
     x `[N, D]`, y `[N, M]` (or `[N]`). Returns `r2` (test R² averaged over outputs) and
     `chance` (same probe on shuffled training targets).
     """
+
     def fit_score(labels):
         probe = make_pipeline(StandardScaler(), Ridge(alpha=alpha)).fit(x_train, labels)
         return multioutput_r2(y_test, probe.predict(x_test))
@@ -71,9 +73,15 @@ def _fit(probe, x, y):
         return probe.fit(x, y)
 
 
-def logistic_f1_per_label(x_train: np.ndarray, labels_train: np.ndarray, x_test: np.ndarray,
-                          labels_test: np.ndarray, names: list | None = None, C: float = 1.0,
-                          seed: int = 0) -> dict:
+def logistic_f1_per_label(
+    x_train: np.ndarray,
+    labels_train: np.ndarray,
+    x_test: np.ndarray,
+    labels_test: np.ndarray,
+    names: list | None = None,
+    C: float = 1.0,
+    seed: int = 0,
+) -> dict:
     """One binary logistic probe per label column (e.g. "term t is part of the task").
 
     labels `[N, M]` in {0, 1}. Classes are weighted by inverse frequency: a term is part of few
@@ -95,13 +103,16 @@ def logistic_f1_per_label(x_train: np.ndarray, labels_train: np.ndarray, x_test:
         prevalence = float(test.mean())
         scores["always_positive"] = 2 * prevalence / (1 + prevalence)
         per_label[str(name)] = scores
-    mean = {key: float(np.mean([s[key] for s in per_label.values()])) if per_label else float("nan")
-            for key in ("f1", "chance", "always_positive")}
+    mean = {
+        key: float(np.mean([s[key] for s in per_label.values()])) if per_label else float("nan")
+        for key in ("f1", "chance", "always_positive")
+    }
     return {"per_label": per_label, **{f"mean_{key}": value for key, value in mean.items()}}
 
 
-def logistic_classification_probe(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray,
-                                  y_test: np.ndarray, C: float = 1.0, seed: int = 0) -> dict:
+def logistic_classification_probe(
+    x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray, C: float = 1.0, seed: int = 0
+) -> dict:
     """Multinomial logistic probe codes -> class.
 
     Returns test `accuracy` and `macro_f1`, their shuffled-label `chance_*` counterparts, the

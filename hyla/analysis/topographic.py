@@ -69,8 +69,9 @@ def task_means(codes: np.ndarray, identities: np.ndarray) -> tuple[np.ndarray, n
     return unique.reshape((-1,) + identities.shape[1:]), sums / counts[:, None], counts
 
 
-def mantel_spearman(task_distance: np.ndarray, code_distance: np.ndarray, num_permutations: int = 1000,
-                    seed: int = 0, chunk: int = 64) -> tuple[float, float]:
+def mantel_spearman(
+    task_distance: np.ndarray, code_distance: np.ndarray, num_permutations: int = 1000, seed: int = 0, chunk: int = 64
+) -> tuple[float, float]:
     """Spearman correlation between the upper triangles of two `[M, M]` distance matrices and
     its one-sided permutation p-value `(1 + #{rho_perm >= rho}) / (1 + P)`.
 
@@ -100,13 +101,19 @@ def mantel_spearman(task_distance: np.ndarray, code_distance: np.ndarray, num_pe
     return rho, (1 + exceed) / (1 + num_permutations)
 
 
-def topographic_similarity(codes: np.ndarray, identities: np.ndarray, distance: str,
-                           num_permutations: int = 1000, max_tasks: int = 400, seed: int = 0) -> dict:
+def topographic_similarity(
+    codes: np.ndarray,
+    identities: np.ndarray,
+    distance: str,
+    num_permutations: int = 1000,
+    max_tasks: int = 400,
+    seed: int = 0,
+) -> dict:
     """codes `[N, D]`, identities `[N, ...]` (rule vectors `[N, K]` or term bits `[N, K, L]`),
     distance in `TASK_DISTANCES`. Samples with equal identities form one task (for
-    `rule_multiset`, identities are sorted first so that orderings of a multiset are one task). At most `max_tasks` tasks (a seeded random subset, to bound
-    the pairs) enter. Returns `spearman`, `p_value`, `num_tasks`, `num_pairs`,
-    `samples_per_task` (mean)."""
+    `rule_multiset`, identities are sorted first so that orderings of a multiset are one task).
+    At most `max_tasks` tasks (a seeded random subset, to bound the pairs) enter. Returns
+    `spearman`, `p_value`, `num_tasks`, `num_pairs`, `samples_per_task` (mean)."""
     if distance == "rule_multiset":
         identities = np.sort(identities, axis=1)
     unique, means, counts = task_means(codes, identities)
@@ -114,9 +121,13 @@ def topographic_similarity(codes: np.ndarray, identities: np.ndarray, distance: 
         keep = np.sort(random_stream(seed, "task subset").choice(len(unique), max_tasks, replace=False))
         unique, means, counts = unique[keep], means[keep], counts[keep]
     M = len(unique)
-    result = {"num_tasks": int(M), "num_pairs": int(M * (M - 1) // 2),
-              "samples_per_task": float(counts.mean()) if M else 0.0, "distance": distance,
-              "num_permutations": int(num_permutations)}
+    result = {
+        "num_tasks": int(M),
+        "num_pairs": int(M * (M - 1) // 2),
+        "samples_per_task": float(counts.mean()) if M else 0.0,
+        "distance": distance,
+        "num_permutations": int(num_permutations),
+    }
     if M < 3:
         return {**result, "spearman": float("nan"), "p_value": float("nan")}
     code_distance = np.sqrt(((means[:, None] - means[None]) ** 2).sum(-1))

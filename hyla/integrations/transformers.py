@@ -64,15 +64,26 @@ def _repeat_heads(t: torch.Tensor, heads: int) -> torch.Tensor:
     return t.repeat_interleave(heads // t.shape[1], dim=1)
 
 
-def hyla_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                           attention_mask: torch.Tensor | None, scaling: float | None = None, dropout: float = 0.0,
-                           *, mixer: str, **kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
+def hyla_attention_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    *,
+    mixer: str,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """transformers' attention-function signature for hyla mixer `mixer`: query [B, H, Tq, D], key and
     value [B, Hkv, Tk, D(v)], attention_mask bool or additive [B, 1|H, Tq, Tk] -> ([B, Tq, H, Dv], latent
     codes [B, H, Tq, Tk] with output_attentions else None)."""
     if kwargs.get("softcap") is not None:
-        raise ValueError(f"attn_implementation={implementation_name(mixer)!r} does not support logit soft-capping "
-                         "(this model's config sets it: e.g. attn_logit_softcapping=None turns it off)")
+        raise ValueError(
+            f"attn_implementation={implementation_name(mixer)!r} does not support logit soft-capping "
+            "(this model's config sets it: e.g. attn_logit_softcapping=None turns it off)"
+        )
     spec = resolve_mixer(mixer)
     heads, q_len, head_dim = query.shape[1], query.shape[2], query.shape[3]
     key, value = _repeat_heads(key, heads), _repeat_heads(value, heads)
@@ -84,9 +95,17 @@ def hyla_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: to
         keep = 1.0 - dropout
         dropout_mask = torch.bernoulli(torch.full((q_len, k.shape[1]), keep, device=q.device, dtype=q.dtype)) / keep
     want_codes = bool(kwargs.get("output_attentions"))
-    result = attention(q, k, v, normalization=spec.normalization, value_network=spec.value_network,
-                       activation=spec.activation, mask=_boolean_mask(attention_mask), dropout_mask=dropout_mask,
-                       return_scores=want_codes)
+    result = attention(
+        q,
+        k,
+        v,
+        normalization=spec.normalization,
+        value_network=spec.value_network,
+        activation=spec.activation,
+        mask=_boolean_mask(attention_mask),
+        dropout_mask=dropout_mask,
+        return_scores=want_codes,
+    )
     out, codes = result if want_codes else (result, None)
     return out, codes  # [B, Tq, H, Dv]
 
@@ -106,8 +125,10 @@ def register() -> list[str]:
         from transformers import AttentionInterface
         from transformers.masking_utils import AttentionMaskInterface
     except ImportError as e:
-        raise ImportError("hyla.integrations.transformers needs transformers >= 4.53 (its attention and mask registries): "
-                          "pip install 'hyla[transformers]'") from e
+        raise ImportError(
+            "hyla.integrations.transformers needs transformers >= 4.53 (its attention and mask registries): "
+            "pip install 'hyla[transformers]'"
+        ) from e
     for name, mixer in IMPLEMENTATIONS.items():
         AttentionInterface.register(name, functools.partial(hyla_attention_forward, mixer=mixer))
         AttentionMaskInterface.register(name, _materialized_boolean_mask)

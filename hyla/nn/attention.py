@@ -47,7 +47,9 @@ class MultiHeadAttention(nn.Module):
         implementation: str = "auto",
     ):
         super().__init__()
-        self.mixer = resolve_mixer(mixer, normalization=normalization, value_network=value_network, activation=activation)
+        self.mixer = resolve_mixer(
+            mixer, normalization=normalization, value_network=value_network, activation=activation
+        )
         qk_dim, v_dim = qk_dim or dim, v_dim or dim
         for what, size in (("qk_dim", qk_dim), ("v_dim", v_dim)):
             if size % num_heads:
@@ -79,10 +81,7 @@ class MultiHeadAttention(nn.Module):
         dropout_mask: a keep-mask [Tq, Tk] from `draw_dropout_mask` to apply instead of drawing one
         (packed training draws each member's masks outside `torch.func.vmap`)."""
         context = x if context is None else context
-        if x.ndim != 3 or x.shape[-1] != self.dim:
-            raise ValueError(f"expected x of shape [B, T, {self.dim}], got {tuple(x.shape)}")
-        if context.ndim != 3 or context.shape[-1] != self.context_dim or context.shape[0] != x.shape[0]:
-            raise ValueError(f"expected context of shape [{x.shape[0]}, T, {self.context_dim}], got {tuple(context.shape)}")
+        self._check_shapes(x, context)
         q_len, heads = x.shape[1], self.num_heads
         if context is x:
             q, k, v = linear_group(x, [self.query, self.key, self.value])
@@ -107,14 +106,29 @@ class MultiHeadAttention(nn.Module):
             latents = latents if return_latents else None
         else:
             result = attention(
-                q, k, v,
-                normalization=self.mixer.normalization, value_network=self.mixer.value_network,
-                activation=self.mixer.activation, bias=bias, mask=mask, dropout_mask=dropout_mask,
-                return_scores=return_latents, implementation=self.implementation,
+                q,
+                k,
+                v,
+                normalization=self.mixer.normalization,
+                value_network=self.mixer.value_network,
+                activation=self.mixer.activation,
+                bias=bias,
+                mask=mask,
+                dropout_mask=dropout_mask,
+                return_scores=return_latents,
+                implementation=self.implementation,
             )
             out, latents = result if return_latents else (result, None)
         y = self.out(out.flatten(-2))  # [B, Tq, out_dim]
         return (y, latents) if return_latents else y
+
+    def _check_shapes(self, x: torch.Tensor, context: torch.Tensor) -> None:
+        if x.ndim != 3 or x.shape[-1] != self.dim:
+            raise ValueError(f"expected x of shape [B, T, {self.dim}], got {tuple(x.shape)}")
+        if context.ndim != 3 or context.shape[-1] != self.context_dim or context.shape[0] != x.shape[0]:
+            raise ValueError(
+                f"expected context of shape [{x.shape[0]}, T, {self.context_dim}], got {tuple(context.shape)}"
+            )
 
     def draw_dropout_mask(self, q_len: int, k_len: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
         """The attention-dropout keep-mask [q_len, k_len], scaled by 1 / keep, from the global generator."""
@@ -123,4 +137,7 @@ class MultiHeadAttention(nn.Module):
 
     def extra_repr(self) -> str:
         m = self.mixer
-        return f"heads={self.num_heads}, normalization={m.normalization}, value_network={m.value_network}, activation={m.activation}, causal={self.causal}"
+        return (
+            f"heads={self.num_heads}, normalization={m.normalization}, value_network={m.value_network}, "
+            f"activation={m.activation}, causal={self.causal}"
+        )

@@ -1,9 +1,9 @@
 """`Linear`: nn.Linear whose float32 CPU matmuls (forward and backward) run on oneDNN.
 
-PyTorch's eager CPU matmul goes to MKL, which on AMD processors takes a path about half as fast as
-oneDNN's for the shapes of these models (measured on an AMD EPYC: [4608, 128] x [128, 256] at 93
-vs 222 GFLOP/s on one core). oneDNN ships inside PyTorch; this module calls it through the
-operator inductor uses for linear layers (under torch.compile as an opaque custom operator).
+PyTorch's eager CPU matmul goes to MKL, which on AMD processors takes a slower path than oneDNN's
+for the small shapes of these models (the measurements are in the speed ledger, docs/speed.md).
+oneDNN ships inside PyTorch; this module calls it through the operator inductor uses for linear
+layers (under torch.compile as an opaque custom operator).
 Anywhere else (CUDA, other dtypes, a PyTorch without the operator, or HYLA_PUBLIC_OPS=1) it is
 exactly nn.Linear.
 Parameters, initialization and state_dict are nn.Linear's.
@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from hyla.ops.registration import register_operator
 from hyla.ops.torch_internals import onednn_linear, onednn_linear_available
 
 
@@ -30,17 +31,13 @@ def _onednn_matmul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
 
 
 # The same as an opaque operator, so that torch.compile calls it instead of lowering it (inductor's
-# own lowering of mkldnn._linear_pointwise expects prepacked weights). Defined with the low-level
-# torch.library API rather than torch.library.custom_op: less Python per call, and it runs ~40 times a step.
+# own lowering of mkldnn._linear_pointwise expects prepacked weights; see hyla.ops.registration).
 # It needs no autograd formula: _OneDnnLinear's backward calls it too. Registered when the first
-# oneDNN Linear is built, once per process: torch.library's functions keep it alive for good, so a
-# reloaded or re-imported hyla finds it defined (and other code may define hyla:: operators too).
+# oneDNN Linear is built.
 def _register_compiled_operator() -> None:
-    if hasattr(torch.ops.hyla, "onednn_matmul"):
-        return
-    torch.library.define("hyla::onednn_matmul", "(Tensor x, Tensor weight, Tensor? bias) -> Tensor")
-    torch.library.impl("hyla::onednn_matmul", "CPU", _onednn_matmul)
-    torch.library.register_fake("hyla::onednn_matmul", _onednn_matmul_shape)
+    register_operator(
+        "onednn_matmul", "(Tensor x, Tensor weight, Tensor? bias) -> Tensor", _onednn_matmul, _onednn_matmul_shape
+    )
 
 
 def _onednn_matmul_shape(x, weight, bias):
@@ -101,8 +98,15 @@ class Linear(nn.Linear):
 
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, onednn: bool) -> torch.Tensor:
     # (under autocast F.linear, which autocast casts: the oneDNN operator would stay float32)
-    if (onednn and x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32
-            and x.ndim >= 1 and x.numel() > 0 and not torch.is_autocast_enabled("cpu")):
+    if (
+        onednn
+        and x.device.type == "cpu"
+        and x.dtype == torch.float32
+        and weight.dtype == torch.float32
+        and x.ndim >= 1
+        and x.numel() > 0
+        and not torch.is_autocast_enabled("cpu")
+    ):
         return _OneDnnLinear.apply(x, weight, bias)
     return F.linear(x, weight, bias)
 

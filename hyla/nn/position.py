@@ -8,7 +8,9 @@ import torch
 from torch import nn
 
 
-def relative_position_bucket(relative: torch.Tensor, bidirectional: bool, num_buckets: int, max_distance: int) -> torch.Tensor:
+def relative_position_bucket(
+    relative: torch.Tensor, bidirectional: bool, num_buckets: int, max_distance: int
+) -> torch.Tensor:
     """Bucket of each relative position (key - query), as in T5.
 
     One-directional (the paper presets): keys after the query all share the bucket of distance 0.
@@ -45,8 +47,8 @@ class RelativePositionBias(nn.Module):
     def forward(self, q_len: int, k_len: int, offset: int = 0) -> torch.Tensor:
         if offset + q_len > self.max_len or k_len > self.max_len:
             raise ValueError(
-                f"sequence of {max(offset + q_len, k_len)} positions is longer than the position table ({self.max_len}); "
-                "raise seq_len in the model config"
+                f"sequence of {max(offset + q_len, k_len)} positions is longer than the position table "
+                f"({self.max_len}); raise seq_len in the model config"
             )
         device = self.table.weight.device
         query = torch.arange(offset, offset + q_len, device=device)[:, None]

@@ -28,6 +28,13 @@ class Mixer:
         check_choice("activation", self.activation, ACTIVATIONS)
 
 
+def check_axes(normalization: str, value_network: str, activation: str) -> None:
+    """Raise `Mixer`'s one-line error unless the three axes name a point of the grid. Builds no
+    Mixer when they do: `attention` checks its axes on every call."""
+    if normalization not in NORMALIZATIONS or value_network not in VALUE_NETWORKS or activation not in ACTIVATIONS:
+        Mixer(normalization, value_network, activation)
+
+
 # hyla name -> (authors' name, mixer)
 NAMED_MIXERS: dict[str, tuple[str, Mixer]] = {
     "softmax": ("softmax_attention", Mixer("softmax", "linear")),

@@ -86,14 +86,38 @@ def relu_backward(grad_u: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return grad_u.masked_fill(u <= 0, 0.0)
 
 
-def fused_adamw_step(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avgs: list[torch.Tensor],
-                     exp_avg_sqs: list[torch.Tensor], steps: list[torch.Tensor], *, lr: float, beta1: float,
-                     beta2: float, weight_decay: float, eps: float) -> None:
+def fused_adamw_step(
+    params: list[torch.Tensor],
+    grads: list[torch.Tensor],
+    exp_avgs: list[torch.Tensor],
+    exp_avg_sqs: list[torch.Tensor],
+    steps: list[torch.Tensor],
+    *,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    weight_decay: float,
+    eps: float,
+) -> None:
     """One AdamW update of the tensors in place, by the kernel torch.optim.AdamW(fused=True) calls
     (its step counts already advanced); only call it where `fused_adamw_available()`."""
-    torch._fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, [], steps, amsgrad=False, lr=lr, beta1=beta1,
-                        beta2=beta2, weight_decay=weight_decay, eps=eps, maximize=False, grad_scale=None,
-                        found_inf=None)
+    torch._fused_adamw_(
+        params,
+        grads,
+        exp_avgs,
+        exp_avg_sqs,
+        [],
+        steps,
+        amsgrad=False,
+        lr=lr,
+        beta1=beta1,
+        beta2=beta2,
+        weight_decay=weight_decay,
+        eps=eps,
+        maximize=False,
+        grad_scale=None,
+        found_inf=None,
+    )
 
 
 @functools.cache
@@ -116,6 +140,6 @@ def constant_under_compile(fn):
     """Mark `fn` as torch.compiler.assume_constant_result does: torch.compile calls it once while
     tracing and keeps its result as a constant. Sets the mark directly (the attribute torch's
     decorator sets) because the decorator imports torch._dynamo (a second, and triton with it) at
-    hyla's import; tests/test_ops_attention.py compiles a call through it with fullgraph=True."""
+    hyla's import; tests/ops/test_attention.py compiles a call through it with fullgraph=True."""
     fn._dynamo_marked_constant = True
     return fn

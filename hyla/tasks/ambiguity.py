@@ -57,8 +57,12 @@ def chain_fits(panels: torch.Tensor, num_values: int) -> torch.Tensor:
     constant = ((a == b) & (b == c))[:, :2].all(1) & (a2 == b2)
     step = (b - a).remainder(F)
     d = step[:, 0]
-    progression = (((c - b).remainder(F) == d[:, None])[:, :2].all(1) & (step[:, 1] == d)
-                   & (step[:, 2] == d) & ((d == 1) | (d == 2) | (d == F - 1) | (d == F - 2)))
+    progression = (
+        ((c - b).remainder(F) == d[:, None])[:, :2].all(1)
+        & (step[:, 1] == d)
+        & (step[:, 2] == d)
+        & ((d == 1) | (d == 2) | (d == F - 1) | (d == F - 2))
+    )
     addition = (c == (a + b).remainder(F))[:, :2].all(1)
     subtraction = (c == (a - b).remainder(F))[:, :2].all(1)
     a0, b0, c0 = a[:, 0], b[:, 0], c[:, 0]
@@ -67,10 +71,20 @@ def chain_fits(panels: torch.Tensor, num_values: int) -> torch.Tensor:
         return (value == a0) | (value == b0) | (value == c0)
 
     a1, b1, c1 = a[:, 1], b[:, 1], c[:, 1]
-    distribute_three = ((a0 != b0) & (b0 != c0) & (a0 != c0)
-                        & in_first_row(a1) & in_first_row(b1) & in_first_row(c1)
-                        & (a1 != b1) & (b1 != c1) & (a1 != c1)
-                        & in_first_row(a2) & in_first_row(b2) & (a2 != b2))
+    distribute_three = (
+        (a0 != b0)
+        & (b0 != c0)
+        & (a0 != c0)
+        & in_first_row(a1)
+        & in_first_row(b1)
+        & in_first_row(c1)
+        & (a1 != b1)
+        & (b1 != c1)
+        & (a1 != c1)
+        & in_first_row(a2)
+        & in_first_row(b2)
+        & (a2 != b2)
+    )
 
     fits_and_answers = [
         (constant, a2),
@@ -96,8 +110,9 @@ def _correspondences(num_features: int) -> torch.Tensor:
     return chains.reshape(-1, K)
 
 
-def is_ambiguous(panels: torch.Tensor, num_values: int, every_feature: bool = False,
-                 max_elements: int = 1 << 24) -> torch.Tensor:
+def is_ambiguous(
+    panels: torch.Tensor, num_values: int, every_feature: bool = False, max_elements: int = 1 << 24
+) -> torch.Tensor:
     """Whether another explanation fits the visible panels but predicts another answer.
 
     panels: `[B, 3, 3, K]` long, values as shown (`batch.info["panels"]`).
@@ -108,23 +123,22 @@ def is_ambiguous(panels: torch.Tensor, num_values: int, every_feature: bool = Fa
     """
     B, K = panels.shape[0], panels.shape[-1]
     chains = _correspondences(K).to(panels.device)
-    scores = chain_fits(panels, num_values).reshape(B, K ** 3)
+    scores = chain_fits(panels, num_values).reshape(B, K**3)
     chunk = max(1, max_elements // chains.numel())
     ambiguous = []
     for start in range(0, B, chunk):
-        per_chain = scores[start:start + chunk, chains]  # [chunk, correspondences, K]
+        per_chain = scores[start : start + chunk, chains]  # [chunk, correspondences, K]
         if every_feature:
             found = per_chain.amin(dim=-1) == _FITS_DIFFERENT
         else:
-            found = ((per_chain.amin(dim=-1) >= _FITS_SAME)
-                     & (per_chain.amax(dim=-1) == _FITS_DIFFERENT))
+            found = (per_chain.amin(dim=-1) >= _FITS_SAME) & (per_chain.amax(dim=-1) == _FITS_DIFFERENT)
         ambiguous.append(found.any(dim=-1))
-    return torch.cat(ambiguous) if ambiguous else torch.zeros(0, dtype=torch.bool,
-                                                             device=panels.device)
+    return torch.cat(ambiguous) if ambiguous else torch.zeros(0, dtype=torch.bool, device=panels.device)
 
 
-def ambiguity_rate(task, split: str = "valid", num_samples: int = 20_000,
-                   batch_size: int = 4096, every_feature: bool = False) -> float:
+def ambiguity_rate(
+    task, split: str = "valid", num_samples: int = 20_000, batch_size: int = 4096, every_feature: bool = False
+) -> float:
     """Fraction of ambiguous instances among `num_samples` samples of an `SRaven` split
     (batches of steps 0, 1, ... of that split)."""
     ambiguous, seen, step = 0, 0, 0

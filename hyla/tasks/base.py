@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
@@ -36,13 +35,13 @@ class Batch(NamedTuple):
     info: dict[str, torch.Tensor]
 
     def to(self, device: torch.device | str) -> Batch:
-        return Batch(self.x.to(device), self.y.to(device),
-                     {key: value.to(device) for key, value in self.info.items()})
+        return Batch(self.x.to(device), self.y.to(device), {key: value.to(device) for key, value in self.info.items()})
 
     def rows(self, start: int, stop: int) -> Batch:
         """The samples `start:stop` (views, no copy)."""
-        return Batch(self.x[start:stop], self.y[start:stop],
-                     {key: value[start:stop] for key, value in self.info.items()})
+        return Batch(
+            self.x[start:stop], self.y[start:stop], {key: value[start:stop] for key, value in self.info.items()}
+        )
 
 
 def stable_seed(*parts: int | str) -> int:
@@ -73,20 +72,11 @@ class Task:
     splits: tuple[str, ...]
     seed: int
     device: torch.device
-    batches_per_pass = 1
-    """how many steps' training batches a trainer asks `batches` for at once"""
 
-    def batch(self, split: str, batch_size: int, step: int, rank: int = 0,
-              world_size: int = 1) -> Batch:
+    def batch(self, split: str, batch_size: int, step: int, rank: int = 0, world_size: int = 1) -> Batch:
         """Rank `rank`'s share (rows `[rank*B/W, (rank+1)*B/W)`) of the global batch of
         `batch_size` samples of `split` at `step`, generated on the task's device."""
         return self._generate(split, step, batch_size, self._rows(split, batch_size, rank, world_size))
-
-    def batches(self, split: str, batch_size: int, steps: Sequence[int], rank: int = 0,
-                world_size: int = 1) -> list[Batch]:
-        """`[self.batch(split, batch_size, step, rank, world_size) for step in steps]`, bit for bit;
-        a `RowwiseTask` makes them in one pass (one set of tensor operations for all of them)."""
-        return self._generate_many(split, list(steps), batch_size, self._rows(split, batch_size, rank, world_size))
 
     def _rows(self, split: str, batch_size: int, rank: int, world_size: int) -> tuple[int, int]:
         """The rows of the global batch that rank `rank` generates."""
@@ -94,26 +84,22 @@ class Task:
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         if world_size < 1 or not 0 <= rank < world_size:
-            raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, "
-                             f"world_size={world_size}")
+            raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
         if batch_size % world_size:
-            raise ValueError(f"global batch_size {batch_size} is not divisible by "
-                             f"world_size {world_size}")
+            raise ValueError(f"global batch_size {batch_size} is not divisible by world_size {world_size}")
         per_rank = batch_size // world_size
         return rank * per_rank, (rank + 1) * per_rank
 
-    def random_stream(self, split: str, step: int | list[int],
-                      device: torch.device | str | None = None) -> RandomStream:
-        """The random numbers of batch `step` of `split` (a list of steps: their streams stacked),
-        drawn on `device` (default: the task's); the same numbers on every device."""
-        if isinstance(step, list):
-            return RandomStream([stable_seed(self.seed, self.name, split, s) for s in step], device or self.device)
+    def random_stream(self, split: str, step: int, device: torch.device | str | None = None) -> RandomStream:
+        """The random numbers of batch `step` of `split`, drawn on `device` (default: the task's);
+        the same numbers on every device."""
         return RandomStream(stable_seed(self.seed, self.name, split, step), device or self.device)
 
     def check_split(self, split: str) -> None:
         if split not in self.splits:
-            raise ValueError(f"unknown split {split!r} for {type(self).__name__}; "
-                             f"valid splits: {', '.join(self.splits)}")
+            raise ValueError(
+                f"unknown split {split!r} for {type(self).__name__}; valid splits: {', '.join(self.splits)}"
+            )
 
     def summarize(self, mean_metrics: dict[str, float]) -> dict[str, float]:
         """Metrics derived from the per-sample metrics averaged over an evaluation (ratios that
@@ -123,30 +109,16 @@ class Task:
     def _generate(self, split: str, step: int, batch_size: int, rows: tuple[int, int]) -> Batch:
         raise NotImplementedError
 
-    def _generate_many(self, split: str, steps: list[int], batch_size: int, rows: tuple[int, int]) -> list[Batch]:
-        return [self._generate(split, step, batch_size, rows) for step in steps]
-
 
 class RowwiseTask(Task):
     """A task whose samples are independent rows made from the batch's random stream.
 
     Subclasses implement `_generate_rows(split, stream, batch_size, rows) -> Batch`: the rows
-    `rows` of the global batch, from `stream`, which may stack the streams of several steps
-    (`RandomStream([...])`, each draw S times the rows); it then returns the steps' batches
-    stacked along the first dimension, and `batches` cuts them apart (views, no copy).
+    `rows` of the global batch, from `stream` (the batch's random stream).
     """
-
-    batches_per_pass = 16  # fewer tensor operations a batch (docs/speed.md)
 
     def _generate(self, split: str, step: int, batch_size: int, rows: tuple[int, int]) -> Batch:
         return self._generate_rows(split, self.random_stream(split, step), batch_size, rows)
-
-    def _generate_many(self, split: str, steps: list[int], batch_size: int, rows: tuple[int, int]) -> list[Batch]:
-        if not steps:
-            return []
-        stacked = self._generate_rows(split, self.random_stream(split, steps), batch_size, rows)
-        size = rows[1] - rows[0]
-        return [stacked.rows(i * size, (i + 1) * size) for i in range(len(steps))]
 
     def _generate_rows(self, split: str, stream: RandomStream, batch_size: int, rows: tuple[int, int]) -> Batch:
         raise NotImplementedError

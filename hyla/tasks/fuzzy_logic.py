@@ -63,9 +63,17 @@ class FuzzyLogic(RowwiseTask):
     output_dim = 1
     num_outputs = 1
 
-    def __init__(self, num_variables: int = 4, num_terms: int = 2, seq_len: int = 16,
-                 frac_held_out: float = 0.5, frac_unseen_terms: float = 0.25, seed: int = 0,
-                 device: torch.device | str = "cpu", fixed_inputs: str = "per_batch"):
+    def __init__(
+        self,
+        num_variables: int = 4,
+        num_terms: int = 2,
+        seq_len: int = 16,
+        frac_held_out: float = 0.5,
+        frac_unseen_terms: float = 0.25,
+        seed: int = 0,
+        device: torch.device | str = "cpu",
+        fixed_inputs: str = "per_batch",
+    ):
         if fixed_inputs not in FIXED_INPUTS:
             raise ValueError(f"fixed_inputs must be one of {', '.join(FIXED_INPUTS)}, got {fixed_inputs!r}")
         if num_variables < 1 or num_terms < 1:
@@ -78,27 +86,30 @@ class FuzzyLogic(RowwiseTask):
         self.input_dim = num_variables + 1
         self.splits = tuple(s + v for s in _TASK_SPLITS for v in _INPUT_VARIANTS)
 
-        num_all = 2 ** num_variables
+        num_all = 2**num_variables
         num_seen = num_all - held_out_count(num_all, frac_unseen_terms)
-        seen = torch.tensor(list(itertools.combinations(range(num_seen), num_terms)),
-                            dtype=torch.long).reshape(-1, num_terms)
-        novel = torch.tensor(list(itertools.combinations(range(num_seen, num_all), num_terms)),
-                             dtype=torch.long).reshape(-1, num_terms)
+        seen = torch.tensor(list(itertools.combinations(range(num_seen), num_terms)), dtype=torch.long).reshape(
+            -1, num_terms
+        )
+        novel = torch.tensor(
+            list(itertools.combinations(range(num_seen, num_all), num_terms)), dtype=torch.long
+        ).reshape(-1, num_terms)
         order = permutations(RandomStream(stable_seed(seed, self.name, "tasks")).bits((len(seen),)))
         shuffled = seen[order]
         num_ood = held_out_count(len(seen), frac_held_out)
         train, ood = _sorted_rows(shuffled[num_ood:]), _sorted_rows(shuffled[:num_ood])
         split_tasks = {"train": train, "valid": train, "ood": ood, "novel_terms": novel}
         self._task_index = {
-            split: torch.tensor([_lexicographic_rank(row, num_all) for row in tasks.tolist()],
-                                dtype=torch.long, device=self.device)
-            for split, tasks in split_tasks.items()}
+            split: torch.tensor(
+                [_lexicographic_rank(row, num_all) for row in tasks.tolist()], dtype=torch.long, device=self.device
+            )
+            for split, tasks in split_tasks.items()
+        }
         self._split_tasks = {split: tasks.to(self.device) for split, tasks in split_tasks.items()}
         # digits[t, i] = digit of variable i in term t (variable 0 most significant)
         shifts = torch.arange(num_variables - 1, -1, -1)
         self._digits = ((torch.arange(num_all)[:, None] >> shifts) & 1).to(self.device)  # [2^L, L]
-        self.eval_splits = tuple(s for s in ("valid", "ood", "novel_terms")
-                                 if len(self._split_tasks[s]))
+        self.eval_splits = tuple(s for s in ("valid", "ood", "novel_terms") if len(self._split_tasks[s]))
 
     def split_tasks(self, split: str) -> torch.Tensor:
         """The tasks of `split` as sorted term indices, rows in lexicographic order: `[N, K]`
@@ -110,12 +121,14 @@ class FuzzyLogic(RowwiseTask):
         task_split, variant = _parse(split)
         tasks = self._split_tasks[task_split]
         if len(tasks) == 0:
-            raise ValueError(f"split {split!r} has no tasks (num_variables={self.num_variables}, "
-                             f"num_terms={self.num_terms}, frac_held_out={self.frac_held_out}, "
-                             f"frac_unseen_terms={self.frac_unseen_terms})")
+            raise ValueError(
+                f"split {split!r} has no tasks (num_variables={self.num_variables}, "
+                f"num_terms={self.num_terms}, frac_held_out={self.frac_held_out}, "
+                f"frac_unseen_terms={self.frac_unseen_terms})"
+            )
         T, L = self.seq_len, self.num_variables
         per_sample = stream.bits((batch_size, 1 + L * T), rows)  # one draw: the task, the inputs
-        B = len(per_sample)  # this rank's rows (of every stacked step)
+        B = len(per_sample)  # this rank's rows
         choice = integers(per_sample[:, 0], len(tasks))
         term_indices = tasks[choice]  # [B, K]
         terms = self._digits[term_indices]  # [B, K, L]
@@ -124,15 +137,20 @@ class FuzzyLogic(RowwiseTask):
 
         # With x in [0, 1] and digit d in {0, 1} the literal is 1 - |x - d|, so
         # f = max_k min_i (1 - |x_i - d_ki|) = 1 - min_k max_i |x_i - d_ki|. Variables lead the
-        # layout so that both reductions run over outer dimensions (several times faster).
+        # layout so that both reductions run over outer dimensions, whose elementwise max / min
+        # vectorize across the batch (docs/speed.md).
         digits = terms.permute(1, 2, 0)[..., None].float()  # [K, L, B, 1]
         targets = 1.0 - (inputs - digits).abs_().amax(dim=1).amin(dim=0)  # [B, T]
         x = torch.empty(B, T, L + 1, device=self.device)
         x[..., :L] = inputs.permute(1, 2, 0)
         x[..., L] = targets
         x[:, -1, L] = 0.0
-        info = {"terms": terms, "term_indices": term_indices,
-                "task_index": self._task_index[task_split][choice], "targets": targets}
+        info = {
+            "terms": terms,
+            "term_indices": term_indices,
+            "task_index": self._task_index[task_split][choice],
+            "targets": targets,
+        }
         return Batch(x, targets[:, -1:].clone(), info)
 
     def _inputs(self, variant: str, own: torch.Tensor, stream: RandomStream) -> torch.Tensor:
@@ -140,10 +158,13 @@ class FuzzyLogic(RowwiseTask):
         own inputs `own [B, L, seq_len]` and, for the fixed variants, inputs shared by the batch."""
         if variant == "":
             return own
-        shared_stream = stream if self.fixed_inputs == "per_batch" else RandomStream(
-            stable_seed(self.seed, self.name, "fixed"), self.device)
-        shared = uniform(shared_stream.bits((1, self.num_variables, self.seq_len)))  # [one per stream, L, T]
-        shared = shared.repeat_interleave(len(own) // len(shared), dim=0)  # each stream's to its rows
+        shared_stream = (
+            stream
+            if self.fixed_inputs == "per_batch"
+            else RandomStream(stable_seed(self.seed, self.name, "fixed"), self.device)
+        )
+        shared = uniform(shared_stream.bits((1, self.num_variables, self.seq_len)))  # [1, L, T]
+        shared = shared.expand(len(own), -1, -1)  # the same for every row
         if variant == "_fixed_context":
             return torch.cat([shared[..., :-1], own[..., -1:]], dim=2)
         return torch.cat([own[..., :-1], shared[..., -1:]], dim=2)  # "_fixed_query"

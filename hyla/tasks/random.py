@@ -23,10 +23,6 @@ successive draws are independent. `rows=(start, stop)` computes only rows start:
 first dimension of a draw and still advances the stream by the full shape: a data-parallel rank
 draws its slice of the global batch without drawing the rest.
 
-`RandomStream([key_1, ..., key_S])` stacks S streams: each draw is the S streams' draws of the
-same shape concatenated along the first dimension (S times as many rows), in one set of tensor
-operations. A task whose samples are rows of the batch makes S batches at the cost of one this way.
-
 Two streams with different keys run through the same cycle of 2^64 states at offsets that differ
 by a pseudo-random 64-bit amount; draws of the two overlap only if their counter ranges come
 within that offset of each other (probability about 2^-40 for two streams of 2^23 draws).
@@ -59,14 +55,10 @@ def _logical_shift_right(z: torch.Tensor, shift: int) -> torch.Tensor:
     return (z >> shift) & ((1 << (64 - shift)) - 1)
 
 
-def splitmix64(key: int | torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
+def splitmix64(key: int, counters: torch.Tensor) -> torch.Tensor:
     """The SplitMix64 outputs number `counters` (int64, overwritten) of the generator seeded
-    with `key`, as int64 tensors holding the 64 bits. `key` may also be an int64 tensor of
-    keys + 0x9E3779B97F4A7C15 (mod 2^64, as `offset_keys` makes them) that broadcasts against
-    `counters`: the outputs of several generators at once."""
-    offset = _signed(key + _GOLDEN_GAMMA) if isinstance(key, int) else key
-    z = counters.mul_(_GOLDEN_GAMMA)  # key + (c+1)*gamma, mod 2^64 (several keys: [S, *counters.shape])
-    z = z.add_(offset) if isinstance(offset, int) else z + offset
+    with `key`, as int64 tensors holding the 64 bits."""
+    z = counters.mul_(_GOLDEN_GAMMA).add_(_signed(key + _GOLDEN_GAMMA))  # key + (c+1)*gamma, mod 2^64
     z ^= _logical_shift_right(z, 30)
     z.mul_(_MIX_1)
     z ^= _logical_shift_right(z, 27)
@@ -75,30 +67,19 @@ def splitmix64(key: int | torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
     return z
 
 
-def offset_keys(keys: list[int], device: torch.device | str) -> torch.Tensor:
-    """int64 `[len(keys), 1]`: each key + 0x9E3779B97F4A7C15 (mod 2^64), for `splitmix64`."""
-    return torch.tensor([[_signed(key + _GOLDEN_GAMMA)] for key in keys], dtype=torch.int64, device=device)
-
-
 class RandomStream:
     """The random bits of one batch (or one piece of setup), drawn on `device`.
 
-    key: any integer (use `hyla.tasks.base.stable_seed(...)` of what the numbers are for), or a
-    list of S integers: S streams stacked (every draw has S times the rows: stream 0's, then
-    stream 1's, ...).
+    key: any integer (use `hyla.tasks.base.stable_seed(...)` of what the numbers are for).
     `bits` draws a tensor of the full `shape` (or its `rows=(start, stop)` slice of the first
-    dimension, from every stacked stream) and advances the stream past the full shape; `uniform`,
-    `integers` and `permutations` turn bits into the numbers a task needs. Drawing everything a batch needs in
+    dimension) and advances the stream past the full shape; `uniform`, `integers` and
+    `permutations` turn bits into the numbers a task needs. Drawing everything a batch needs in
     one `bits` call and converting slices of it keeps the op count low (each draw costs about a
     dozen tensor ops, whatever its size).
     """
 
-    def __init__(self, key: int | list[int], device: torch.device | str = "cpu"):
+    def __init__(self, key: int, device: torch.device | str = "cpu"):
         self.key, self.device, self.offset = key, torch.device(device), 0
-        self.streams = 1 if isinstance(key, int) else len(key)
-        self._key = key if isinstance(key, int) else offset_keys(key, self.device)
-        if self.streams < 1:
-            raise ValueError("a stacked stream needs at least one key")
 
     def bits(self, shape: tuple[int, ...], rows: tuple[int, int] | None = None) -> torch.Tensor:
         """64 random bits per element, as int64 (any value, the sign included)."""
@@ -110,16 +91,15 @@ class RandomStream:
             raise ValueError(f"rows ({start}, {stop}) outside the first dimension of {shape}")
         inner = math.prod(shape[1:])
         first = self.offset + start * inner
-        counters = torch.arange(first, first + (stop - start) * inner, dtype=torch.int64,
-                                device=self.device)
+        counters = torch.arange(first, first + (stop - start) * inner, dtype=torch.int64, device=self.device)
         self.offset += math.prod(shape)
-        return splitmix64(self._key, counters).view(self.streams * (stop - start), *shape[1:])
+        return splitmix64(self.key, counters).view(stop - start, *shape[1:])
 
 
 def uniform(bits: torch.Tensor) -> torch.Tensor:
     """float32 uniform on [0, 1) from random bits: the top 24 bits times 2^-24, so every value
     is exact."""
-    return _logical_shift_right(bits, 40).to(torch.float32).mul_(2.0 ** -24)
+    return _logical_shift_right(bits, 40).to(torch.float32).mul_(2.0**-24)
 
 
 def integers(bits: torch.Tensor, n: int) -> torch.Tensor:

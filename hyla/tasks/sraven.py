@@ -19,10 +19,11 @@ random assignment of that multiset to the K features (`rule_order="random"`); wi
 `rule_order="sorted"` feature j gets the j-th smallest rule of the multiset, as in the authors'
 code. On permuted splits the two give the same distribution of grids (the column permutations
 hide the order); on `*_unpermuted` splits "sorted" ties the rule to the feature position (the
-authors' latent analysis probes the last feature, which then always holds the largest rule). With `permute=True` every column of the
-grid shows its features in its own random order (the same in all three rows), so the model must
-also find which features correspond across columns: `panels[b, r, c, j] = unpermuted[b, r, c,
-perm[b, c, j]]`. The `*_unpermuted` splits switch that off.
+authors' latent analysis probes the last feature, which then always holds the largest rule).
+With `permute=True` every column of the grid shows its features in its own random order (the
+same in all three rows), so the model must also find which features correspond across columns:
+`panels[b, r, c, j] = unpermuted[b, r, c, perm[b, c, j]]`. The `*_unpermuted` splits switch that
+off.
 
 Only the paper's 3×3 grid is supported: addition, subtraction and distribute-three are defined
 for rows of three, and the ambiguity checker relies on it. F must be at least 5 so that the four
@@ -47,15 +48,17 @@ RULE_ORDERS = ("random", "sorted")
 
 # Rules 0-6 are affine in two values (u, v) drawn per row and feature: a row is
 # (u, a1*u + b1*v + c1, a2*u + b2*v + c2) mod F. One row of (a1, b1, c1, a2, b2, c2) per rule.
-_AFFINE_RULES = torch.tensor([
-    [1, 0, 0, 1, 0, 0],    # constant
-    [1, 0, 1, 1, 0, 2],    # progression +1
-    [1, 0, 2, 1, 0, 4],    # progression +2
-    [1, 0, -1, 1, 0, -2],  # progression -1
-    [1, 0, -2, 1, 0, -4],  # progression -2
-    [0, 1, 0, 1, 1, 0],    # addition
-    [0, 1, 0, 1, -1, 0],   # subtraction
-])
+_AFFINE_RULES = torch.tensor(
+    [
+        [1, 0, 0, 1, 0, 0],  # constant
+        [1, 0, 1, 1, 0, 2],  # progression +1
+        [1, 0, 2, 1, 0, 4],  # progression +2
+        [1, 0, -1, 1, 0, -2],  # progression -1
+        [1, 0, -2, 1, 0, -4],  # progression -2
+        [0, 1, 0, 1, 1, 0],  # addition
+        [0, 1, 0, 1, -1, 0],  # subtraction
+    ]
+)
 
 
 def _rule_rows(num_values: int) -> torch.Tensor:
@@ -67,8 +70,9 @@ def _rule_rows(num_values: int) -> torch.Tensor:
     F = num_values
     u, v = torch.arange(F).repeat_interleave(F), torch.arange(F).repeat(F)  # code = u*F + v
     a1, b1, c1, a2, b2, c2 = _AFFINE_RULES.T[:, :, None]
-    affine = torch.stack([u.expand(len(_AFFINE_RULES), -1), a1 * u + b1 * v + c1,
-                          a2 * u + b2 * v + c2], dim=-1).remainder(F)  # [7, F*F, 3]
+    affine = torch.stack(
+        [u.expand(len(_AFFINE_RULES), -1), a1 * u + b1 * v + c1, a2 * u + b2 * v + c2], dim=-1
+    ).remainder(F)  # [7, F*F, 3]
     subsets = torch.tensor(list(itertools.combinations(range(F), 3)))
     orderings = torch.tensor(list(itertools.permutations(range(3))))
     distributed = subsets[:, orderings].reshape(-1, 3)  # [C(F,3)*6, 3]
@@ -96,19 +100,31 @@ class SRaven(RowwiseTask):
     name = "sraven"
     metric_name = "acc"
 
-    def __init__(self, num_features: int = 4, num_values: int = 8, grid_size: int = 3,
-                 permute: bool = True, frac_ood: float = 0.25, seed: int = 0,
-                 device: torch.device | str = "cpu", rule_order: str = "random"):
+    def __init__(
+        self,
+        num_features: int = 4,
+        num_values: int = 8,
+        grid_size: int = 3,
+        permute: bool = True,
+        frac_ood: float = 0.25,
+        seed: int = 0,
+        device: torch.device | str = "cpu",
+        rule_order: str = "random",
+    ):
         if rule_order not in RULE_ORDERS:
             raise ValueError(f"rule_order must be one of {', '.join(RULE_ORDERS)}, got {rule_order!r}")
         if grid_size != 3:
-            raise ValueError(f"SRaven supports only the paper's 3x3 grid (grid_size=3), got "
-                             f"{grid_size}: addition, subtraction and distribute-three are rules "
-                             "over rows of three")
+            raise ValueError(
+                f"SRaven supports only the paper's 3x3 grid (grid_size=3), got "
+                f"{grid_size}: addition, subtraction and distribute-three are rules "
+                "over rows of three"
+            )
         if num_values < 5:
-            raise ValueError(f"num_values must be >= 5 so that the progressions +-1, +-2 are "
-                             f"four different rules (and distribute-three has 3 distinct "
-                             f"values), got {num_values}")
+            raise ValueError(
+                f"num_values must be >= 5 so that the progressions +-1, +-2 are "
+                f"four different rules (and distribute-three has 3 distinct "
+                f"values), got {num_values}"
+            )
         if num_features < 1:
             raise ValueError("num_features must be positive")
         self.num_features, self.num_values, self.grid_size = num_features, num_values, grid_size
@@ -120,8 +136,8 @@ class SRaven(RowwiseTask):
         self.seq_len = grid_size * grid_size * num_features
 
         self.all_rule_sets = torch.tensor(
-            list(itertools.combinations_with_replacement(range(NUM_RULES), num_features)),
-            device=self.device)
+            list(itertools.combinations_with_replacement(range(NUM_RULES), num_features)), device=self.device
+        )
         num_sets = len(self.all_rule_sets)
         order = permutations(RandomStream(stable_seed(seed, self.name, "tasks")).bits((num_sets,)))
         num_ood = held_out_count(num_sets, frac_ood)
@@ -142,10 +158,12 @@ class SRaven(RowwiseTask):
         self.check_split(split)
         return self.all_rule_sets[self._rule_set_indices[_task_split(split)]]
 
-    def batch(self, split: str, batch_size: int, step: int, rank: int = 0, world_size: int = 1,
-              with_ambiguity: bool = False) -> Batch:
+    def batch(
+        self, split: str, batch_size: int, step: int, rank: int = 0, world_size: int = 1, with_ambiguity: bool = False
+    ) -> Batch:
         """See `Task.batch`; `with_ambiguity=True` adds `info["ambiguous"]` `[B]` bool (the check
-        costs about 20 times as much as generating the batch: meant for evaluation)."""
+        tries every feature correspondence, far more work than generating the batch: meant for
+        evaluation)."""
         batch = super().batch(split, batch_size, step, rank, world_size)
         if with_ambiguity:
             batch.info["ambiguous"] = is_ambiguous(batch.info["panels"], self.num_values)
@@ -159,9 +177,8 @@ class SRaven(RowwiseTask):
         device = self.device
         # one draw holds every random number of a sample (fewer tensor ops than one draw each)
         per_sample = stream.bits((batch_size, 1 + 8 * K), rows)
-        B = len(per_sample)  # this rank's rows (of every stacked step)
-        choice, rule_keys, row_draws, subset_draws, perm_keys = per_sample.split(
-            [1, K, 3 * K, K, 3 * K], dim=1)
+        B = len(per_sample)  # this rank's rows
+        choice, rule_keys, row_draws, subset_draws, perm_keys = per_sample.split([1, K, 3 * K, K, 3 * K], dim=1)
         rule_set_index = rule_set_indices[integers(choice[:, 0], len(rule_set_indices))]
         rules = self.all_rule_sets[rule_set_index]  # [B, K], sorted
         if self.rule_order == "random":  # a random assignment of the multiset's rules to the features
@@ -188,10 +205,9 @@ class SRaven(RowwiseTask):
         panels = self._rule_rows.index_select(0, value_index.flatten()).view(B, 3, 3, K)
 
         tokens = panels.reshape(B, 9 * K).clone()
-        tokens[:, 8 * K:] = F  # the query tokens pick the all-zero row
+        tokens[:, 8 * K :] = F  # the query tokens pick the all-zero row
         x = self._one_hot.index_select(0, tokens.flatten()).view(B, 9 * K, F)
-        info = {"rules": rules, "panels": panels, "perm": perm.contiguous(),
-                "rule_set_index": rule_set_index}
+        info = {"rules": rules, "panels": panels, "perm": perm.contiguous(), "rule_set_index": rule_set_index}
         return Batch(x, panels[:, 2, 2].clone(), info)
 
     def loss(self, pred: torch.Tensor, batch: Batch) -> torch.Tensor:
@@ -223,8 +239,7 @@ class SRaven(RowwiseTask):
         ambiguity terms): the accuracy on the instances with a unique answer."""
         summary = dict(mean_metrics)
         if mean_metrics.get("unambiguous", 0.0) > 0.0:
-            summary["acc_unambiguous"] = (mean_metrics["correct_unambiguous"]
-                                          / mean_metrics["unambiguous"])
+            summary["acc_unambiguous"] = mean_metrics["correct_unambiguous"] / mean_metrics["unambiguous"]
         return summary
 
 

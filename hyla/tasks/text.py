@@ -41,18 +41,18 @@ import math
 import os
 import sys
 import sysconfig
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 
+from hyla.ops.cache import default_cache_dir
 from hyla.tasks.base import Batch, Task
 from hyla.tasks.random import integers
-from hyla.cache import default_cache_dir
 from hyla.tasks.tokenizer import encode_documents, end_of_text_id, load_or_train_bpe
 
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text")
@@ -91,8 +91,11 @@ def open_corpus(source: str, valid_fraction: float = 0.05, max_chars: int | None
             raise ValueError(f"expected hf:NAME or hf:NAME:CONFIG, got {source!r}")
         name, config = parts[0], (parts[1] if len(parts) == 2 else None)
         key = _digest("hf", name, config, max_chars, valid_fraction)
-        return Corpus(name.replace("/", "_") + (f"-{config}" if config else ""), key,
-                      lambda: _hf_splits(name, config, valid_fraction, max_chars))
+        return Corpus(
+            name.replace("/", "_") + (f"-{config}" if config else ""),
+            key,
+            lambda: _hf_splits(name, config, valid_fraction, max_chars),
+        )
     if source.startswith("builtin:"):
         name = source.removeprefix("builtin:")
         if name not in BUILTIN_CORPORA:
@@ -101,8 +104,9 @@ def open_corpus(source: str, valid_fraction: float = 0.05, max_chars: int | None
         return Corpus(name, key, lambda: split_documents(_cap(_builtin_documents(name), max_chars), valid_fraction))
     documents, content_key = _local_documents(Path(source).expanduser())
     key = _digest("local", content_key, max_chars, valid_fraction)
-    return Corpus(Path(source).name or "corpus", key,
-                  lambda: split_documents(_cap(documents, max_chars), valid_fraction))
+    return Corpus(
+        Path(source).name or "corpus", key, lambda: split_documents(_cap(documents, max_chars), valid_fraction)
+    )
 
 
 def _digest(*parts) -> str:
@@ -123,13 +127,20 @@ def _cap(documents: Iterable[str], max_chars: int | None) -> Iterator[str]:
 
 def _local_documents(path: Path) -> tuple[list[str], str]:
     if not path.exists():
-        raise FileNotFoundError(f"corpus path {str(path)!r} does not exist (a text file, a folder of "
-                                f"{'/'.join(TEXT_SUFFIXES)} files, builtin:NAME or hf:NAME[:CONFIG])")
+        raise FileNotFoundError(
+            f"corpus path {str(path)!r} does not exist (a text file, a folder of "
+            f"{'/'.join(TEXT_SUFFIXES)} files, builtin:NAME or hf:NAME[:CONFIG])"
+        )
     if path.is_file():
         files = [path]
     else:
-        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES
-                       and not any(part.startswith(".") for part in p.relative_to(path).parts))
+        files = sorted(
+            p
+            for p in path.rglob("*")
+            if p.is_file()
+            and p.suffix.lower() in TEXT_SUFFIXES
+            and not any(part.startswith(".") for part in p.relative_to(path).parts)
+        )
         if not files:
             raise FileNotFoundError(f"corpus folder {str(path)!r} holds no text files ({', '.join(TEXT_SUFFIXES)})")
     documents, digest = [], hashlib.sha256()
@@ -180,18 +191,23 @@ def source_docstrings(root: Path, skipped: set[str]) -> list[str]:
     return documents
 
 
-def _hf_splits(name: str, config: str | None, valid_fraction: float,
-               max_chars: int | None) -> tuple[Iterable[str], Iterable[str]]:
+def _hf_splits(
+    name: str, config: str | None, valid_fraction: float, max_chars: int | None
+) -> tuple[Iterable[str], Iterable[str]]:
     try:
         import datasets
     except ImportError:
-        raise ImportError(f"corpus hf:{name} needs the `datasets` package: pip install 'hyla[hf]' "
-                          "(or point corpus at local text files or builtin:python_docs)") from None
+        raise ImportError(
+            f"corpus hf:{name} needs the `datasets` package: pip install 'hyla[hf]' "
+            "(or point corpus at local text files or builtin:python_docs)"
+        ) from None
     try:
         splits = datasets.load_dataset(name, config, streaming=True)
     except Exception as error:  # the network, the hub or the dataset name: all end the same way
-        raise RuntimeError(f"could not load the Hugging Face dataset {name!r} (config {config!r}): {error}. "
-                           "Without network access, point corpus at local text files or builtin:python_docs") from error
+        raise RuntimeError(
+            f"could not load the Hugging Face dataset {name!r} (config {config!r}): {error}. "
+            "Without network access, point corpus at local text files or builtin:python_docs"
+        ) from error
     # WikiText rows are single lines (an article spans many rows): join them into chunks;
     # other datasets (C4) have one document per row.
     rows_are_lines = "wikitext" in name.lower()
@@ -214,7 +230,9 @@ def _hf_splits(name: str, config: str | None, valid_fraction: float,
     if "validation" not in splits:  # hold out the tail, as for local corpora (in memory)
         return split_documents(list(_cap(documents("train"), max_chars)), valid_fraction)
     valid_chars = None if max_chars is None else max(int(max_chars * valid_fraction), 1)
-    return _Reiterable(lambda: _cap(documents("train"), max_chars)), _Reiterable(lambda: _cap(documents("validation"), valid_chars))
+    return _Reiterable(lambda: _cap(documents("train"), max_chars)), _Reiterable(
+        lambda: _cap(documents("validation"), valid_chars)
+    )
 
 
 class _Reiterable:
@@ -241,7 +259,7 @@ def split_documents(documents: Iterable[str], valid_fraction: float) -> tuple[li
             newline = document.find("\n", cut - seen)
             position = len(document) if newline < 0 else newline + 1
             train = documents[:index] + [document[:position]]
-            valid = [document[position:]] + documents[index + 1:]
+            valid = [document[position:]] + documents[index + 1 :]
             break
         seen += len(document)
     train = [d for d in train if d]
@@ -265,8 +283,13 @@ class TokenizedCorpus:
     folder: Path
 
 
-def prepare_corpus(source: str, vocab_size: int, valid_fraction: float = 0.05,
-                   cache_dir: str | Path | None = None, max_chars: int | None = None) -> TokenizedCorpus:
+def prepare_corpus(
+    source: str,
+    vocab_size: int,
+    valid_fraction: float = 0.05,
+    cache_dir: str | Path | None = None,
+    max_chars: int | None = None,
+) -> TokenizedCorpus:
     """Tokenizer + token streams of `source`, read from the cache or made (once) and cached."""
     corpus = open_corpus(source, valid_fraction, max_chars)
     folder = Path(cache_dir) if cache_dir is not None else default_cache_dir() / "text"
@@ -279,16 +302,24 @@ def prepare_corpus(source: str, vocab_size: int, valid_fraction: float = 0.05,
         tokenizer = load_or_train_bpe(tokenizer_path, _cap(train, TOKENIZER_TRAIN_CHARS), vocab_size)
         for split, documents in (("train", train), ("valid", valid)):
             write_token_stream(tokenizer, documents, stream_paths[split])
-        meta = {"source": source, "max_chars": max_chars, "valid_fraction": valid_fraction,
-                "tokens": {split: int(path.stat().st_size // _token_dtype(vocab_size).itemsize)
-                           for split, path in stream_paths.items()}}
+        meta = {
+            "source": source,
+            "max_chars": max_chars,
+            "valid_fraction": valid_fraction,
+            "tokens": {
+                split: int(path.stat().st_size // _token_dtype(vocab_size).itemsize)
+                for split, path in stream_paths.items()
+            },
+        }
         (folder / f"corpus-bpe-{vocab_size}.json").write_text(json.dumps(meta, indent=1))
     tokenizer = Tokenizer.from_file(str(tokenizer_path))
     dtype = _token_dtype(tokenizer.get_vocab_size())
     # copy-on-write: a writable mapping (torch.from_numpy warns about read-only arrays) that
     # never writes to the file
-    streams = {split: np.memmap(path, dtype=dtype, mode="c") if path.stat().st_size else np.zeros(0, dtype)
-               for split, path in stream_paths.items()}
+    streams = {
+        split: np.memmap(path, dtype=dtype, mode="c") if path.stat().st_size else np.zeros(0, dtype)
+        for split, path in stream_paths.items()
+    }
     return TokenizedCorpus(tokenizer, streams["train"], streams["valid"], folder)
 
 
@@ -341,9 +372,17 @@ class Text(Task):
     num_outputs = 0
     causal = True
 
-    def __init__(self, corpus: str = "builtin:python_docs", seq_len: int = 128, vocab_size: int = 6144,
-                 valid_fraction: float = 0.05, seed: int = 0, cache_dir: str | Path | None = None,
-                 max_chars: int | None = None, device: torch.device | str = "cpu"):
+    def __init__(
+        self,
+        corpus: str = "builtin:python_docs",
+        seq_len: int = 128,
+        vocab_size: int = 6144,
+        valid_fraction: float = 0.05,
+        seed: int = 0,
+        cache_dir: str | Path | None = None,
+        max_chars: int | None = None,
+        device: torch.device | str = "cpu",
+    ):
         if seq_len < 1:
             raise ValueError(f"seq_len must be positive, got {seq_len}")
         self.corpus, self.seq_len, self.seed, self.device = corpus, seq_len, seed, torch.device(device)
@@ -356,8 +395,10 @@ class Text(Task):
         self.end_of_text = end_of_text_id(self.tokenizer)
         for split, stream in self.streams.items():
             if len(stream) < seq_len + 1:
-                raise ValueError(f"the {split} split has {len(stream)} tokens, fewer than one window of "
-                                 f"seq_len + 1 = {seq_len + 1}: use a larger corpus or a shorter seq_len")
+                raise ValueError(
+                    f"the {split} split has {len(stream)} tokens, fewer than one window of "
+                    f"seq_len + 1 = {seq_len + 1}: use a larger corpus or a shorter seq_len"
+                )
 
     def num_windows(self, split: str) -> int:
         """train: distinct window starts; valid: windows in one full pass (stride seq_len)."""
@@ -395,9 +436,11 @@ class Text(Task):
     def check_vocab(self, vocab_size: int) -> None:
         """Raise when a model's vocabulary does not match this tokenizer's."""
         if vocab_size != self.vocab_size:
-            raise ValueError(f"the model has a vocabulary of {vocab_size} tokens but the tokenizer of "
-                             f"{self.corpus!r} has {self.vocab_size} ({self.cache_folder}): "
-                             "the run was trained with another tokenizer or vocab_size")
+            raise ValueError(
+                f"the model has a vocabulary of {vocab_size} tokens but the tokenizer of "
+                f"{self.corpus!r} has {self.vocab_size} ({self.cache_folder}): "
+                "the run was trained with another tokenizer or vocab_size"
+            )
 
 
 def _signed_tokens(stream: np.ndarray) -> torch.Tensor:

@@ -1,9 +1,9 @@
 """Training: the loop, optimizer and schedule, checkpoints, run folders, data parallelism.
 
-    train(cfg) -> run folder                 train or resume a run
-    train_packed([cfg, ...]) -> run folders  train runs of one architecture together (one batched model)
-    load_run(run) -> (cfg, model, task)      a checkpointed run, model on CPU in eval mode
-    evaluate(model, task, split, num_samples, batch_size) -> {metric: mean}
+train(cfg) -> run folder                 train or resume a run
+train_packed([cfg, ...]) -> run folders  train runs of one architecture together (one batched model)
+load_run(run) -> (cfg, model, task)      a checkpointed run, model on CPU in eval mode
+evaluate(model, task, split, num_samples, batch_size) -> {metric: mean}
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from hyla.train.checkpoint import CheckpointError
 from hyla.train.evaluate import evaluate
 from hyla.train.loop import NonFiniteLossError, Trainer, build_model, train
 from hyla.train.packed import pack_key, train_packed
-from hyla.train.checkpoint import CheckpointError
 from hyla.train.run_dir import RunDir, RunError
 
 
@@ -28,7 +28,7 @@ def load_run_at_step(run_dir: str | Path, task: str | tuple[str, ...] | None = N
     weights of its latest readable checkpoint (a one-line warning on stderr, naming the step, when it
     falls back to the previous one). `task`: the task(s) the caller can use; RunError for a run of
     another task."""
-    from hyla.configs import build_task
+    from hyla.train.configs import build_task
 
     run = RunDir(run_dir)
     cfg = run.read_config()
@@ -45,7 +45,7 @@ def load_run_at_step(run_dir: str | Path, task: str | tuple[str, ...] | None = N
 
 
 def _reached(run: RunDir, step: int) -> str:
-    """", the run reached step N" when its summary says it got further than `step`."""
+    """ ", the run reached step N" when its summary says it got further than `step`."""
     try:
         reached = run.read_summary().get("step")
     except ValueError:  # a damaged summary
@@ -53,4 +53,15 @@ def _reached(run: RunDir, step: int) -> str:
     return f", the run reached step {reached}" if isinstance(reached, int) and reached > step else ""
 
 
-__all__ = ["train", "train_packed", "pack_key", "load_run", "evaluate", "NonFiniteLossError", "Trainer", "RunDir", "RunError", "CheckpointError"]
+__all__ = [
+    "train",
+    "train_packed",
+    "pack_key",
+    "load_run",
+    "evaluate",
+    "NonFiniteLossError",
+    "Trainer",
+    "RunDir",
+    "RunError",
+    "CheckpointError",
+]

@@ -61,13 +61,15 @@ def load(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]
             raise CheckpointError(_damaged(path)) from None
         raise CheckpointError(
             f"{path} needs unsafe unpickling ({_unsafe_global(e)}); hyla never runs code from a checkpoint "
-            "(checkpoints of hyla 0.1 are refused for this reason: re-train, or resume that run with hyla 0.1)") from None
+            "(checkpoints of hyla 0.1 are refused for this reason: re-train, or resume that run with hyla 0.1)"
+        ) from None
     except Exception:  # noqa: BLE001 - damaged bytes fail anywhere in torch's reader (KeyError, struct.error, ...)
         raise CheckpointError(_damaged(path)) from None
     if isinstance(state, dict) and state.get("format") == EARLIER_STREAM_FORMAT:
         raise CheckpointError(
             f"{path} is from a run whose batches and held-out tasks came from hyla's earlier random stream; "
-            "this version would resume or evaluate it on other data: use hyla at commit 1f7890a or earlier")
+            "this version would resume or evaluate it on other data: use hyla at commit 1f7890a or earlier"
+        )
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not a hyla checkpoint of format {FORMAT}")
     return state

@@ -24,8 +24,15 @@ def eval_batch_sizes(num_samples: int, batch_size: int) -> list[int]:
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, task, split: str, num_samples: int, batch_size: int = 1024,
-             ctx: DistContext | None = None, progress: bool = False) -> dict[str, float]:
+def evaluate(
+    model: nn.Module,
+    task,
+    split: str,
+    num_samples: int,
+    batch_size: int = 1024,
+    ctx: DistContext | None = None,
+    progress: bool = False,
+) -> dict[str, float]:
     """Mean of the task's per-sample metrics and of the loss over `num_samples` samples of `split`.
 
     Adds `ppl = exp(nll)` when the task reports a mean token NLL. Under data parallelism every
@@ -36,8 +43,14 @@ def evaluate(model: nn.Module, task, split: str, num_samples: int, batch_size: i
     device = next(model.parameters()).device
     rank, world_size = (ctx.rank, ctx.world_size) if ctx is not None else (0, 1)
     sizes = eval_batch_sizes(num_samples, batch_size)
-    bar = tqdm(total=num_samples, desc=f"eval {split}", unit="sample", leave=False, dynamic_ncols=True,
-               disable=not progress or rank != 0 or len(sizes) < 4)
+    bar = tqdm(
+        total=num_samples,
+        desc=f"eval {split}",
+        unit="sample",
+        leave=False,
+        dynamic_ncols=True,
+        disable=not progress or rank != 0 or len(sizes) < 4,
+    )
     was_training = model.training
     model.eval()
     sums: dict[str, torch.Tensor] = {}
@@ -45,8 +58,10 @@ def evaluate(model: nn.Module, task, split: str, num_samples: int, batch_size: i
     try:
         for index, size in enumerate(sizes):
             if size % world_size:
-                raise ValueError(f"evaluation batch of {size} samples does not split over {world_size} ranks; "
-                                 f"choose sample counts and batch sizes divisible by {world_size}")
+                raise ValueError(
+                    f"evaluation batch of {size} samples does not split over {world_size} ranks; "
+                    f"choose sample counts and batch sizes divisible by {world_size}"
+                )
             batch = task.batch(split, size, index, rank, world_size).to(device)
             pred = model(batch.x)
             rows = batch.x.shape[0]

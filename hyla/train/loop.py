@@ -26,22 +26,31 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from hyla.configs import RESUMABLE_CHANGES, ConfigError, ExperimentConfig, build_task, config_diff, resolve_model, validate
-from hyla.model import Transformer
+from hyla.nn.transformer import Transformer
 from hyla.ops import resolve_mixer
 from hyla.ops.attention import cpp, implementations_ran, reset_implementations_ran
 from hyla.tasks.base import stable_seed
 from hyla.train import distributed
 from hyla.train.allocator import keep_freed_memory
+from hyla.train.configs import (
+    RESUMABLE_CHANGES,
+    ConfigError,
+    ExperimentConfig,
+    build_task,
+    config_diff,
+    resolve_model,
+    validate,
+)
 from hyla.train.distributed import DistContext
 from hyla.train.evaluate import evaluate
 from hyla.train.optim import make_optimizer
@@ -116,7 +125,6 @@ class Trainer:
             self.eager = DistributedDataParallel(model, device_ids=[ctx.device] if ctx.device.type == "cuda" else None)
         self.fallbacks = compile_fallbacks(cfg, ctx.device)
         self._use_next_compile_mode()
-        self.upcoming: dict[int, Any] = {}  # step -> training batch made ahead of its step
 
     def _use_next_compile_mode(self) -> None:
         self.compile_mode = self.fallbacks.pop(0)
@@ -133,20 +141,19 @@ class Trainer:
             except Exception as e:  # noqa: BLE001 - any compiler failure falls back
                 failed = self.compile_mode
                 self._use_next_compile_mode()
-                warnings.warn(f"torch.compile failed (mode {failed}: {type(e).__name__}: "
-                              f"{str(e).splitlines()[0] if str(e) else ''}); continuing with "
-                              f"{'mode ' + self.compile_mode if self.compile_mode else 'eager mode'}",
-                              RuntimeWarning, stacklevel=2)
+                warnings.warn(
+                    f"torch.compile failed (mode {failed}: {type(e).__name__}: "
+                    f"{str(e).splitlines()[0] if str(e) else ''}); continuing with "
+                    f"{'mode ' + self.compile_mode if self.compile_mode else 'eager mode'}",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
         return self._update(step, batch)
 
     def batch(self, step: int):
-        """This rank's slice of training batch number `step`, on the device. The task makes
-        `task.batches_per_pass` steps' batches at a time (the same batches, fewer tensor operations)."""
-        if step not in self.upcoming:
-            steps = range(step, step + self.task.batches_per_pass)
-            batches = self.task.batches("train", self.cfg.train.batch_size, steps, self.ctx.rank, self.ctx.world_size)
-            self.upcoming = dict(zip(steps, batches))
-        return self.upcoming.pop(step).to(self.ctx.device)
+        """This rank's slice of training batch number `step`, on the device."""
+        batch = self.task.batch("train", self.cfg.train.batch_size, step, self.ctx.rank, self.ctx.world_size)
+        return batch.to(self.ctx.device)
 
     def seed_dropout(self, step: int) -> None:
         """Attention dropout draws from the global generator: seed it from the step, so the masks do
@@ -159,31 +166,53 @@ class Trainer:
 
     def _update(self, step: int, batch):
         self.seed_dropout(step)
-        self.optimizer.zero_grad(set_to_none=True)
-        graphed = self.compile_mode in CUDA_GRAPH_MODES
-        if graphed:
-            torch.compiler.cudagraph_mark_step_begin()  # this step's replay may reuse the last step's memory
-        with autocast(self.cfg.train.precision, self.ctx.device):
+
+        def forward_losses():
             pred = self.forward(batch.x)
-            loss = self.task.loss(pred, batch)
-        loss.backward()
-        self.optimizer.step()
-        self.scheduler.step()
-        # a CUDA-graph output is overwritten by the next step: the caller keeps a copy
-        return loss.detach(), pred.detach().clone() if graphed else pred.detach(), batch
+            return [self.task.loss(pred, batch)], [pred]
+
+        [(loss, pred)] = update([self], forward_losses)
+        return loss, pred, batch
 
     def grad_norm(self) -> torch.Tensor:
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
         return torch.nn.utils.get_total_norm(grads) if grads else torch.zeros((), device=self.ctx.device)
 
     def state(self) -> dict:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict()}
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+        }
 
     def load_state(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+
+
+def update(
+    trainers: list[Trainer], forward_losses: Callable[[], tuple[list[torch.Tensor], Any]]
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """One optimization step of `trainers` together (one for a solo run, a pack's members in
+    `hyla.train.packed`): zero their gradients; under autocast, `forward_losses()` runs the forward
+    and returns (each trainer's loss, each trainer's predictions); backpropagate the sum of the
+    losses (trainer i's loss reaches trainer i's parameters only); then every trainer's optimizer
+    and schedule step. Returns each trainer's (loss, predictions), detached."""
+    for trainer in trainers:
+        trainer.optimizer.zero_grad(set_to_none=True)
+    graphed = any(trainer.compile_mode in CUDA_GRAPH_MODES for trainer in trainers)
+    if graphed:
+        torch.compiler.cudagraph_mark_step_begin()  # this step's replay may reuse the last step's memory
+    with autocast(trainers[0].cfg.train.precision, trainers[0].ctx.device):
+        losses, preds = forward_losses()
+    # one loss is backpropagated as it is: a sum over one tensor would add operations
+    (losses[0] if len(losses) == 1 else torch.stack(losses).sum()).backward()
+    for trainer in trainers:
+        trainer.optimizer.step()
+        trainer.scheduler.step()
+    # a CUDA-graph output is overwritten by the next step: the caller keeps a copy
+    return [(loss.detach(), pred.detach().clone() if graphed else pred.detach()) for loss, pred in zip(losses, preds)]
 
 
 @dataclass
@@ -214,8 +243,10 @@ class StopSignal:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
-        tqdm.write(f"{signal.Signals(signum).name}: stopping after this step with a checkpoint "
-                   "(send it again to abort at once)")
+        tqdm.write(
+            f"{signal.Signals(signum).name}: stopping after this step with a checkpoint "
+            "(send it again to abort at once)"
+        )
 
     @contextmanager
     def installed(self):
@@ -254,15 +285,27 @@ def numerics(cfg: ExperimentConfig, ctx: DistContext, compile_mode: str | None, 
     OpenMP's wait policy, which changes only the speed (hyla.cli.prefer_passive_openmp);
     `compile_mode`: the torch.compile mode that trains (None: eager); `packed`: trained in a pack
     (hyla.train.packed), whose batched kernels round differently."""
-    settings = {"threads": torch.get_num_threads(), "device": str(ctx.device), "compile": compile_mode is not None,
-                "compile_mode": compile_mode, "precision": cfg.train.precision,
-                "deterministic": cfg.train.deterministic, "world_size": ctx.world_size, "torch": str(torch.__version__),
-                "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}
+    settings = {
+        "threads": torch.get_num_threads(),
+        "device": str(ctx.device),
+        "compile": compile_mode is not None,
+        "compile_mode": compile_mode,
+        "precision": cfg.train.precision,
+        "deterministic": cfg.train.deterministic,
+        "world_size": ctx.world_size,
+        "torch": str(torch.__version__),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+    }
     if packed:
         return {**settings, "packed": True}
     m = cfg.model
-    if ctx.device.type == "cpu" and resolve_mixer(m.mixer, normalization=m.normalization, value_network=m.value_network,
-                                                  activation=m.activation).value_network == "mlp":
+    if (
+        ctx.device.type == "cpu"
+        and resolve_mixer(
+            m.mixer, normalization=m.normalization, value_network=m.value_network, activation=m.activation
+        ).value_network
+        == "mlp"
+    ):
         settings["cpp_kernel"] = cpp.available()  # HYLA's C++ kernel, or (without a compiler) PyTorch forms
     return settings
 
@@ -302,8 +345,8 @@ def _compiler_settings(cfg: ExperimentConfig):
     from torch._inductor import config as inductor_config
 
     # Inductor's CPU code vectorizes a loop as short as the per-head dimension (2 in the fuzzy-logic
-    # models) with masked "tail" vectors and parallelizes the reduction inside it: thousands of
-    # OpenMP regions per kernel, many times slower with 2 threads (docs/speed.md).
+    # models) with masked "tail" vectors and parallelizes the reduction inside it: an OpenMP region
+    # for a few elements of work, whose start-up costs more than the work (docs/speed.md).
     with inductor_config.patch({"cpp.enable_loop_tail_vec": False}):
         yield
 
@@ -313,8 +356,9 @@ def _train(cfg: ExperimentConfig, ctx: DistContext, analysis_hook: AnalysisHook 
     return loop.run() if loop is not None else run.path
 
 
-def open_session(cfg: ExperimentConfig, ctx: DistContext, analysis_hook: AnalysisHook | None,
-                 packed: bool = False) -> tuple[RunDir, TrainingLoop | None]:
+def open_session(
+    cfg: ExperimentConfig, ctx: DistContext, analysis_hook: AnalysisHook | None, packed: bool = False
+) -> tuple[RunDir, TrainingLoop | None]:
     """The run folder of `cfg` (new, or resumed from its checkpoint) and a loop ready to train it;
     no loop when the run is already complete. `packed`: the loop's steps come from a pack."""
     task = build_task(cfg, ctx.device)  # batches are generated on the training device
@@ -324,8 +368,9 @@ def open_session(cfg: ExperimentConfig, ctx: DistContext, analysis_hook: Analysi
     if cfg.train.tensorboard:
         require_tensorboard()
     if cfg.train.batch_size % ctx.world_size:
-        raise ConfigError(f"train.batch_size={cfg.train.batch_size} must be divisible by the number of ranks "
-                          f"({ctx.world_size})")
+        raise ConfigError(
+            f"train.batch_size={cfg.train.batch_size} must be divisible by the number of ranks ({ctx.world_size})"
+        )
     if state is not None and run.read_summary().get("status") == "completed":
         if ctx.is_main:
             tqdm.write(f"{run.path} is complete (step {state['progress']['step']}); nothing to do")
@@ -348,9 +393,25 @@ class TrainingLoop:
     Rank 0 writes the files. `run` drives it; a pack (hyla.train.packed) drives several through
     `record_step`, `after_step`, `finish`, `diverged`, `record_stop` and `close`."""
 
-    def __init__(self, cfg, task, trainer: Trainer, run: RunDir, progress: Progress, ctx: DistContext,
-                 analysis_hook: AnalysisHook | None, numerics: dict[str, Any]):
-        self.cfg, self.task, self.trainer, self.run_dir, self.progress, self.ctx = cfg, task, trainer, run, progress, ctx
+    def __init__(
+        self,
+        cfg,
+        task,
+        trainer: Trainer,
+        run: RunDir,
+        progress: Progress,
+        ctx: DistContext,
+        analysis_hook: AnalysisHook | None,
+        numerics: dict[str, Any],
+    ):
+        self.cfg, self.task, self.trainer, self.run_dir, self.progress, self.ctx = (
+            cfg,
+            task,
+            trainer,
+            run,
+            progress,
+            ctx,
+        )
         self.analysis_hook, self.numerics = analysis_hook, numerics  # as numerics() gave them
         t = cfg.train
         self.end = t.stop_at if progress.step < t.stop_at < t.steps else t.steps
@@ -362,8 +423,15 @@ class TrainingLoop:
 
     def run(self) -> Path:
         t, p = self.cfg.train, self.progress
-        bar = tqdm(total=t.steps, initial=p.step, disable=not (self.ctx.is_main and t.progress), dynamic_ncols=True,
-                   unit="step", desc=self.cfg.model.mixer, mininterval=0.5 if sys.stderr.isatty() else 30.0)
+        bar = tqdm(
+            total=t.steps,
+            initial=p.step,
+            disable=not (self.ctx.is_main and t.progress),
+            dynamic_ncols=True,
+            unit="step",
+            desc=self.cfg.model.mixer,
+            mininterval=0.5 if sys.stderr.isatty() else 30.0,
+        )
         stop = StopSignal()
         try:
             with stop.installed():
@@ -441,7 +509,7 @@ class TrainingLoop:
         self.pending = []
         values = losses.tolist()
         self.progress.window += values
-        self.progress.recent = (self.progress.recent + values)[-self.cfg.train.train_loss_window:]
+        self.progress.recent = (self.progress.recent + values)[-self.cfg.train.train_loss_window :]
 
     def log_training(self) -> dict:
         """Write the training record (mean loss since the last one, all ranks; metrics of the last
@@ -450,12 +518,17 @@ class TrainingLoop:
         self.reduce_losses()
         loss = sum(p.window) / len(p.window)
         if not math.isfinite(loss):
-            raise NonFiniteLossError(f"the training loss became non-finite ({loss}) "
-                                     f"between step {p.step - len(p.window) + 1} and step {p.step}")
-        record = {"loss": loss, **_batch_metrics(self.task, self.last_pred, self.last_batch, self.ctx),
-                  "grad_norm": float(self.trainer.grad_norm()),
-                  "lr": self.trainer.optimizer.param_groups[0]["lr"],  # the rate of the next update
-                  "steps_per_second": self.window_timed_steps / self.window_time if self.window_time > 0 else None}
+            raise NonFiniteLossError(
+                f"the training loss became non-finite ({loss}) "
+                f"between step {p.step - len(p.window) + 1} and step {p.step}"
+            )
+        record = {
+            "loss": loss,
+            **_batch_metrics(self.task, self.last_pred, self.last_batch, self.ctx),
+            "grad_norm": float(self.trainer.grad_norm()),
+            "lr": self.trainer.optimizer.param_groups[0]["lr"],  # the rate of the next update
+            "steps_per_second": self.window_timed_steps / self.window_time if self.window_time > 0 else None,
+        }
         p.window = []
         self.window_time, self.window_timed_steps = 0.0, 0
         self.write(p.step, "train", record)
@@ -464,37 +537,57 @@ class TrainingLoop:
     def evaluate_all(self, num_samples: int) -> dict:
         results = {}
         for split in self.task.eval_splits:
-            results[split] = evaluate(self.trainer.model, self.task, split, num_samples, self.cfg.train.eval_batch_size,
-                                      self.ctx, progress=self.cfg.train.progress)
+            results[split] = evaluate(
+                self.trainer.model,
+                self.task,
+                split,
+                num_samples,
+                self.cfg.train.eval_batch_size,
+                self.ctx,
+                progress=self.cfg.train.progress,
+            )
             self.write(self.progress.step, split, results[split])
         return results
 
     def analyze(self) -> None:
         if self.ctx.is_main:
             t = self.cfg.train
-            result = self.analysis_hook(self.trainer.model, self.task, self.progress.step, self.run_dir.path / "analysis",
-                                        t.analysis_samples)
+            result = self.analysis_hook(
+                self.trainer.model, self.task, self.progress.step, self.run_dir.path / "analysis", t.analysis_samples
+            )
             self.write(self.progress.step, "analysis", result)
 
     def save(self) -> None:
         """Checkpoint the weights, optimizer, schedule and progress (rank 0), after checking that the
         loss and the gradients are finite on every rank."""
         self.reduce_losses()
-        flags = torch.tensor([not all(map(math.isfinite, self.progress.window)),
-                              not bool(self.trainer.grad_norm().isfinite())], dtype=torch.float32)
+        flags = torch.tensor(
+            [not all(map(math.isfinite, self.progress.window)), not bool(self.trainer.grad_norm().isfinite())],
+            dtype=torch.float32,
+        )
         if distributed.all_reduce_max(flags.to(self.ctx.device), self.ctx).any():
-            raise NonFiniteLossError(f"the training loss or gradient became non-finite before step {self.progress.step}")
+            raise NonFiniteLossError(
+                f"the training loss or gradient became non-finite before step {self.progress.step}"
+            )
         if self.ctx.is_main:
             progress = replace(self.progress, metrics_rows=self.log.rows, wall_time=self.wall_time())
-            self.run_dir.save_checkpoint({**self.trainer.state(), "progress": asdict(progress), "config": asdict(self.cfg),
-                                          "numerics": self.numerics})
+            self.run_dir.save_checkpoint(
+                {
+                    **self.trainer.state(),
+                    "progress": asdict(progress),
+                    "config": asdict(self.cfg),
+                    "numerics": self.numerics,
+                }
+            )
         self.checkpoint_step = self.progress.step
 
     def finish(self) -> Path:
         """Stopped at train.stop_at, or the final evaluation and a completed summary."""
         t, p = self.cfg.train, self.progress
         if p.step < t.steps:
-            message = f"stopped at step {p.step} of {t.steps} (train.stop_at); continue with: hyla resume {self.run_dir.path}"
+            message = (
+                f"stopped at step {p.step} of {t.steps} (train.stop_at); continue with: hyla resume {self.run_dir.path}"
+            )
             if self.ctx.is_main:
                 tqdm.write(message)
             self.write_summary("stopped", message=message)
@@ -507,8 +600,11 @@ class TrainingLoop:
 
     def diverged(self, error: NonFiniteLossError) -> NonFiniteLossError:
         """Write the "diverged" summary; return the error to raise, saying what is kept."""
-        where = (f"the last good checkpoint (step {self.checkpoint_step}) is kept in {self.run_dir.checkpoint_file}"
-                 if self.checkpoint_step is not None else "no checkpoint had been written yet")
+        where = (
+            f"the last good checkpoint (step {self.checkpoint_step}) is kept in {self.run_dir.checkpoint_file}"
+            if self.checkpoint_step is not None
+            else "no checkpoint had been written yet"
+        )
         message = f"{error}; stopping: {where}. Try a lower --train.lr or more --train.warmup_steps."
         self.write_summary("diverged", message=message)
         return NonFiniteLossError(message)
@@ -518,8 +614,10 @@ class TrainingLoop:
         if not isinstance(error, KeyboardInterrupt):
             self.write_summary("failed", message=f"{type(error).__name__}: {error}")
             return
-        message = (f"interrupted at step {self.progress.step}; continue from the checkpoint of step "
-                   f"{self.checkpoint_step} with: hyla resume {self.run_dir.path}")
+        message = (
+            f"interrupted at step {self.progress.step}; continue from the checkpoint of step "
+            f"{self.checkpoint_step} with: hyla resume {self.run_dir.path}"
+        )
         if self.ctx.is_main:
             tqdm.write(message)
         self.write_summary("interrupted", message=message)
@@ -539,12 +637,21 @@ class TrainingLoop:
         self.reduce_losses()
         p, t = self.progress, self.cfg.train
         summary = {
-            "status": status, "step": p.step, "steps": t.steps, "task": self.cfg.task, "mixer": self.cfg.model.mixer,
-            "preset": self.cfg.preset, "metric_name": self.task.metric_name,
-            "num_parameters": self.trainer.model.num_parameters(), "final": final or {}, "last_eval": p.last_eval,
-            "train_loss": sum(p.recent) / len(p.recent) if p.recent else None, "train_loss_window": len(p.recent),
+            "status": status,
+            "step": p.step,
+            "steps": t.steps,
+            "task": self.cfg.task,
+            "mixer": self.cfg.model.mixer,
+            "preset": self.cfg.preset,
+            "metric_name": self.task.metric_name,
+            "num_parameters": self.trainer.model.num_parameters(),
+            "final": final or {},
+            "last_eval": p.last_eval,
+            "train_loss": sum(p.recent) / len(p.recent) if p.recent else None,
+            "train_loss_window": len(p.recent),
             "steps_per_second": p.timed_steps / p.train_time if p.train_time > 0 else None,
-            "wall_time_s": self.wall_time(), "world_size": self.ctx.world_size,
+            "wall_time_s": self.wall_time(),
+            "world_size": self.ctx.world_size,
             "checkpoint_step": self.checkpoint_step,
         }
         if message:
@@ -561,10 +668,12 @@ class TrainingLoop:
         if cfg.resume:
             run.truncate_metrics(self.progress.metrics_rows)
         model = self.trainer.model
-        tqdm.write(f"run {run.path}: {cfg.task} with {cfg.model.mixer}, {model.num_parameters():,} parameters, "
-                   f"{'resuming at step ' + str(self.progress.step) if self.progress.step else 'from scratch'} "
-                   f"({self.ctx.world_size} rank{'s' if self.ctx.world_size > 1 else ''} on {self.ctx.device}, "
-                   f"{torch.get_num_threads()} thread{'s' if torch.get_num_threads() > 1 else ''})")
+        tqdm.write(
+            f"run {run.path}: {cfg.task} with {cfg.model.mixer}, {model.num_parameters():,} parameters, "
+            f"{'resuming at step ' + str(self.progress.step) if self.progress.step else 'from scratch'} "
+            f"({self.ctx.world_size} rank{'s' if self.ctx.world_size > 1 else ''} on {self.ctx.device}, "
+            f"{torch.get_num_threads()} thread{'s' if torch.get_num_threads() > 1 else ''})"
+        )
         return MetricsLog(run, self.progress.metrics_rows, cfg.train.tensorboard, open_trackers(cfg, run.path))
 
 
@@ -587,14 +696,18 @@ def _resume_state(cfg: ExperimentConfig, run: RunDir, ctx: DistContext) -> dict 
             changed = {k: v for k, v in config_diff(saved, cfg).items() if k not in RESUMABLE_CHANGES}
             if changed:
                 lines = "\n".join(f"  {k}: {a!r} in the run, {b!r} now" for k, (a, b) in changed.items())
-                raise ConfigError(f"cannot resume {run.path}: the config differs in settings that change training:\n{lines}")
+                raise ConfigError(
+                    f"cannot resume {run.path}: the config differs in settings that change training:\n{lines}"
+                )
         if run.has_checkpoint():
             state, source, note = run.load_checkpoint()
             if note and ctx.is_main:
                 tqdm.write(f"warning: {note}")
     elif run.exists():
-        raise FileExistsError(f"run folder {run.path} already exists; pass --resume to continue it "
-                              "(or `hyla resume RUN`), or choose another --name")
+        raise FileExistsError(
+            f"run folder {run.path} already exists; pass --resume to continue it "
+            "(or `hyla resume RUN`), or choose another --name"
+        )
     distributed.barrier(ctx)  # nobody creates the folder before every rank has checked it
     return state
 
@@ -603,12 +716,18 @@ def _warn_if_numerics_changed(saved: dict, now: dict, run: RunDir) -> None:
     saved = {"precision": "fp32", **saved}  # runs from before train.precision existed trained in fp32
     # (what attention ran is known after the first step: recorded then, not compared; the wait policy
     # changes only the speed)
-    changed = {k: (saved.get(k), now.get(k)) for k in {**saved, **now}
-               if saved.get(k) != now.get(k) and k not in ("attention", "omp_wait_policy")}
+    changed = {
+        k: (saved.get(k), now.get(k))
+        for k in {**saved, **now}
+        if saved.get(k) != now.get(k) and k not in ("attention", "omp_wait_policy")
+    }
     if changed:
         what = ", ".join(f"{k} {b} (was {a})" for k, (a, b) in changed.items())
-        warnings.warn(f"resuming {run.path} with {what}: the result will not be bit-identical to an uninterrupted "
-                      "run", RuntimeWarning, stacklevel=3)
+        warnings.warn(
+            f"resuming {run.path} with {what}: the result will not be bit-identical to an uninterrupted run",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 def _batch_metrics(task, pred, batch, ctx: DistContext) -> dict[str, float]:
@@ -635,5 +754,6 @@ def _postfix(record: dict, metric_name: str, last_eval: dict) -> dict:
 def _final_line(summary: dict, metric_name: str) -> str:
     parts = [f"{split} {metric_name}={m.get(metric_name, float('nan')):.4f}" for split, m in summary["final"].items()]
     speed = summary["steps_per_second"]
-    return (f"done: {', '.join(parts)}; final train loss {summary['train_loss']:.4g}"
-            + (f"; {speed:.1f} steps/s" if speed else ""))
+    return f"done: {', '.join(parts)}; final train loss {summary['train_loss']:.4g}" + (
+        f"; {speed:.1f} steps/s" if speed else ""
+    )

@@ -8,8 +8,8 @@ import math
 import torch
 from torch import nn
 
-from hyla.configs import TrainConfig
 from hyla.ops.torch_internals import fused_adamw_available, fused_adamw_step
+from hyla.train.configs import TrainConfig
 
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -63,8 +63,8 @@ def one_thread():
 
 class AdamW(torch.optim.AdamW):
     """torch.optim.AdamW(fused=True) with less bookkeeping per step on the CPU: the same results
-    bit for bit (tests/train/test_train_optim.py), about half the time per step for the paper
-    models (benchmarks/bench_optimizer.py).
+    bit for bit (tests/train/test_optim.py), without torch's per-step Python work, which takes
+    longer than the arithmetic for the paper's small models (docs/speed.md).
 
     From the second step on, when every parameter has a gradient and the group options are the
     plain ones, `step` calls the kernel torch's own step calls (`torch._fused_adamw_`) with the
@@ -87,9 +87,18 @@ class AdamW(torch.optim.AdamW):
                 beta1, beta2 = group["betas"]
                 for params, exp_avgs, exp_avg_sqs, steps, small in parts:
                     with one_thread() if small else contextlib.nullcontext():
-                        fused_adamw_step(params, [p.grad for p in params], exp_avgs, exp_avg_sqs, steps,
-                                         lr=group["lr"], beta1=beta1, beta2=beta2,
-                                         weight_decay=group["weight_decay"], eps=group["eps"])
+                        fused_adamw_step(
+                            params,
+                            [p.grad for p in params],
+                            exp_avgs,
+                            exp_avg_sqs,
+                            steps,
+                            lr=group["lr"],
+                            beta1=beta1,
+                            beta2=beta2,
+                            weight_decay=group["weight_decay"],
+                            eps=group["eps"],
+                        )
             return None
         loss = super().step(closure)
         self._groups = self._shared_step_counts()
@@ -101,9 +110,12 @@ class AdamW(torch.optim.AdamW):
 
     def _fast_path_ready(self) -> bool:
         # (a GradScaler hands a fused optimizer its scale and inf flag as attributes: torch's step reads them)
-        return (self._groups is not None and getattr(self, "grad_scale", None) is None
-                and getattr(self, "found_inf", None) is None
-                and all(p.grad is not None for group in self.param_groups for p in group["params"]))
+        return (
+            self._groups is not None
+            and getattr(self, "grad_scale", None) is None
+            and getattr(self, "found_inf", None) is None
+            and all(p.grad is not None for group in self.param_groups for p in group["params"])
+        )
 
     def _shared_step_counts(self) -> list[tuple] | None:
         """Per group: its tensor lists, split into small and other tensors, and the one tensor its
@@ -111,10 +123,23 @@ class AdamW(torch.optim.AdamW):
         groups = []
         for group in self.param_groups:
             params = group["params"]
-            plain = (fused_adamw_available() and group["fused"] and not group["amsgrad"] and not group["maximize"]
-                     and not group["capturable"] and not group["differentiable"] and not torch.is_tensor(group["lr"]))
-            if not (plain and params and all(p.device.type == "cpu" and p.grad is not None and p in self.state
-                                              and p.dtype == params[0].dtype for p in params)):
+            plain = (
+                fused_adamw_available()
+                and group["fused"]
+                and not group["amsgrad"]
+                and not group["maximize"]
+                and not group["capturable"]
+                and not group["differentiable"]
+                and not torch.is_tensor(group["lr"])
+            )
+            if not (
+                plain
+                and params
+                and all(
+                    p.device.type == "cpu" and p.grad is not None and p in self.state and p.dtype == params[0].dtype
+                    for p in params
+                )
+            ):
                 return None
             states = [self.state[p] for p in params]
             counter = torch.stack([state["step"] for state in states])  # [P]
@@ -124,21 +149,33 @@ class AdamW(torch.optim.AdamW):
             for small in (True, False):
                 members = [i for i, p in enumerate(params) if (p.numel() < SMALL_TENSOR) == small]
                 if members:
-                    parts.append(([params[i] for i in members], [states[i]["exp_avg"] for i in members],
-                                  [states[i]["exp_avg_sq"] for i in members], [states[i]["step"] for i in members],
-                                  small))
+                    parts.append(
+                        (
+                            [params[i] for i in members],
+                            [states[i]["exp_avg"] for i in members],
+                            [states[i]["exp_avg_sq"] for i in members],
+                            [states[i]["step"] for i in members],
+                            small,
+                        )
+                    )
             groups.append((parts, counter))
         return groups
 
 
-def make_optimizer(model: nn.Module, cfg: TrainConfig) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+def make_optimizer(
+    model: nn.Module, cfg: TrainConfig
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
     """AdamW (no gradient clipping) and its LambdaLR schedule; call scheduler.step() after every update."""
     device_type = next(model.parameters()).device.type
     optimizer = AdamW(
-        parameter_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
+        parameter_groups(model, cfg.weight_decay),
+        lr=cfg.lr,
+        betas=(cfg.beta1, cfg.beta2),
+        eps=cfg.eps,
         # fused: one kernel for all tensors; the CPU and CUDA fused kernels are deterministic.
         fused=device_type in ("cpu", "cuda"),
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: lr_multiplier(step, cfg.steps, cfg.warmup_steps, cfg.final_lr_fraction))
+        optimizer, lambda step: lr_multiplier(step, cfg.steps, cfg.warmup_steps, cfg.final_lr_fraction)
+    )
     return optimizer, scheduler

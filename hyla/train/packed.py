@@ -60,13 +60,20 @@ import torch
 from torch.func import functional_call, vmap
 from tqdm.auto import tqdm
 
-from hyla.configs import ConfigError, ExperimentConfig, build_task, resolve_model, validate
-from hyla.model import Transformer
 from hyla.nn.attention import MultiHeadAttention
 from hyla.nn.linear import Linear
+from hyla.nn.transformer import Transformer
 from hyla.train import distributed
+from hyla.train.configs import ConfigError, ExperimentConfig, build_task, resolve_model, validate
 from hyla.train.loop import (
-    AnalysisHook, NonFiniteLossError, StopSignal, Trainer, TrainingLoop, autocast, open_session, process_settings,
+    AnalysisHook,
+    NonFiniteLossError,
+    StopSignal,
+    Trainer,
+    TrainingLoop,
+    open_session,
+    process_settings,
+    update,
 )
 from hyla.train.run_dir import RunDir
 
@@ -78,8 +85,12 @@ def pack_key(cfg: ExperimentConfig) -> tuple:
     """Configs with equal keys can train in one pack: the same parameter and input shapes (task,
     resolved model config, batch size) and the same process settings."""
     model = resolve_model(cfg.model, build_task(cfg))
-    return (cfg.task, tuple(sorted(asdict(model).items())), cfg.train.batch_size,
-            *(getattr(cfg.train, name) for name in PROCESS_SETTINGS))
+    return (
+        cfg.task,
+        tuple(sorted(asdict(model).items())),
+        cfg.train.batch_size,
+        *(getattr(cfg.train, name) for name in PROCESS_SETTINGS),
+    )
 
 
 def plan_packs(cfgs: list[ExperimentConfig], size: int) -> list[list[ExperimentConfig]]:
@@ -91,7 +102,7 @@ def plan_packs(cfgs: list[ExperimentConfig], size: int) -> list[list[ExperimentC
     groups: dict[tuple, list[ExperimentConfig]] = {}
     for cfg in cfgs:
         groups.setdefault((pack_key(cfg), _resume_step(cfg)), []).append(cfg)
-    return [group[i:i + size] for group in groups.values() for i in range(0, len(group), size)]
+    return [group[i : i + size] for group in groups.values() for i in range(0, len(group), size)]
 
 
 def _resume_step(cfg: ExperimentConfig) -> int:
@@ -127,14 +138,17 @@ def _check_pack(cfgs: list[ExperimentConfig], analysis_hook) -> list[ExperimentC
     if any(cfg.train.compile for cfg in cfgs):
         raise ConfigError("packed training runs eagerly: set train.compile false")
     if any(cfg.train.analysis_every for cfg in cfgs) and analysis_hook is None:
-        raise ConfigError("train.analysis_every > 0 needs an analysis hook: "
-                          "train_packed(cfgs, hyla.analysis.analysis_hook)")
+        raise ConfigError(
+            "train.analysis_every > 0 needs an analysis hook: train_packed(cfgs, hyla.analysis.analysis_hook)"
+        )
     keys = [pack_key(cfg) for cfg in cfgs]
     for cfg, key in zip(cfgs[1:], keys[1:]):
         if key != keys[0]:
             first = cfgs[0].name or cfgs[0].seed
-            raise ConfigError(f"run {cfg.name or cfg.seed!r} cannot share a pack with {first!r}: "
-                              f"members need the same task, model, batch size and train.{'/'.join(PROCESS_SETTINGS)}")
+            raise ConfigError(
+                f"run {cfg.name or cfg.seed!r} cannot share a pack with {first!r}: "
+                f"members need the same task, model, batch size and train.{'/'.join(PROCESS_SETTINGS)}"
+            )
     folders = [RunDir.for_config(cfg).path for cfg in cfgs if cfg.name]
     if len(set(folders)) < len(folders):
         raise ConfigError("two members of the pack write to the same run folder: give them distinct names")
@@ -171,23 +185,22 @@ class PackedUpdate:
     def __call__(self, trainers: list[Trainer], steps: list[int]) -> list[tuple[torch.Tensor, torch.Tensor, Any]]:
         """Update number steps[i] of trainers[i], for every i: the members' batches and parameters
         are stacked, one vmapped forward and backward computes them all, then every member takes its
-        own AdamW step and schedule step. Returns each member's (loss, predictions, batch)."""
+        own AdamW step and schedule step (`hyla.train.loop.update`, as a solo run's step). Returns
+        each member's (loss, predictions, batch)."""
         batches = [trainer.batch(step) for trainer, step in zip(trainers, steps)]
         x = _stack([batch.x for batch in batches], "inputs")  # [M, B, T, ...]
         masks = [_dropout_masks(trainer, step, x.shape[2]) for trainer, step in zip(trainers, steps)]
         masks = None if masks[0] is None else [torch.stack(layer) for layer in zip(*masks)]  # per layer [M, Tq, Tk]
         members = [dict(trainer.model.named_parameters()) for trainer in trainers]
         params = {name: torch.stack([member[name] for member in members]) for name in self.names}  # [M, ...]
-        for trainer in trainers:
-            trainer.optimizer.zero_grad(set_to_none=True)
-        with autocast(trainers[0].cfg.train.precision, x.device):
+
+        def forward_losses():
             preds = self.forward(params, x, masks)  # [M, B, ...]
             losses = [trainer.task.loss(pred, batch) for trainer, pred, batch in zip(trainers, preds, batches)]
-        torch.stack(losses).sum().backward()  # member i's loss reaches member i's parameters only
-        for trainer in trainers:
-            trainer.optimizer.step()
-            trainer.scheduler.step()
-        return [(loss.detach(), pred.detach(), batch) for loss, pred, batch in zip(losses, preds, batches)]
+            return losses, preds
+
+        results = update(trainers, forward_losses)
+        return [(loss, pred, batch) for (loss, pred), batch in zip(results, batches)]
 
 
 def _dropout_masks(trainer: Trainer, step: int, seq_len: int) -> list[torch.Tensor] | None:
@@ -207,9 +220,14 @@ class Pack:
 
     def run(self) -> None:
         """Step the live members until each has reached its end, then raise for the diverged ones."""
-        bar = tqdm(total=max(loop.end for loop in self.loops), initial=min(loop.progress.step for loop in self.loops),
-                   disable=not self.loops[0].cfg.train.progress, unit="step", desc=f"pack of {len(self.loops)}",
-                   dynamic_ncols=True)
+        bar = tqdm(
+            total=max(loop.end for loop in self.loops),
+            initial=min(loop.progress.step for loop in self.loops),
+            disable=not self.loops[0].cfg.train.progress,
+            unit="step",
+            desc=f"pack of {len(self.loops)}",
+            dynamic_ncols=True,
+        )
         stop = StopSignal()
         try:
             with stop.installed():

@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
-from hyla.configs import ExperimentConfig, config_from_dict, config_to_dict
-from hyla.jsonio import dumps, read_jsonl, write_json, write_text_atomic
+from hyla.train.configs import ExperimentConfig, config_from_dict, config_to_dict
+from hyla.train.jsonio import dumps, read_jsonl, write_json, write_text_atomic
 
 
 class RunDir:
@@ -39,7 +39,7 @@ class RunDir:
     previous_checkpoint_file = property(lambda self: self.path / "checkpoints" / "previous.pt")
 
     @staticmethod
-    def for_config(cfg: ExperimentConfig) -> "RunDir":
+    def for_config(cfg: ExperimentConfig) -> RunDir:
         name = cfg.name or default_run_name(cfg)
         return RunDir(Path(cfg.out_dir) / name)
 
@@ -51,7 +51,7 @@ class RunDir:
         previous.pt)."""
         return self.checkpoint_file.exists() or self.previous_checkpoint_file.exists()
 
-    def check(self) -> "RunDir":
+    def check(self) -> RunDir:
         """This run folder, or RunError when `path` is not one."""
         if not self.path.is_dir():
             raise RunError(f"{self.path} does not exist or is not a folder")
@@ -141,13 +141,15 @@ class MetricsLog:
 
 
 def require_tensorboard() -> None:
-    from hyla.configs import ConfigError
+    from hyla.train.configs import ConfigError
 
     try:
         import tensorboard  # noqa: F401
     except ImportError:
-        raise ConfigError("--train.tensorboard needs the tensorboard package: pip install tensorboard "
-                           "(or pip install 'hyla[tensorboard]'); metrics.jsonl is always written") from None
+        raise ConfigError(
+            "--train.tensorboard needs the tensorboard package: pip install tensorboard "
+            "(or pip install 'hyla[tensorboard]'); metrics.jsonl is always written"
+        ) from None
 
 
 def default_run_name(cfg: ExperimentConfig) -> str:
@@ -190,10 +192,16 @@ def git_commit() -> str | None:
     """HEAD of the repository hyla is imported from, with "-dirty" if it has uncommitted changes."""
     root = Path(__file__).resolve().parents[2]
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                                timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
     return (commit + ("-dirty" if dirty else "")) or None

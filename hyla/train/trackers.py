@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 from typing import Protocol
 
-from hyla.configs import ConfigError, ExperimentConfig, config_to_dict
+from hyla.train.configs import ConfigError, ExperimentConfig, config_to_dict
 
 
 class Tracker(Protocol):
@@ -36,8 +36,14 @@ class WandbLogger:
         run_id = id_file.read_text().strip() if id_file.exists() else uuid.uuid4().hex[:12]
         run_path.mkdir(parents=True, exist_ok=True)
         id_file.write_text(run_id + "\n")
-        self.run = wandb.init(project=project, name=run_path.name, id=run_id, resume="allow", dir=str(run_path),
-                              config=config_to_dict(cfg))
+        self.run = wandb.init(
+            project=project,
+            name=run_path.name,
+            id=run_id,
+            resume="allow",
+            dir=str(run_path),
+            config=config_to_dict(cfg),
+        )
 
     def log(self, step: int, split: str, metrics: dict) -> None:
         scalars = scalar_metrics(split, metrics)
@@ -52,8 +58,10 @@ def require_wandb() -> None:
     try:
         import wandb  # noqa: F401
     except ImportError:
-        raise ConfigError("--train.wandb needs the wandb package: pip install wandb (or pip install 'hyla[wandb]'); "
-                          "metrics.jsonl is always written") from None
+        raise ConfigError(
+            "--train.wandb needs the wandb package: pip install wandb (or pip install 'hyla[wandb]'); "
+            "metrics.jsonl is always written"
+        ) from None
 
 
 def open_trackers(cfg: ExperimentConfig, run_path) -> list[Tracker]:

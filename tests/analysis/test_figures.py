@@ -8,9 +8,9 @@ from matplotlib.container import BarContainer, ErrorbarContainer
 from matplotlib.image import AxesImage
 
 from hyla.analysis import figures, pipeline
+from hyla.analysis.plots import curves_figure
 from hyla.analysis.report import _mean_code_lines
-from hyla.plots import curves_figure
-from hyla.results import final_figure
+from hyla.experiments.results import final_figure
 
 
 def _texts(ax) -> list[str]:
@@ -37,8 +37,12 @@ def _fuzzy_data(rows: int = 80, heads: int = 6) -> dict:
     terms = rng.integers(0, 2, size=(rows, 2, 2))
     constant = np.full((rows, heads), 0.7) + 1e-5 * rng.standard_normal((rows, heads))
     informative = rng.standard_normal((rows, heads))
-    return {"codes": np.stack([constant, informative], 1).astype(np.float32), "terms": terms,
-            "term_indices": term_indices, "task": np.array("fuzzy_logic")}
+    return {
+        "codes": np.stack([constant, informative], 1).astype(np.float32),
+        "terms": terms,
+        "term_indices": term_indices,
+        "task": np.array("fuzzy_logic"),
+    }
 
 
 @pytest.mark.parametrize("scale", [1e-3, 1.0, 1e3])
@@ -64,18 +68,24 @@ def test_constant_codes_get_the_constant_panel_in_similarity_heatmaps(tmp_path, 
     assert isinstance(panels["layer 1"].get_images()[0], AxesImage)
     # the shared color scale comes from the drawn panels only
     assert panels["layer 1"].get_images()[0].get_clim()[1] == pytest.approx(
-        np.abs(np.array(similarity["layer 1"]["centered_cosine"])).max())
+        np.abs(np.array(similarity["layer 1"]["centered_cosine"])).max()
+    )
     mean_panels = [ax for ax in means.axes if ax.get_label() != "<colorbar>"]
     assert [t.get_text() for t in mean_panels[0].get_xticklabels()] == [f"h{h}" for h in range(6)]
     assert not _unlabeled(cosines) and not _unlabeled(means)
     assert "Constant codes on valid_fixed_query (no similarity matrix: it would show rounding noise): layer 0." in (
-        _mean_code_lines("valid_fixed_query", similarity, "fuzzy_logic"))
+        _mean_code_lines("valid_fixed_query", similarity, "fuzzy_logic")
+    )
 
 
 def test_probe_plot_clips_an_outlier_and_writes_its_value():
-    fig = figures.probe_layers_figure(["layer 0", "layer 1", "all layers"],
-                                      {"R²": [-7.8, 0.5, 0.9], "F1": [0.4, 0.6, 0.7]},
-                                      {"R²": [-0.1, -0.05, -0.2]}, "probe score", "probes")
+    fig = figures.probe_layers_figure(
+        ["layer 0", "layer 1", "all layers"],
+        {"R²": [-7.8, 0.5, 0.9], "F1": [0.4, 0.6, 0.7]},
+        {"R²": [-0.1, -0.05, -0.2]},
+        "probe score",
+        "probes",
+    )
     ax = fig.axes[0]
     low, high = ax.get_ylim()
     assert -1.2 < low < -1.0 and 1.0 < high < 1.2
@@ -94,7 +104,9 @@ def test_every_figure_labels_every_axis():
     records += [{"split": "valid", "step": 2, "r2": 0.5}]
     rows = [{"group": {"model.mixer": "hyla"}, "values": {"valid/r2": (0.5, 0.1)}}]
     built = {
-        "embeddings (continuous)": figures.embeddings_figure(embeddings, rng.random(30), False, "t", color_label="target"),
+        "embeddings (continuous)": figures.embeddings_figure(
+            embeddings, rng.random(30), False, "t", color_label="target"
+        ),
         "embeddings (classes)": figures.embeddings_figure(embeddings, rng.integers(0, 3, 30), True, "t"),
         "matrices": figures.matrices_figure({"a": np.eye(3), "b": None}, list("xyz"), list("xyz"), "t", "rule", "rule"),
         "probes": figures.probe_layers_figure(["layer 0"], {"R²": [0.3]}, {}, "R²", "t"),
@@ -109,8 +121,9 @@ def _row(mixer: str, mean: float, se: float | None) -> dict:
 
 
 def test_a_single_seed_gets_no_error_bar():
-    ax = final_figure([_row("hyla", 0.8, 0.02), _row("softmax", 0.6, None), _row("linear", 0.4, 0.05)],
-                      "r2", ["model.mixer"]).axes[0]
+    ax = final_figure(
+        [_row("hyla", 0.8, 0.02), _row("softmax", 0.6, None), _row("linear", 0.4, 0.05)], "r2", ["model.mixer"]
+    ).axes[0]
     assert all(bar.errorbar is None for bar in ax.containers if isinstance(bar, BarContainer))
     errorbars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
     assert len(errorbars) == 2  # one per split, each over the two groups with a standard error

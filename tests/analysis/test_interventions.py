@@ -5,20 +5,16 @@ independently here in float64, bad input is a one-line ValueError, and the exper
 
 import json
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-from hyla.analysis import patch_latents
 from hyla.analysis import interventions as iv
-from hyla.model import ModelConfig, Transformer
+from hyla.analysis import patch_latents
 from hyla.nn import MultiHeadAttention
+from hyla.nn.transformer import ModelConfig, Transformer
 from hyla.ops import NAMED_MIXERS
 from hyla.tasks import FuzzyLogic, SRaven
-
-sys.path.insert(0, str(Path(__file__).parents[1]))  # helpers_cli
 
 MIXERS = list(NAMED_MIXERS)  # the eight named mixers of docs/math.md
 MLP_IMPLEMENTATIONS = ("naive", "pointwise", "fused", "streamed", "cpp")
@@ -27,8 +23,9 @@ SEQ_LEN = 8
 
 def tiny_model(mixer: str, dtype=torch.float32, **overrides) -> Transformer:
     torch.manual_seed(0)
-    cfg = dict(num_layers=2, dim=16, num_heads=4, qk_dim=8, v_dim=8, mlp_dim=32, mixer=mixer, seq_len=SEQ_LEN,
-               input_dim=4)
+    cfg = dict(
+        num_layers=2, dim=16, num_heads=4, qk_dim=8, v_dim=8, mlp_dim=32, mixer=mixer, seq_len=SEQ_LEN, input_dim=4
+    )
     return Transformer(ModelConfig(**{**cfg, **overrides})).to(dtype).eval()
 
 
@@ -40,7 +37,7 @@ def inputs(batch: int = 6, seed: int = 1, dtype=torch.float32) -> torch.Tensor:
 @pytest.mark.parametrize("mixer", MIXERS)
 @torch.no_grad()
 def test_own_codes_change_nothing_bit_for_bit(mixer):
-    """"Nothing" = the same model under the same patch with codes=None (no code replaced; the patched
+    """ "Nothing" = the same model under the same patch with codes=None (no code replaced; the patched
     layers compute their output from their own codes with the reference formula). Compared bit for
     bit: outputs and returned latents. Against the unpatched model: equal to float rounding (bit for
     bit where the unpatched layer runs the naive implementation, as the linear value network on CPU)."""
@@ -129,8 +126,9 @@ def test_other_codes_give_the_formula_of_math_md(mixer):
     module = MultiHeadAttention(12, 3, mixer, qk_dim=6, v_dim=9).double().eval()
     x1, x2 = torch.randn(2, 5, 12, dtype=torch.float64), torch.randn(2, 5, 12, dtype=torch.float64)
     _, donor = module(x2, return_latents=True)
-    s2 = torch.einsum("bqhd,bkhd->bhqk", module.query(x2).unflatten(-1, (3, 2)),
-                      module.key(x2).unflatten(-1, (3, 2))) / math.sqrt(2)
+    s2 = torch.einsum(
+        "bqhd,bkhd->bhqk", module.query(x2).unflatten(-1, (3, 2)), module.key(x2).unflatten(-1, (3, 2))
+    ) / math.sqrt(2)
     torch.testing.assert_close(donor, normalize_float64(s2, module.mixer.normalization), rtol=1e-12, atol=1e-12)
     where = torch.rand(2, 1, 5, 5, generator=torch.Generator().manual_seed(3)) < 0.5
     with patch_latents(module, layer=0, codes=donor, where=where):
@@ -187,8 +185,9 @@ def test_bad_input_is_a_one_line_value_error_and_patches_are_removed():
     one_line_error(lambda: run(layer=0, codes=codes[0][:, :3]), r"codes of layer 0 has shape \(6, 3, 8, 8\)")
     one_line_error(lambda: run(layer=1, codes=codes[1][:2]), "does not fit")
     one_line_error(lambda: run(layer=0, codes=codes, where=torch.ones(6, 1, 8, 8)), "where must be a bool")
-    one_line_error(lambda: run(layer=0, codes=codes, where=torch.ones(6, 1, 7, 8, dtype=torch.bool)),
-                   "where of layer 0")
+    one_line_error(
+        lambda: run(layer=0, codes=codes, where=torch.ones(6, 1, 7, 8, dtype=torch.bool)), "where of layer 0"
+    )
     with patch_latents(model, layer=0):
         one_line_error(lambda: run(layer=[1, 0]), "layer 0 is already patched")
     model.train()
@@ -204,7 +203,7 @@ def test_fuzzy_logic_sequences_are_the_tasks_and_pairs_share_one_term():
     task = FuzzyLogic(num_variables=3, num_terms=2, seq_len=SEQ_LEN, frac_held_out=0.3)
     batch = task.batch("valid", 64, 0)
     for row in range(64):
-        x, y = iv.fuzzy_logic_sequences(batch.info["term_indices"][row], batch.x[row:row + 1, :, :3])
+        x, y = iv.fuzzy_logic_sequences(batch.info["term_indices"][row], batch.x[row : row + 1, :, :3])
         assert torch.equal(x[0], batch.x[row]) and torch.equal(y, batch.y[row])
     tasks = task.split_tasks("valid")
     pairs = iv.sharing_pairs(tasks)
@@ -266,8 +265,9 @@ def test_interventions_command_end_to_end(tmp_path, capsys):
     assert cli.main(["interventions", str(run), "--tasks", "2", "--samples", "8"]) == 0
     assert cli.main(["interventions", str(run), "--tasks", "2", "--samples", "8", "--seed", "1"]) == 0
     files = sorted((run / "interventions").iterdir())
-    assert [f.name for f in files] == [f"interventions_tasks2_samples8_seed{seed}.{suffix}"
-                                       for seed in (0, 1) for suffix in ("json", "png")]
+    assert [f.name for f in files] == [
+        f"interventions_tasks2_samples8_seed{seed}.{suffix}" for seed in (0, 1) for suffix in ("json", "png")
+    ]
     results = json.loads(files[0].read_text())
     assert {"task", "conditions", "sites", "layer_settings", "options", "run", "splits"} <= results.keys()
     assert results["run"]["checkpoint_step"] == 20 and results["options"] == {"tasks": 2, "samples": 8, "seed": 0}

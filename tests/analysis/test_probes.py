@@ -7,7 +7,7 @@ from hyla.analysis.probes import logistic_classification_probe, logistic_f1_per_
 
 def _split(rng, n=1200, d=8):
     x = rng.normal(size=(n, d))
-    return x[: n // 2], x[n // 2:]
+    return x[: n // 2], x[n // 2 :]
 
 
 def test_ridge_recovers_linear_map_and_shuffled_is_chance():

@@ -4,8 +4,14 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from hyla.analysis.probes import random_stream
-from hyla.analysis.topographic import (mantel_spearman, rule_hamming, rule_multiset, task_means, term_matching,
-                                       topographic_similarity)
+from hyla.analysis.topographic import (
+    mantel_spearman,
+    rule_hamming,
+    rule_multiset,
+    task_means,
+    term_matching,
+    topographic_similarity,
+)
 
 
 def _rule_tasks(rng, num_tasks=60, num_features=4, num_rules=8, samples_per_task=5):

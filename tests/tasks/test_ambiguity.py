@@ -39,9 +39,12 @@ def _brute_force(panels: torch.Tensor) -> tuple[bool, bool]:
     correspondence of all three columns and every answer value."""
     p = panels.tolist()
     K = len(p[0][0])
-    answers = {(i, j, k): _answers([(p[0][0][i], p[0][1][j], p[0][2][k]),
-                                    (p[1][0][i], p[1][1][j], p[1][2][k]), (p[2][0][i], p[2][1][j])])
-               for i, j, k in itertools.product(range(K), repeat=3)}
+    answers = {
+        (i, j, k): _answers(
+            [(p[0][0][i], p[0][1][j], p[0][2][k]), (p[1][0][i], p[1][1][j], p[1][2][k]), (p[2][0][i], p[2][1][j])]
+        )
+        for i, j, k in itertools.product(range(K), repeat=3)
+    }
     any_found = every_found = False
     for perm1, perm2 in itertools.product(itertools.permutations(range(K)), repeat=2):
         chains = [(answers[i, perm1[i], perm2[i]], p[2][2][perm2[i]]) for i in range(K)]
@@ -54,8 +57,9 @@ def _brute_force(panels: torch.Tensor) -> tuple[bool, bool]:
 
 def test_matches_brute_force_on_generated_instances():
     task = SRaven()
-    panels = torch.cat([task.batch("valid", 200, 0).info["panels"],
-                        task.batch("ood_unpermuted", 100, 0).info["panels"]])
+    panels = torch.cat(
+        [task.batch("valid", 200, 0).info["panels"], task.batch("ood_unpermuted", 100, 0).info["panels"]]
+    )
     expected = [_brute_force(instance) for instance in panels]
     ambiguous = is_ambiguous(panels, F)
     assert ambiguous.tolist() == [a for a, _ in expected]
@@ -71,12 +75,14 @@ def _grid(features: list[list[tuple[int, ...]]]) -> torch.Tensor:
 def test_hand_constructed_ambiguous_instance():
     # feature 0: addition with b in {0, 4} in both complete rows also obeys subtraction, which
     # predicts 1 - 2 = 7 instead of 3; the other features are plain progressions
-    ambiguous = _grid([
-        [(3, 4, 7), (5, 0, 5), (1, 2, 3)],
-        [(0, 1, 2), (3, 4, 5), (6, 7, 0)],
-        [(5, 7, 1), (2, 4, 6), (0, 2, 4)],
-        [(7, 5, 3), (4, 2, 0), (6, 4, 2)],
-    ])
+    ambiguous = _grid(
+        [
+            [(3, 4, 7), (5, 0, 5), (1, 2, 3)],
+            [(0, 1, 2), (3, 4, 5), (6, 7, 0)],
+            [(5, 7, 1), (2, 4, 6), (0, 2, 4)],
+            [(7, 5, 3), (4, 2, 0), (6, 4, 2)],
+        ]
+    )
     assert is_ambiguous(ambiguous, F).tolist() == [True]
     assert is_ambiguous(ambiguous, F, every_feature=True).tolist() == [False]
 
@@ -84,20 +90,28 @@ def test_hand_constructed_ambiguous_instance():
 def test_hand_constructed_instance_ambiguous_in_every_feature():
     # every feature is an addition with b in {0, 4} in the complete rows: subtraction fits all
     # of them and changes every answer
-    every = _grid([[(3, 4, 7), (5, 0, 5), (1, 2, 3)], [(1, 0, 1), (2, 4, 6), (0, 1, 1)],
-                   [(6, 4, 2), (7, 0, 7), (2, 3, 5)], [(0, 4, 4), (3, 4, 7), (4, 1, 5)]])
+    every = _grid(
+        [
+            [(3, 4, 7), (5, 0, 5), (1, 2, 3)],
+            [(1, 0, 1), (2, 4, 6), (0, 1, 1)],
+            [(6, 4, 2), (7, 0, 7), (2, 3, 5)],
+            [(0, 4, 4), (3, 4, 7), (4, 1, 5)],
+        ]
+    )
     assert _brute_force(every[0]) == (True, True)
     assert is_ambiguous(every, F, every_feature=True).tolist() == [True]
 
 
 def test_hand_constructed_unambiguous_instance():
     # four distinct progressions with different starts in every row
-    unambiguous = _grid([
-        [(2, 3, 4), (6, 7, 0), (1, 2, 3)],
-        [(0, 2, 4), (5, 7, 1), (3, 5, 7)],
-        [(7, 6, 5), (3, 2, 1), (4, 3, 2)],
-        [(6, 4, 2), (1, 7, 5), (0, 6, 4)],
-    ])
+    unambiguous = _grid(
+        [
+            [(2, 3, 4), (6, 7, 0), (1, 2, 3)],
+            [(0, 2, 4), (5, 7, 1), (3, 5, 7)],
+            [(7, 6, 5), (3, 2, 1), (4, 3, 2)],
+            [(6, 4, 2), (1, 7, 5), (0, 6, 4)],
+        ]
+    )
     assert _brute_force(unambiguous[0]) == (False, False)
     assert is_ambiguous(unambiguous, F).tolist() == [False]
     # the same instance shown with shuffled feature orders per column is still unambiguous

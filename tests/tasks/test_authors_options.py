@@ -3,22 +3,27 @@
 import pytest
 import torch
 
-from hyla.configs import ConfigError, SRavenConfig, FuzzyLogicConfig
 from hyla.tasks import FuzzyLogic, SRaven
+from hyla.train.configs import ConfigError, FuzzyLogicConfig, SRavenConfig
 
 L = 4
 
 
 def test_per_seed_fixed_inputs_are_shared_by_every_split_and_step():
     task = FuzzyLogic(fixed_inputs="per_seed")
-    queries = [task.batch(split, 8, step).x[:, -1, :L] for split in ("valid_fixed_query", "ood_fixed_query")
-               for step in (0, 5)]
+    queries = [
+        task.batch(split, 8, step).x[:, -1, :L] for split in ("valid_fixed_query", "ood_fixed_query") for step in (0, 5)
+    ]
     assert all(torch.equal(q, queries[0][:1].expand(8, -1)) for q in queries)
-    contexts = [task.batch(split, 8, step).x[:, :-1, :L] for split in ("valid_fixed_context", "ood_fixed_context")
-                for step in (0, 5)]
+    contexts = [
+        task.batch(split, 8, step).x[:, :-1, :L]
+        for split in ("valid_fixed_context", "ood_fixed_context")
+        for step in (0, 5)
+    ]
     assert all(torch.equal(c, contexts[0][:1].expand(8, -1, -1)) for c in contexts)
-    assert not torch.equal(contexts[0][0, 0], FuzzyLogic(fixed_inputs="per_seed", seed=1).batch(
-        "valid_fixed_context", 8, 0).x[0, 0, :L])
+    assert not torch.equal(
+        contexts[0][0, 0], FuzzyLogic(fixed_inputs="per_seed", seed=1).batch("valid_fixed_context", 8, 0).x[0, 0, :L]
+    )
 
 
 def test_per_batch_fixed_inputs_differ_between_splits_and_the_default_stream_is_unchanged():

@@ -13,8 +13,7 @@ def task():
     return FuzzyLogic()
 
 
-@pytest.mark.parametrize("frac_held_out, num_ood, num_train",
-                         [(0.5, 33, 33), (0.7, 46, 20), (0.3, 19, 47)])
+@pytest.mark.parametrize("frac_held_out, num_ood, num_train", [(0.5, 33, 33), (0.7, 46, 20), (0.3, 19, 47)])
 def test_split_sizes_and_disjointness(frac_held_out, num_ood, num_train):
     task = FuzzyLogic(frac_held_out=frac_held_out)
     train, ood, novel = (task.split_tasks(s) for s in ("train", "ood", "novel_terms"))
@@ -60,10 +59,10 @@ def test_targets_match_a_direct_zadeh_computation(task, split):
 
 def test_task_info(task):
     info = task.batch("train", 512, 0).info
-    digits = torch.tensor([[int(bit) for bit in format(t, f"0{L}b")] for t in range(2 ** L)])
+    digits = torch.tensor([[int(bit) for bit in format(t, f"0{L}b")] for t in range(2**L)])
     assert torch.equal(info["terms"], digits[info["term_indices"]])
     assert (info["term_indices"][:, 0] < info["term_indices"][:, 1]).all()
-    all_tasks = list(itertools.combinations(range(2 ** L), K))
+    all_tasks = list(itertools.combinations(range(2**L), K))
     indexed = [all_tasks[i] for i in info["task_index"].tolist()]
     assert indexed == list(map(tuple, info["term_indices"].tolist()))
     assert (task.input_dim, task.seq_len, task.output_dim, task.num_outputs) == (L + 1, T, 1, 1)

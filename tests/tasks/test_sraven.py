@@ -84,7 +84,7 @@ def test_tokens_and_targets(task):
     tokens = panels.reshape(256, 9 * K)
     one_hot = torch.nn.functional.one_hot(tokens[:, : 8 * K], F).float()
     assert torch.equal(batch.x[:, : 8 * K], one_hot)
-    assert (batch.x[:, 8 * K:] == 0).all()
+    assert (batch.x[:, 8 * K :] == 0).all()
     assert torch.equal(batch.y, panels[:, 2, 2])
     assert (task.input_dim, task.seq_len, task.output_dim, task.num_outputs) == (F, 36, F, K)
     assert task.eval_splits == ("valid", "ood") and task.metric_name == "acc"
@@ -149,7 +149,8 @@ def test_other_sizes():
     batch = task.batch("train", 512, 0)
     assert batch.x.shape == (512, 27, 5) and len(task.all_rule_sets) == 120
     grid = torch.empty_like(batch.info["panels"]).scatter_(
-        3, batch.info["perm"][:, None].expand(512, 3, 3, 3), batch.info["panels"])
+        3, batch.info["perm"][:, None].expand(512, 3, 3, 3), batch.info["panels"]
+    )
     assert grid.max() < 5
     # addition is still right mod 5
     add = batch.info["rules"] == 5
@@ -159,7 +160,6 @@ def test_other_sizes():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_batches_equal_cpu_batches():
-    cpu, cuda = SRaven().batch("ood", 256, 2), SRaven(device="cuda").batch("ood", 256, 2,
-                                                                         with_ambiguity=True)
+    cpu, cuda = SRaven().batch("ood", 256, 2), SRaven(device="cuda").batch("ood", 256, 2, with_ambiguity=True)
     assert cuda.x.is_cuda and torch.equal(cuda.x.cpu(), cpu.x)
     assert torch.equal(cuda.info["ambiguous"].cpu(), is_ambiguous(cpu.info["panels"], F))

@@ -13,8 +13,10 @@ from hyla.tasks import tokenizer as tokenizer_module
 from hyla.tasks.text import Text, open_corpus, split_documents
 from hyla.tasks.tokenizer import END_OF_TEXT
 
-WORDS = ("the model attends to every key and the value network maps each token while a "
-         "hypernetwork generates weights from latent codes so heads compose into new functions").split()
+WORDS = (
+    "the model attends to every key and the value network maps each token while a "
+    "hypernetwork generates weights from latent codes so heads compose into new functions"
+).split()
 
 
 def make_corpus(folder, files=3, sentences=150, seed=0):
@@ -22,8 +24,9 @@ def make_corpus(folder, files=3, sentences=150, seed=0):
     rng = random.Random(seed)
     folder.mkdir(parents=True, exist_ok=True)
     for i in range(files):
-        lines = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 12))).capitalize() + "."
-                 for _ in range(sentences)]
+        lines = [
+            " ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 12))).capitalize() + "." for _ in range(sentences)
+        ]
         (folder / f"part{i}.txt").write_text("\n".join(lines) + "\n")
     return folder
 
@@ -73,7 +76,7 @@ def test_round_trip_and_valid_is_the_disjoint_tail(corpus, task):
     valid_text = task.decode(task.streams["valid"]).replace(END_OF_TEXT, "")
     assert train_text + valid_text == original
     assert 0.05 < len(valid_text) / len(original) < 0.15
-    assert valid_text.startswith(original[len(train_text):len(train_text) + 50])
+    assert valid_text.startswith(original[len(train_text) : len(train_text) + 50])
 
 
 def test_split_documents_cuts_at_a_line_break():
@@ -89,7 +92,7 @@ def test_packing_targets_shift_by_one(task):
     torch.testing.assert_close(batch.y[:, :-1], batch.x[:, 1:])
     stream = torch.from_numpy(task.streams["train"].astype(np.int64))
     for row, start in enumerate(batch.info["start"].tolist()):
-        torch.testing.assert_close(batch.x[row], stream[start:start + 16])
+        torch.testing.assert_close(batch.x[row], stream[start : start + 16])
         assert batch.y[row, -1] == stream[start + 16]
 
 

@@ -1,9 +1,10 @@
 """The compile mode (auto, and the fallback chain reduce-overhead -> default -> eager) and the precision
-setting (fp32 / tf32 / bf16): what each chooses, what a run records, and that a run trains under it.
+setting (fp32 / tf32 / bf16): what each chooses, what a run records, and that a bf16 run trains along
+the float32 run's curve.
 
 torch.compile is replaced by stand-ins here (CPU only, fast): one that records the mode it was asked
 for, one whose compiled calls raise, and one that overwrites its last output on every call, as a
-CUDA-graph replay does. tests/train/test_train_cuda.py runs the real modes on a GPU."""
+CUDA-graph replay does. tests/train/test_loop_cuda.py runs the real modes on a GPU."""
 
 import json
 import warnings
@@ -13,8 +14,8 @@ import pytest
 import torch
 from helpers_train import assert_same_weights, final_weights, tiny_config
 
-from hyla.configs import build_task, resolve_model
 from hyla.train import loop, packed, train, train_packed
+from hyla.train.configs import build_task, resolve_model
 from hyla.train.distributed import DistContext
 from hyla.train.loop import Trainer, build_model, compile_fallbacks, process_settings, resolve_compile_mode
 
@@ -32,10 +33,13 @@ class RecordingCompile:
 
 def failing_compile(failing_modes):
     """torch.compile whose compiled callables raise for `failing_modes` (the others: the module)."""
+
     def compile_(module, mode):
         def fail(*args, **kwargs):
             raise RuntimeError(f"cannot compile in {mode}")
+
         return fail if mode in failing_modes else module
+
     return compile_
 
 
@@ -146,18 +150,34 @@ def bf16_probe(monkeypatch) -> list[torch.dtype]:
 
 
 def train_losses(run) -> list[float]:
-    return [r["loss"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r["split"] == "train"]
+    return [
+        r["loss"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r["split"] == "train"
+    ]
+
+
+# bfloat16 against float32, the same batches and dropout masks (measured on a 2-core CPU, 6 seeds): a
+# logged loss of this run moves by at most 1.6% (seed 3, the one tested), 11% for the most sensitive
+# seed. A bf16 run with 30% less or 50% more learning rate, or with 10% noise on one weight matrix,
+# falls outside.
+BF16_TOLERANCE = 0.1
 
 
 def test_bf16_trains_in_bfloat16_with_float32_weights(tmp_path, monkeypatch):
+    """Trains in bfloat16 with float32 weights and optimizer state, along the float32 run's curve."""
     dtypes = bf16_probe(monkeypatch)
-    run = train(tiny_config(tmp_path, steps=40, lr=3e-3, precision="bf16", log_every=10))
-    losses = train_losses(run)
+    run = train(tiny_config(tmp_path, name="bf16", steps=40, lr=3e-3, precision="bf16", log_every=10))
     assert len(dtypes) == 40 and set(dtypes) == {torch.bfloat16}
-    assert all(map(torch.isfinite, map(torch.tensor, losses))) and losses[-1] < losses[0]
+    fp32 = train(tiny_config(tmp_path, name="fp32", steps=40, lr=3e-3, log_every=10))
+    losses, reference = train_losses(run), train_losses(fp32)
+    assert len(losses) == len(reference) == 4 and reference[-1] < 0.5 * reference[0]  # float32 learns: 0.21 -> 0.057
+    for step, (got, want) in enumerate(zip(losses, reference), start=1):
+        assert abs(got - want) <= BF16_TOLERANCE * want, f"step {10 * step}: loss {got} in bfloat16, {want} in float32"
+    assert losses != reference  # (bfloat16 did round)
     state = torch.load(run / "checkpoints" / "latest.pt", weights_only=True)
     assert {t.dtype for t in state["model"].values() if t.is_floating_point()} == {torch.float32}
-    assert {t.dtype for s in state["optimizer"]["state"].values() for k, t in s.items() if k != "step"} == {torch.float32}
+    assert {t.dtype for s in state["optimizer"]["state"].values() for k, t in s.items() if k != "step"} == {
+        torch.float32
+    }
     assert numerics_of(run)["precision"] == "bf16"
     assert torch.get_float32_matmul_precision() == "highest"
 
@@ -173,8 +193,9 @@ def test_a_bf16_pack_computes_under_bfloat16_autocast(tmp_path, monkeypatch):
         return skeleton
 
     monkeypatch.setattr(packed, "vmappable_copy", hooked)
-    runs = train_packed([replace(tiny_config(tmp_path, name=f"m{seed}", steps=10, precision="bf16"), seed=seed)
-                         for seed in (0, 1)])
+    runs = train_packed(
+        [replace(tiny_config(tmp_path, name=f"m{seed}", steps=10, precision="bf16"), seed=seed) for seed in (0, 1)]
+    )
     assert len(dtypes) == 10 and set(dtypes) == {torch.bfloat16}
     for run in runs:
         assert json.loads((run / "summary.json").read_text())["status"] == "completed"
@@ -191,8 +212,7 @@ def test_resume_of_a_run_from_before_the_precision_setting(tmp_path):
 
 
 def test_an_unknown_precision_is_refused_with_the_choices():
-    from hyla.configs import ConfigError
-    from hyla.train.commands import parse_train_args
+    from hyla.train.configs import ConfigError, parse_train_args
 
     with pytest.raises(ConfigError, match="train.precision.*fp32.*tf32.*bf16"):
         parse_train_args(["--train.precision", "fp16"])

@@ -17,9 +17,9 @@ import pytest
 import torch
 from helpers_train import TaskWrapper, tiny_config
 
-from hyla.configs import config_to_dict
-from hyla.train import train
 from hyla.train import checkpoint as ckpt
+from hyla.train import train
+from hyla.train.configs import config_to_dict
 
 TIMING = ("steps_per_second", "wall_time_s")
 STEPS = 20
@@ -47,8 +47,9 @@ def assert_same_run(a, b) -> None:
     state_a, state_b = (ckpt.load(r / "checkpoints" / "latest.pt") for r in (a, b))
     for key in ("model", "optimizer", "scheduler"):
         _assert_equal(state_a[key], state_b[key], key)
-    rows_a, rows_b = ([without_timing(json.loads(line)) for line in (r / "metrics.jsonl").read_text().splitlines()]
-                      for r in (a, b))
+    rows_a, rows_b = (
+        [without_timing(json.loads(line)) for line in (r / "metrics.jsonl").read_text().splitlines()] for r in (a, b)
+    )
     assert rows_a == rows_b
     summary_a, summary_b = (without_timing(json.loads((r / "summary.json").read_text())) for r in (a, b))
     assert summary_a == summary_b
@@ -114,8 +115,7 @@ def test_a_signal_during_an_evaluation_finishes_it_then_stops(tmp_path, monkeypa
     restore()
     rows = [json.loads(line) for line in (tmp_path / "stopped" / "metrics.jsonl").read_text().splitlines()]
     assert [(r["step"], r["split"]) for r in rows][-3:] == [(10, "valid"), (10, "ood"), (10, "novel_terms")]
-    assert_same_run(train(config(tmp_path, "full", eval_samples=64)),
-                    resume(tmp_path, "stopped", eval_samples=64))
+    assert_same_run(train(config(tmp_path, "full", eval_samples=64)), resume(tmp_path, "stopped", eval_samples=64))
 
 
 def test_a_second_signal_aborts_at_once_and_the_last_checkpoint_resumes_exactly(tmp_path, monkeypatch, reference):
@@ -205,16 +205,23 @@ def test_the_default_thread_count_is_a_function_of_the_machine(monkeypatch):
 
 def _start_cli(args, tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-m", "hyla.cli", *args], env=env, cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "hyla.cli", *args],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _wait_for_step(run, step: int, process, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     metrics = run / "metrics.jsonl"
     while time.monotonic() < deadline and process.poll() is None:
-        if metrics.exists() and any(json.loads(line)["step"] >= step for line in metrics.read_text().splitlines()
-                                    if line.endswith("}")):
+        if metrics.exists() and any(
+            json.loads(line)["step"] >= step for line in metrics.read_text().splitlines() if line.endswith("}")
+        ):
             return
         time.sleep(0.05)
     raise AssertionError(f"the run did not reach step {step}: {process.poll()}")
@@ -224,8 +231,10 @@ def _wait_for_step(run, step: int, process, timeout: float = 120) -> None:
 def test_real_signals_to_the_hyla_command(tmp_path, sig):
     """`hyla train` killed by a real SIGTERM (stops after the step) or SIGKILL (resumes from the last
     checkpoint); `hyla resume` then ends exactly like an uninterrupted `hyla train`."""
-    cfg = replace(config(tmp_path, "real"), train=replace(config(tmp_path, "real").train, steps=400,
-                                                            checkpoint_every=50, eval_every=100))
+    cfg = replace(
+        config(tmp_path, "real"),
+        train=replace(config(tmp_path, "real").train, steps=400, checkpoint_every=50, eval_every=100),
+    )
     (tmp_path / "real.json").write_text(json.dumps(config_to_dict(cfg)))
     full = replace(cfg, name="full")
     (tmp_path / "full.json").write_text(json.dumps(config_to_dict(full)))
@@ -235,7 +244,13 @@ def test_real_signals_to_the_hyla_command(tmp_path, sig):
     process.communicate(timeout=120)
     assert process.returncode == (130 if sig == signal.SIGTERM else -signal.SIGKILL)
     for args in (["resume", str(tmp_path / "real")], ["train", "--config", "full.json"]):
-        done = subprocess.run([sys.executable, "-m", "hyla.cli", *args], cwd=tmp_path, capture_output=True, text=True,
-                              env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
+        done = subprocess.run(
+            [sys.executable, "-m", "hyla.cli", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            timeout=300,
+        )
         assert done.returncode == 0, done.stderr[-2000:]
     assert_same_run(tmp_path / "full", tmp_path / "real")

@@ -22,12 +22,12 @@ from test_exact_resume import (
     without_timing,
 )
 
-from hyla.configs import ConfigError, build_task, resolve_model
-from hyla.model import Transformer
-from hyla.results import aggregate, find_runs
-from hyla.sweep import SweepSpec, run_packed_sweep, run_status
+from hyla.experiments.results import aggregate, find_runs
+from hyla.experiments.sweep import SweepSpec, run_packed_sweep, run_status
+from hyla.nn.transformer import Transformer
 from hyla.train import NonFiniteLossError, RunDir, load_run, train
 from hyla.train import checkpoint as ckpt
+from hyla.train.configs import ConfigError, build_task, resolve_model
 from hyla.train.packed import plan_packs, train_packed
 
 # A member against its solo run: float32 rounding of batched vs solo kernels, over 20 steps. Weights
@@ -66,8 +66,9 @@ def assert_close_run(a, b) -> None:
     for key in ("model", "scheduler"):
         torch.testing.assert_close(state_a[key], state_b[key], rtol=RTOL, atol=ATOL, msg=key)
     torch.testing.assert_close(state_a["optimizer"], state_b["optimizer"], rtol=GRAD_RTOL, atol=10 * ATOL)
-    rows_a, rows_b = ([without_timing(json.loads(line)) for line in (r / "metrics.jsonl").read_text().splitlines()]
-                      for r in (a, b))
+    rows_a, rows_b = (
+        [without_timing(json.loads(line)) for line in (r / "metrics.jsonl").read_text().splitlines()] for r in (a, b)
+    )
     assert_close_values(rows_a, rows_b, "metrics.jsonl")
     summary_a, summary_b = (without_timing(json.loads((r / "summary.json").read_text())) for r in (a, b))
     assert summary_a["status"] == "completed"
@@ -109,8 +110,11 @@ def test_a_stopped_pack_resumes_exactly(tmp_path, monkeypatch, packed, how, step
     """SIGTERM: every member checkpoints after the step; a crash: they continue from the pack's last
     checkpoint (step 10: member c's is due, so all checkpoint). Either way the resumed pack ends
     bit-identical to the uninterrupted one."""
-    stopper = (lambda task: SignalAt(task, "train", step, signal.SIGTERM)) if how == "sigterm" else (
-        lambda task: CrashAt(task, "train", step))
+    stopper = (
+        (lambda task: SignalAt(task, "train", step, signal.SIGTERM))
+        if how == "sigterm"
+        else (lambda task: CrashAt(task, "train", step))
+    )
     restore = stop_with(monkeypatch, lambda task: stopper(task) if task.seed == 1 else task)
     cfgs = member_configs(tmp_path)
     with pytest.raises(KeyboardInterrupt if how == "sigterm" else RuntimeError):
@@ -163,8 +167,9 @@ def test_a_member_folder_resumes_alone(tmp_path, solo):
 
 def test_results_and_load_run_read_member_folders(packed):
     cfg, model, _ = load_run(packed[2])
-    assert cfg.name == "c" and torch.equal(model.embed.weight, ckpt.load(packed[2] / "checkpoints" / "latest.pt")[
-        "model"]["embed.weight"])
+    assert cfg.name == "c" and torch.equal(
+        model.embed.weight, ckpt.load(packed[2] / "checkpoints" / "latest.pt")["model"]["embed.weight"]
+    )
     runs = find_runs(packed[0].parent)
     fields, rows = aggregate(runs)
     assert len(runs) == 3 and "train.lr" in fields
@@ -201,16 +206,34 @@ def test_plan_packs_groups_compatible_runs_and_stopped_packs(tmp_path):
 
 
 def test_sweep_packs_compatible_runs(tmp_path, capsys):
-    tiny = {"train.steps": 4, "train.warmup_steps": 1, "train.eval_every": 0, "train.eval_samples": 64,
-            "train.final_eval_samples": 64, "train.log_every": 2, "model.num_layers": 1, "model.dim": 16,
-            "model.mlp_dim": 16}
-    spec = SweepSpec(name="tiny", preset="logic_cpu", out_dir=str(tmp_path), seeds=[0, 1, 2], overrides=tiny,
-                     grid=[{"model.mixer": ["softmax", "hyla"]}])
+    tiny = {
+        "train.steps": 4,
+        "train.warmup_steps": 1,
+        "train.eval_every": 0,
+        "train.eval_samples": 64,
+        "train.final_eval_samples": 64,
+        "train.log_every": 2,
+        "model.num_layers": 1,
+        "model.dim": 16,
+        "model.mlp_dim": 16,
+    }
+    spec = SweepSpec(
+        name="tiny",
+        preset="logic_cpu",
+        out_dir=str(tmp_path),
+        seeds=[0, 1, 2],
+        overrides=tiny,
+        grid=[{"model.mixer": ["softmax", "hyla"]}],
+    )
     codes = run_packed_sweep(spec, 2)
     assert codes == dict.fromkeys((run.name for run in spec.runs()), 0)
     packs = [line for line in capsys.readouterr().out.splitlines() if line.startswith("pack: ")]
-    assert packs == ["pack: mixer-softmax__s0, mixer-softmax__s1", "pack: mixer-softmax__s2",
-                     "pack: mixer-hyla__s0, mixer-hyla__s1", "pack: mixer-hyla__s2"]
+    assert packs == [
+        "pack: mixer-softmax__s0, mixer-softmax__s1",
+        "pack: mixer-softmax__s2",
+        "pack: mixer-hyla__s0, mixer-hyla__s1",
+        "pack: mixer-hyla__s2",
+    ]
     assert all(run_status(tmp_path / name) == "completed" for name in codes)
     assert not list(tmp_path.glob("*.running"))
     assert run_packed_sweep(spec, 2) == {}  # nothing left to run
@@ -218,12 +241,30 @@ def test_sweep_packs_compatible_runs(tmp_path, capsys):
 
 def test_parallel_packed_sweep_equals_the_sequential_one(tmp_path):
     """`--parallel 2 --pack 2`: two processes, each training packs; same runs, same weights."""
-    tiny = {"train.steps": 4, "train.warmup_steps": 1, "train.eval_every": 0, "train.eval_samples": 64,
-            "train.final_eval_samples": 64, "train.log_every": 2, "train.threads": 1, "model.num_layers": 1,
-            "model.dim": 16, "model.mlp_dim": 16}
-    specs = [SweepSpec(name="tiny", preset="logic_cpu", out_dir=str(tmp_path / name), seeds=[0, 1], overrides=tiny,
-                       grid=[{"model.mixer": ["softmax", "hyla"]}], parallel=parallel)
-             for name, parallel in (("sequential", 1), ("parallel", 2))]
+    tiny = {
+        "train.steps": 4,
+        "train.warmup_steps": 1,
+        "train.eval_every": 0,
+        "train.eval_samples": 64,
+        "train.final_eval_samples": 64,
+        "train.log_every": 2,
+        "train.threads": 1,
+        "model.num_layers": 1,
+        "model.dim": 16,
+        "model.mlp_dim": 16,
+    }
+    specs = [
+        SweepSpec(
+            name="tiny",
+            preset="logic_cpu",
+            out_dir=str(tmp_path / name),
+            seeds=[0, 1],
+            overrides=tiny,
+            grid=[{"model.mixer": ["softmax", "hyla"]}],
+            parallel=parallel,
+        )
+        for name, parallel in (("sequential", 1), ("parallel", 2))
+    ]
     codes = [run_packed_sweep(spec, 2) for spec in specs]
     assert codes[0] == codes[1] == dict.fromkeys((run.name for run in specs[0].runs()), 0)
     for name in codes[0]:

@@ -13,9 +13,9 @@ from dataclasses import replace
 
 import pytest
 
-from hyla.configs import get_preset
 from hyla.ops.torch_internals import PUBLIC_OPS_ENV
 from hyla.train import train
+from hyla.train.configs import get_preset
 
 TOLERANCE = 1e-5
 
@@ -24,9 +24,24 @@ def training_losses(tmp_path, preset: str, steps: int) -> tuple[list[float], lis
     """The logged training losses of `steps` steps of HYLA on `preset` (seed 0, one thread), and what
     attention ran."""
     cfg = get_preset(preset)
-    cfg = replace(cfg, out_dir=str(tmp_path), name="run", seed=0, model=replace(cfg.model, mixer="hyla"),
-                  train=replace(cfg.train, steps=steps, eval_every=0, final_eval_samples=256, eval_batch_size=256,
-                                log_every=20, checkpoint_every=steps, progress=False, threads=1))
+    cfg = replace(
+        cfg,
+        out_dir=str(tmp_path),
+        name="run",
+        seed=0,
+        model=replace(cfg.model, mixer="hyla"),
+        train=replace(
+            cfg.train,
+            steps=steps,
+            eval_every=0,
+            final_eval_samples=256,
+            eval_batch_size=256,
+            log_every=20,
+            checkpoint_every=steps,
+            progress=False,
+            threads=1,
+        ),
+    )
     run = train(cfg)
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     attention = json.loads((run / "env.json").read_text())["numerics"]["attention"]

@@ -5,11 +5,10 @@ import json
 from dataclasses import replace
 
 import pytest
+from helpers_train import tiny_config
 
 from hyla.train import train
 from hyla.train.trackers import scalar_metrics
-
-from helpers_train import tiny_config
 
 wandb = pytest.importorskip("wandb")
 
@@ -38,8 +37,10 @@ def test_wandb_gets_the_run_metrics_and_config_offline(tmp_path, offline_wandb):
     assert (run / "wandb_run_id").read_text().strip() == run_id  # the resumed session continues the W&B run
 
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    expected = [(r["step"], scalar_metrics(r["split"], {k: v for k, v in r.items() if k not in ("step", "split")}))
-                for r in records]
+    expected = [
+        (r["step"], scalar_metrics(r["split"], {k: v for k, v in r.items() if k not in ("step", "split")}))
+        for r in records
+    ]
     assert offline_wandb == expected
     assert {"train/loss", "train/lr", "valid/r2", "ood/r2"} <= {key for _, data in offline_wandb for key in data}
 
@@ -52,12 +53,16 @@ def test_wandb_gets_the_run_metrics_and_config_offline(tmp_path, offline_wandb):
 def test_missing_wandb_is_a_clear_config_error(tmp_path, monkeypatch):
     import builtins
 
-    from hyla.configs import ConfigError
+    from hyla.train.configs import ConfigError
 
     real_import = builtins.__import__
-    monkeypatch.setattr(builtins, "__import__",
-                        lambda name, *a, **k: (_ for _ in ()).throw(ImportError(name)) if name == "wandb"
-                        else real_import(name, *a, **k))
+    monkeypatch.setattr(
+        builtins,
+        "__import__",
+        lambda name, *a, **k: (
+            (_ for _ in ()).throw(ImportError(name)) if name == "wandb" else real_import(name, *a, **k)
+        ),
+    )
     cfg = tiny_config(tmp_path, steps=2)
     with pytest.raises(ConfigError, match="pip install"):
         train(replace(cfg, train=replace(cfg.train, wandb="hyla-test")))

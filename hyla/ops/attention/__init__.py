@@ -12,16 +12,23 @@ The math (docs/math.md; the paper's Eq. 4-7). q [B, Tq, H, Dk], k [B, Tk, H, Dk]
 
 `naive.py` is exactly this, in einsums: the reference. Every other implementation below computes
 the same function and is tested against it on outputs AND gradients in float64
-(tests/test_ops_attention.py). What `implementation="auto"` runs:
+(tests/ops/test_attention.py). What `implementation="auto"` runs, the first that applies:
 
-| implementation | `auto` picks it when (first match) | why |
-|---|---|---|
-| `triton`    | mlp, CUDA, B·Tq·Tk·Dv > STREAM_THRESHOLD, `triton_covers`, `triton_by_default` | memory linear in T, faster than streamed (docs/speed.md) |
-| `cpp`       | mlp, CPU, `cpp.covers` (rms_head/none, relu/identity, float32/64) and the kernel compiled | one C++ kernel, each pair in registers: faster (docs/speed.md) |
-| `streamed`  | mlp, and B·Tq·Tk·Dv > STREAM_THRESHOLD | memory: [B, Tq, Tk, Dv] exists one key block at a time |
-| `pointwise` | under torch.compile, Dv <= POINTWISE_MAX_HEAD_DIM | inductor fuses it; tiny heads make matmuls slow |
-| `fused`     | mlp, eager, CPU, dropout mask shared by the heads, no autocast | hand-written backward: fewer passes over memory |
-| `naive`     | otherwise (e.g. the linear value network eagerly, CUDA) | the reference; fast enough there |
+    implementation  when                                       why
+    `triton`        mlp, CUDA, B·Tq·Tk·Dv > STREAM_THRESHOLD,  memory linear in T, and faster
+                    `triton_covers` and `triton_by_default`    than `streamed`
+    `cpp`           mlp, CPU, `cpp.covers` (rms_head/none,     one C++ kernel, each query-key
+                    relu/identity, float32/64), kernel built   pair in registers
+    `streamed`      mlp, B·Tq·Tk·Dv > STREAM_THRESHOLD         memory: [B, Tq, Tk, Dv] exists
+                                                               one key block at a time
+    `pointwise`     under torch.compile, Dv <=                 inductor fuses it; tiny heads
+                    POINTWISE_MAX_HEAD_DIM                     make matmuls slow
+    `fused`         mlp, eager, CPU, a dropout mask shared     hand-written backward: fewer
+                    by the heads, no autocast                  passes over memory
+    `naive`         otherwise (e.g. the linear value network   the reference; fast enough there
+                    eagerly, CUDA)
+
+What each fast path gains is measured in the speed ledger, docs/speed.md.
 
 `return_scores` never changes the choice, so an analysis run (`return_latents=True`) computes the
 same outputs as training does. The returned latent codes are `normalize(scores(q, k, bias))`: the
@@ -131,8 +138,11 @@ def attention(
         raise TypeError(f"mask must be a bool tensor (True = attend), got {mask.dtype}")
     if implementation in MLP_ONLY and value_network != "mlp":
         raise ValueError(f"implementation={implementation!r} exists for value_network='mlp' only")
-    name = implementation if implementation != "auto" else choose_implementation(
-        q, v, k.shape[1], value_network, dropout_mask, normalization, activation, bias, mask)
+    name = (
+        implementation
+        if implementation != "auto"
+        else choose_implementation(q, v, k.shape[1], value_network, dropout_mask, normalization, activation, bias, mask)
+    )
     record_ran(name)
     kwargs = dict(normalization=normalization, activation=activation, bias=bias, mask=mask, dropout_mask=dropout_mask)
     if name in GENERAL:
@@ -144,8 +154,12 @@ def attention(
 
 def triton_covers(q, v, normalization: str | None) -> bool:
     """Whether `hyla_triton` takes these inputs (decided without importing triton)."""
-    return (normalization in TRITON_NORMALIZATIONS and q.dtype in TRITON_DTYPES
-            and max(q.shape[-1], v.shape[-1]) <= TRITON_MAX_HEAD_DIM and TRITON_INSTALLED)
+    return (
+        normalization in TRITON_NORMALIZATIONS
+        and q.dtype in TRITON_DTYPES
+        and max(q.shape[-1], v.shape[-1]) <= TRITON_MAX_HEAD_DIM
+        and TRITON_INSTALLED
+    )
 
 
 def triton_by_default(device: torch.device) -> bool:
@@ -161,25 +175,55 @@ def _validated_architecture(device_index: int) -> bool:
     return torch.cuda.get_device_capability(device_index) in TRITON_VALIDATED
 
 
-def choose_implementation(q, v, k_len: int, value_network: str, dropout_mask, normalization: str | None = None,
-                          activation: str = "relu", bias=None, mask=None) -> str:
+def choose_implementation(
+    q,
+    v,
+    k_len: int,
+    value_network: str,
+    dropout_mask,
+    normalization: str | None = None,
+    activation: str = "relu",
+    bias=None,
+    mask=None,
+) -> str:
     """What `auto` runs: the first row of the module docstring's table that applies."""
     hidden_elements = q.shape[0] * q.shape[1] * k_len * v.shape[-1]
-    if (value_network == "mlp" and hidden_elements > STREAM_THRESHOLD and q.is_cuda
-            and triton_covers(q, v, normalization) and triton_by_default(q.device)):
+    if (
+        value_network == "mlp"
+        and hidden_elements > STREAM_THRESHOLD
+        and q.is_cuda
+        and triton_covers(q, v, normalization)
+        and triton_by_default(q.device)
+    ):
         return "triton"
-    if (value_network == "mlp" and cpp.covers(q, v, normalization, activation, bias, mask, dropout_mask)
-            and cpp.available()):
+    if (
+        value_network == "mlp"
+        and cpp.covers(q, v, normalization, activation, bias, mask, dropout_mask)
+        and cpp.available()
+    ):
         return "cpp"
     if value_network == "mlp" and hidden_elements > STREAM_THRESHOLD:
         return "streamed"
     if torch.compiler.is_compiling():
         return "pointwise" if v.shape[-1] <= POINTWISE_MAX_HEAD_DIM else "naive"
     # (the fused backward computes in its inputs' dtype: under autocast they mix bfloat16 and float32)
-    if value_network == "mlp" and q.device.type == "cpu" and fusable(dropout_mask) and not torch.is_autocast_enabled("cpu"):
+    if (
+        value_network == "mlp"
+        and q.device.type == "cpu"
+        and fusable(dropout_mask)
+        and not torch.is_autocast_enabled("cpu")
+    ):
         return "fused"
     return "naive"
 
 
-__all__ = ["attention", "attention_naive", "attention_pointwise", "hyla_streamed", "hyla_fused", "IMPLEMENTATIONS",
-           "implementations_ran", "reset_implementations_ran"]
+__all__ = [
+    "attention",
+    "attention_naive",
+    "attention_pointwise",
+    "hyla_streamed",
+    "hyla_fused",
+    "IMPLEMENTATIONS",
+    "implementations_ran",
+    "reset_implementations_ran",
+]

@@ -9,7 +9,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from hyla.ops.mixers import Mixer
+from hyla.ops.mixers import check_axes
 
 RMS_EPS = 1e-6
 # What attention() ran in this process: implementation names, and fast paths that fell back (with
@@ -32,6 +32,36 @@ def scores(q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None) -> torch
     return s if bias is None else s + bias
 
 
+def masked_scores(s: torch.Tensor, mask: torch.Tensor | None, inplace: bool = False) -> torch.Tensor:
+    """Scores s with the pairs where `mask` is False set to the dtype's minimum, so that a softmax or
+    a log-sum-exp over the keys leaves them out. The minimum rather than -inf: a fully masked row
+    stays finite (and `masked_softmax` zeroes it). inplace: overwrite s."""
+    if mask is None:
+        return s
+    if inplace:
+        return s.masked_fill_(~mask, torch.finfo(s.dtype).min)
+    return s.masked_fill(~mask, torch.finfo(s.dtype).min)
+
+
+def masked_softmax(
+    s: torch.Tensor,
+    mask: torch.Tensor | None,
+    softmax_lse: torch.Tensor | None = None,
+    inplace: bool = False,
+) -> torch.Tensor:
+    """softmax of the scores s over the keys (the last axis), exactly 0 where `mask` is False: a fully
+    masked row is all 0.
+
+    softmax_lse [B, H, Tq, 1]: the log-sum-exp over ALL keys, for when `s` holds only a block of keys.
+    inplace: overwrite s and the result instead of allocating new tensors (no autograd through it).
+    """
+    s = masked_scores(s, mask, inplace)
+    p = torch.softmax(s, dim=-1) if softmax_lse is None else torch.exp(s - softmax_lse)
+    if mask is None:
+        return p
+    return p.masked_fill_(~mask, 0.0) if inplace else p.masked_fill(~mask, 0.0)
+
+
 def normalize(
     s: torch.Tensor,
     normalization: str,
@@ -43,28 +73,33 @@ def normalize(
     softmax_lse [B, H, Tq, 1]: the log-sum-exp over ALL keys, for when `s` holds only a block of keys.
     """
     if normalization == "softmax":
-        if mask is not None:
-            # dtype min instead of -inf: a fully masked row stays finite and is zeroed below.
-            s = s.masked_fill(~mask, torch.finfo(s.dtype).min)
-        a = torch.softmax(s, dim=-1) if softmax_lse is None else torch.exp(s - softmax_lse)
-    else:
-        a = s
-    if mask is not None:
-        a = a.masked_fill(~mask, 0.0)
+        return masked_softmax(s, mask, softmax_lse)
+    a = s if mask is None else s.masked_fill(~mask, 0.0)
     if normalization == "rms_head":
         a = a * torch.rsqrt(a.pow(2).mean(dim=1, keepdim=True) + RMS_EPS)
     return a
 
 
+def as_4d(t: torch.Tensor | None) -> torch.Tensor | None:
+    """A tensor broadcastable to [B, H, Tq, Tk] (a bias, a mask, a dropout mask, ...) as a 4-d view:
+    the axes it lacks in front added with size 1. None stays None."""
+    return None if t is None else t.reshape((1,) * (4 - t.ndim) + tuple(t.shape))
+
+
+def shared_by_heads(t: torch.Tensor | None) -> bool:
+    """Whether a tensor broadcastable to [B, H, Tq, Tk] is the same for every head (None is)."""
+    return t is None or t.ndim < 3 or t.shape[-3] == 1
+
+
 def per_pair(t: torch.Tensor, q_len: int, k_len: int) -> torch.Tensor:
     """A tensor broadcastable to [B, 1, Tq, Tk] (one value per query-key pair, shared by the heads)
     as [B or 1, Tq, Tk] (a view)."""
-    t = t.reshape((1,) * (4 - t.ndim) + tuple(t.shape))
+    t = as_4d(t)
     return t[:, 0].expand(t.shape[0], q_len, k_len)
 
 
 def check_inputs(q, k, v, normalization, value_network, activation) -> None:
-    Mixer(normalization, value_network, activation)
+    check_axes(normalization, value_network, activation)
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
         raise ValueError(
             f"q, k, v must be [B, T, H, D]; got shapes {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
@@ -86,8 +121,12 @@ def record_fallback(fast_path: str, reason: str) -> None:
     """A fast path did not run and the PyTorch form with the same math did: warn once per reason."""
     entry = f"{fast_path} fell back to PyTorch ({reason})"
     if entry not in _RAN:
-        warnings.warn(f"hyla: the {fast_path} HYLA kernel did not run ({reason}); the PyTorch form with the same "
-                      "math runs instead", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"hyla: the {fast_path} HYLA kernel did not run ({reason}); the PyTorch form with the same "
+            "math runs instead",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     _RAN.add(entry)
 
 

@@ -13,15 +13,16 @@ per vector lane (an AVX-512 register of float32). Per query q and key j, all in 
 f is the attention-dropout scale and 0 where the mask is False (a masked or dropped pair
 contributes nothing, as in the reference). The backward recomputes each pair from q, k and v
 instead of storing anything of size [B, H, Tq, Tk]. Same values as `attention_naive` up to float
-rounding; tests/test_cpp_attention.py compares outputs and gradients in float64 and float32.
+rounding; tests/ops/test_cpp_attention.py compares outputs and gradients in float64 and float32.
+What it gains in training steps/s is in the speed ledger, docs/speed.md.
 
 The kernel is compiled on first use with the system C++ compiler (`$CXX`, else `c++`) for this
-CPU (`-march=native`, OpenMP), in about 2 s, and cached under `$HYLA_CACHE/kernels` by a key of the
-source, the compiler and the CPU. Without a working compiler, when the build fails or the cached
-library does not load (it is rebuilt once), or with HYLA_CPP_KERNEL=0, it is unavailable: hyla
-warns once with the reason and `attention(implementation="auto")` takes the PyTorch paths. A
-failed build is remembered beside the library (`hyla_cpu-<key>.failed`), so the processes of a
-sweep do not each retry it; delete that file to retry.
+CPU (`-march=native`, OpenMP) and cached under `$HYLA_CACHE/kernels` by a key of the source, the
+compiler and the CPU, so a machine compiles it once. Without a working compiler, when the build
+fails or the cached library does not load (it is rebuilt once), or with HYLA_CPP_KERNEL=0, it is
+unavailable: hyla warns once with the reason and `attention(implementation="auto")` takes the
+PyTorch paths. A failed build is remembered beside the library (`hyla_cpu-<key>.failed`), so the
+processes of a sweep do not each retry it; delete that file to retry.
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ from pathlib import Path
 
 import torch
 
-from hyla.cache import default_cache_dir
-from hyla.ops.attention.common import RMS_EPS, per_pair
+from hyla.ops.attention.common import RMS_EPS, as_4d, per_pair, shared_by_heads
+from hyla.ops.cache import default_cache_dir
+from hyla.ops.registration import register_operator
 from hyla.ops.torch_internals import constant_under_compile
 
 SOURCE = Path(__file__).with_name("hyla_cpu.cpp")
@@ -76,7 +78,9 @@ def _cpu_identity() -> str:
     """What -march=native depends on: the CPU model and its instruction-set flags."""
     try:
         info = Path("/proc/cpuinfo").read_text()
-        return "\n".join(line for line in info.splitlines()[:40] if line.startswith(("model name", "flags", "Features")))
+        return "\n".join(
+            line for line in info.splitlines()[:40] if line.startswith(("model name", "flags", "Features"))
+        )
     except OSError:
         return platform.processor() + platform.machine()
 
@@ -98,8 +102,11 @@ def _build(compiler: str, target: Path) -> str | None:
 
 def _unavailable(reason: str) -> None:
     """Warn (once per process: `_library` is cached) why HYLA on the CPU takes the PyTorch paths."""
-    warnings.warn(f"hyla: the C++ HYLA kernel is unavailable ({reason}); HYLA on the CPU uses the PyTorch "
-                  "implementations, with the same math", stacklevel=4)
+    warnings.warn(
+        f"hyla: the C++ HYLA kernel is unavailable ({reason}); HYLA on the CPU uses the PyTorch "
+        "implementations, with the same math",
+        stacklevel=4,
+    )
 
 
 def _cache_key(compiler: str) -> str | None:
@@ -109,8 +116,11 @@ def _cache_key(compiler: str) -> str | None:
     except OSError as error:  # CXX names nothing runnable
         _unavailable(f"cannot run the compiler {compiler!r}: {error.strerror or error}")
         return None
-    return hashlib.sha256(b"\0".join(x.encode() for x in (SOURCE.read_text(), compiler, version, _cpu_identity(),
-                                                           repr((BASE_FLAGS, FLAG_SETS))))).hexdigest()[:16]
+    return hashlib.sha256(
+        b"\0".join(
+            x.encode() for x in (SOURCE.read_text(), compiler, version, _cpu_identity(), repr((BASE_FLAGS, FLAG_SETS)))
+        )
+    ).hexdigest()[:16]
 
 
 def _load(target: Path) -> ctypes.CDLL:
@@ -149,8 +159,11 @@ def _library() -> ctypes.CDLL | None:
         return None
     for attempt in ("cached", "rebuilt"):
         if attempt == "rebuilt" or not target.exists():
-            print(f"hyla: compiling the C++ HYLA kernel with {compiler} (once per machine, a few seconds)",
-                  file=sys.stderr, flush=True)
+            print(
+                f"hyla: compiling the C++ HYLA kernel with {compiler} (once per machine, a few seconds)",
+                file=sys.stderr,
+                flush=True,
+            )
             error = _build(compiler, target)
             if error is not None:
                 _remember_failure(failed, f"{compiler}: {error}")
@@ -182,24 +195,53 @@ def _warn_disabled() -> None:
     _unavailable(f"turned off by {DISABLE_ENV}=0")
 
 
-def covers(q: torch.Tensor, v: torch.Tensor, normalization: str, activation: str, bias: torch.Tensor | None,
-           mask: torch.Tensor | None, dropout_mask: torch.Tensor | None) -> bool:
+def covers(
+    q: torch.Tensor,
+    v: torch.Tensor,
+    normalization: str,
+    activation: str,
+    bias: torch.Tensor | None,
+    mask: torch.Tensor | None,
+    dropout_mask: torch.Tensor | None,
+) -> bool:
     """Whether `hyla_cpp` takes these inputs (without compiling anything)."""
     batch = q.shape[0]
+    return (
+        q.device.type == "cpu"
+        and q.dtype in DTYPES
+        and v.dtype == q.dtype
+        and normalization in NORMALIZATIONS
+        and activation in ACTIVATIONS
+        and q.shape[2] <= MAX_HEADS
+        and v.shape[-1] <= MAX_V_DIM
+        and (bias is None or bias.dtype == q.dtype and _batch_axis_fits(bias, batch))
+        and _foldable(mask, batch)
+        and _foldable(dropout_mask, batch)
+    )
 
-    def shared_by_heads(t):  # broadcastable to [B, 1, Tq, Tk], with a batch axis of 1 or B
-        return t is None or (t.ndim < 3 or t.shape[-3] == 1) and (t.ndim < 4 or t.shape[0] in (1, batch))
 
-    return (q.device.type == "cpu" and q.dtype in DTYPES and v.dtype == q.dtype
-            and normalization in NORMALIZATIONS and activation in ACTIVATIONS
-            and q.shape[2] <= MAX_HEADS and v.shape[-1] <= MAX_V_DIM
-            and (bias is None or bias.dtype == q.dtype and (bias.ndim < 4 or bias.shape[0] in (1, batch)))
-            and shared_by_heads(mask) and shared_by_heads(dropout_mask))
+def _batch_axis_fits(t: torch.Tensor, batch: int) -> bool:
+    """Whether a tensor broadcastable to [B, H, Tq, Tk] has a batch axis of 1 or B (or none)."""
+    return t.ndim < 4 or t.shape[0] in (1, batch)
 
 
-def hyla_cpp(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, normalization: str, activation: str = "relu",
-             bias: torch.Tensor | None = None, mask: torch.Tensor | None = None,
-             dropout_mask: torch.Tensor | None = None) -> torch.Tensor:
+def _foldable(t: torch.Tensor | None, batch: int) -> bool:
+    """Whether a mask or dropout mask folds into the kernel's per-pair factor [1|B, Tq, Tk]: the same
+    for every head, with a batch axis of 1 or B (None: nothing to fold)."""
+    return t is None or shared_by_heads(t) and _batch_axis_fits(t, batch)
+
+
+def hyla_cpp(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    normalization: str,
+    activation: str = "relu",
+    bias: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+    dropout_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
     """HYLA output [B, Tq, H, Dv] (the `mlp` value network), equal to the naive form up to rounding.
 
     q [B, Tq, H, Dk], k [B, Tk, H, Dk], v [B, Tk, H, Dv]: float32 or float64 CPU tensors;
@@ -207,25 +249,34 @@ def hyla_cpp(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, normalization
     [B, H, Tq, Tk]; mask and dropout_mask broadcastable to [B, 1, Tq, Tk] (shared by the heads).
     """
     if k.dtype != q.dtype or not covers(q, v, normalization, activation, bias, mask, dropout_mask):
-        raise ValueError("hyla_cpp takes float32/float64 CPU inputs of one dtype, normalization rms_head or none, activation "
-                         f"relu or identity, at most {MAX_HEADS} heads and value dimension {MAX_V_DIM}, and a "
-                         "mask and dropout mask shared by the heads")
+        raise ValueError(
+            "hyla_cpp takes float32/float64 CPU inputs of one dtype, normalization rms_head or none, activation "
+            f"relu or identity, at most {MAX_HEADS} heads and value dimension {MAX_V_DIM}, and a "
+            "mask and dropout mask shared by the heads"
+        )
     if not available():
         raise RuntimeError(f"the C++ HYLA kernel is not available here (see the warning; {DISABLE_ENV}=0 turns it off)")
     _, q_len, heads, qk_dim = q.shape
     k_len = k.shape[1]
     bias_t = None
     if bias is not None:
-        bias = bias.reshape((1,) * (4 - bias.ndim) + tuple(bias.shape))
+        bias = as_4d(bias)
         bias_t = bias.expand(bias.shape[0], heads, q_len, k_len).contiguous()  # [1|B, H, Tq, Tk]
     factor = None  # [1|B, Tq, Tk]: the attention-dropout scale, 0 where masked
     for t in (mask, dropout_mask):
         if t is not None:
             t = per_pair(t, q_len, k_len).to(q.dtype)
             factor = t if factor is None else factor * t
-    return _CppHyla.apply(q.contiguous(), k.contiguous(), v.contiguous(), bias_t,
-                          None if factor is None else factor.contiguous(), 1.0 / math.sqrt(qk_dim),
-                          normalization == "rms_head", activation == "relu")
+    return _CppHyla.apply(
+        q.contiguous(),
+        k.contiguous(),
+        v.contiguous(),
+        bias_t,
+        None if factor is None else factor.contiguous(),
+        1.0 / math.sqrt(qk_dim),
+        normalization == "rms_head",
+        activation == "relu",
+    )
 
 
 def _arguments(q, k, v, bias, factor, scale, rms_head, relu) -> _Args:
@@ -237,9 +288,26 @@ def _arguments(q, k, v, bias, factor, scale, rms_head, relu) -> _Args:
     def per_example(t):  # 1 when the tensor differs across the batch
         return int(t is not None and t.shape[0] > 1)
 
-    return _Args(batch, q_len, k.shape[1], heads, qk_dim, v.shape[-1], pointer(q), pointer(k), pointer(v),
-                 pointer(bias), pointer(factor), per_example(bias), per_example(factor), scale, RMS_EPS,
-                 int(rms_head), int(relu), torch.get_num_threads())
+    return _Args(
+        batch,
+        q_len,
+        k.shape[1],
+        heads,
+        qk_dim,
+        v.shape[-1],
+        pointer(q),
+        pointer(k),
+        pointer(v),
+        pointer(bias),
+        pointer(factor),
+        per_example(bias),
+        per_example(factor),
+        scale,
+        RMS_EPS,
+        int(rms_head),
+        int(relu),
+        torch.get_num_threads(),
+    )
 
 
 def _run(direction: str, args: _Args, dtype: torch.dtype) -> None:
@@ -248,8 +316,16 @@ def _run(direction: str, args: _Args, dtype: torch.dtype) -> None:
         raise ValueError(f"hyla_cpp: at most {MAX_HEADS} heads and value dimension {MAX_V_DIM}")
 
 
-def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
-             factor: torch.Tensor | None, scale: float, rms_head: bool, relu: bool) -> torch.Tensor:
+def _forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    bias: torch.Tensor | None,
+    factor: torch.Tensor | None,
+    scale: float,
+    rms_head: bool,
+    relu: bool,
+) -> torch.Tensor:
     """q [B, Tq, H, Dk], k [B, Tk, H, Dk], v [B, Tk, H, Dv] (contiguous) -> y [B, Tq, H, Dv]."""
     out = _forward_shape(q, k, v, bias, factor, scale, rms_head, relu)
     args = _arguments(q, k, v, bias, factor, scale, rms_head, relu)
@@ -258,9 +334,17 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tens
     return out
 
 
-def _backward(grad_y: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
-              factor: torch.Tensor | None, scale: float, rms_head: bool,
-              relu: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _backward(
+    grad_y: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    bias: torch.Tensor | None,
+    factor: torch.Tensor | None,
+    scale: float,
+    rms_head: bool,
+    relu: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients of q, k, v and bias (an empty tensor without a bias)."""
     grad_y = grad_y.contiguous()
     grad_q, grad_k, grad_v, grad_bias = _backward_shape(grad_y, q, k, v, bias, factor, scale, rms_head, relu)
@@ -277,25 +361,24 @@ def _forward_shape(q, k, v, bias, factor, scale, rms_head, relu):
 
 
 def _backward_shape(grad_y, q, k, v, bias, factor, scale, rms_head, relu):
-    return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
-            q.new_empty(0) if bias is None else torch.empty_like(bias))
+    return (
+        torch.empty_like(q),
+        torch.empty_like(k),
+        torch.empty_like(v),
+        q.new_empty(0) if bias is None else torch.empty_like(bias),
+    )
 
 
-# Both as opaque operators for torch.compile (it cannot trace a ctypes call), with the low-level
-# torch.library API as hyla.nn.linear does (torch.library.custom_op imports torch._dynamo, and
-# triton with it, on its first call). Registered on first use, once per process.
+# Both as opaque operators for torch.compile, which cannot trace a ctypes call (see
+# hyla.ops.registration). Registered when the library first loads, once per process.
 _SIGNATURE = "Tensor q, Tensor k, Tensor v, Tensor? bias, Tensor? factor, float scale, bool rms_head, bool relu"
 
 
 def _register_compiled_operators() -> None:
-    if hasattr(torch.ops.hyla, "cpp_forward"):
-        return
-    torch.library.define("hyla::cpp_forward", f"({_SIGNATURE}) -> Tensor")
-    torch.library.impl("hyla::cpp_forward", "CPU", _forward)
-    torch.library.register_fake("hyla::cpp_forward", _forward_shape)
-    torch.library.define("hyla::cpp_backward", f"(Tensor grad_y, {_SIGNATURE}) -> (Tensor, Tensor, Tensor, Tensor)")
-    torch.library.impl("hyla::cpp_backward", "CPU", _backward)
-    torch.library.register_fake("hyla::cpp_backward", _backward_shape)
+    register_operator("cpp_forward", f"({_SIGNATURE}) -> Tensor", _forward, _forward_shape)
+    register_operator(
+        "cpp_backward", f"(Tensor grad_y, {_SIGNATURE}) -> (Tensor, Tensor, Tensor, Tensor)", _backward, _backward_shape
+    )
 
 
 def _operator(name: str):

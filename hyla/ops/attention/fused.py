@@ -21,13 +21,13 @@ import math
 
 import torch
 
-from hyla.ops.attention.common import ACTIVATION_FNS, RMS_EPS, per_pair
+from hyla.ops.attention.common import ACTIVATION_FNS, RMS_EPS, masked_softmax, per_pair, shared_by_heads
 from hyla.ops.torch_internals import relu_backward, softmax_backward
 
 
 def fusable(dropout_mask: torch.Tensor | None) -> bool:
     """The dropout mask must be shared by all heads to be folded (MultiHeadAttention's is [Tq, Tk])."""
-    return dropout_mask is None or dropout_mask.ndim < 3 or dropout_mask.shape[-3] == 1
+    return shared_by_heads(dropout_mask)
 
 
 def _activation_backward(activation: str, z: torch.Tensor, u: torch.Tensor, grad_u: torch.Tensor) -> torch.Tensor:
@@ -55,11 +55,7 @@ class _FusedHyla(torch.autograd.Function):
             s.div_(scale)
         inv = None
         if normalization == "softmax":
-            if mask is not None:
-                s.masked_fill_(~mask, torch.finfo(s.dtype).min)
-            p = torch.softmax(s, dim=-1)
-            if mask is not None:
-                p.masked_fill_(~mask, 0.0)
+            p = masked_softmax(s, mask, inplace=True)  # in place: s is a fresh tensor here
         else:
             p = s if mask is None else s.masked_fill_(~mask, 0.0)
             if normalization == "rms_head":
@@ -142,9 +138,17 @@ class _FusedHyla(torch.autograd.Function):
         return grad_q, grad_k, grad_v, grad_bias, None, None, None, None
 
 
-def hyla_fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, normalization: str,
-               activation: str = "relu", bias: torch.Tensor | None = None, mask: torch.Tensor | None = None,
-               dropout_mask: torch.Tensor | None = None) -> torch.Tensor:
+def hyla_fused(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    normalization: str,
+    activation: str = "relu",
+    bias: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+    dropout_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
     """HYLA output [B, Tq, H, Dv] (the `mlp` value network), equal to the naive form up to rounding.
 
     q [B, Tq, H, Dk], k [B, Tk, H, Dk], v [B, Tk, H, Dv]; bias and mask broadcastable to

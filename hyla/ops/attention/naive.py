@@ -10,9 +10,18 @@ import torch
 from hyla.ops.attention.common import ACTIVATION_FNS, normalize, scores
 
 
-def attention_naive(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, normalization: str, value_network: str,
-                    activation: str = "relu", bias: torch.Tensor | None = None, mask: torch.Tensor | None = None,
-                    dropout_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def attention_naive(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    normalization: str,
+    value_network: str,
+    activation: str = "relu",
+    bias: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+    dropout_mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns (output [B, Tq, H, Dv], latent codes a [B, H, Tq, Tk]).
 
     q [B, Tq, H, Dk], k [B, Tk, H, Dk], v [B, Tk, H, Dv]; bias and mask broadcastable to

@@ -9,7 +9,8 @@ Eagerly it would materialize the product, so `attention` picks it only when comp
 
 On CPU, compile with `torch._inductor.config.cpp.enable_loop_tail_vec = False` (the hyla trainer
 does): otherwise inductor vectorizes the 2-wide head axis and opens an OpenMP region inside it
-per output element, which makes these kernels many times slower with more than one thread.
+per output element, which makes these kernels far slower with more than one thread (the speed
+ledger, docs/speed.md, has the measurements).
 """
 
 from __future__ import annotations
@@ -19,9 +20,18 @@ import torch
 from hyla.ops.attention.common import ACTIVATION_FNS, normalize, scores
 
 
-def attention_pointwise(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, normalization: str, value_network: str,
-                        activation: str = "relu", bias: torch.Tensor | None = None, mask: torch.Tensor | None = None,
-                        dropout_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def attention_pointwise(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    normalization: str,
+    value_network: str,
+    activation: str = "relu",
+    bias: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+    dropout_mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Same arguments and results as `attention_naive`: (output [B, Tq, H, Dv], latent codes a [B, H, Tq, Tk])."""
     a = normalize(scores(q, k, bias), normalization, mask)  # [B, H, Tq, Tk]
     weights = (a if dropout_mask is None else a * dropout_mask).unsqueeze(3)  # [B, H, Tq, 1, Tk]

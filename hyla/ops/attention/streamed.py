@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from hyla.ops.attention.common import ACTIVATION_FNS, normalize, scores
+from hyla.ops.attention.common import ACTIVATION_FNS, as_4d, masked_scores, normalize, scores
 
 # Elements of one hidden block [B, Tq, block, Dv]: 4M floats = 16 MiB in float32.
 BLOCK_ELEMENTS = 1 << 22
@@ -24,11 +24,11 @@ def key_block_size(batch: int, q_len: int, v_dim: int, block_elements: int = BLO
     return max(1, block_elements // max(1, batch * q_len * v_dim))
 
 
-def _as_4d(t: torch.Tensor | None, k_len: int) -> torch.Tensor | None:
+def _with_key_axis(t: torch.Tensor | None, k_len: int) -> torch.Tensor | None:
     """View a tensor broadcastable to [B, H, Tq, Tk] as 4-d with a full key axis (no copy)."""
     if t is None:
         return None
-    t = t.reshape((1,) * (4 - t.ndim) + tuple(t.shape))
+    t = as_4d(t)
     return t.expand(*t.shape[:-1], k_len)
 
 
@@ -47,8 +47,7 @@ def _softmax_lse(q, k, bias, mask, block):
     for start in range(0, k.shape[1], block):
         ks = slice(start, start + block)
         s = scores(q, k[:, ks], None if bias is None else bias[..., ks])
-        if mask is not None:
-            s = s.masked_fill(~mask[..., ks], torch.finfo(s.dtype).min)
+        s = masked_scores(s, None if mask is None else mask[..., ks])
         block_lse = torch.logsumexp(s, dim=-1, keepdim=True)
         lse = block_lse if lse is None else torch.logaddexp(lse, block_lse)
     return lse
@@ -58,15 +57,19 @@ class _StreamedHyla(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, bias, mask, dropout_mask, normalization, activation, block):
         k_len = k.shape[1]
-        bias4, mask4, drop4 = (_as_4d(t, k_len) for t in (bias, mask, dropout_mask))
+        bias4, mask4, drop4 = (_with_key_axis(t, k_len) for t in (bias, mask, dropout_mask))
         lse = _softmax_lse(q, k, bias4, mask4, block) if normalization == "softmax" else None
         out = torch.zeros(*q.shape[:3], v.shape[-1], dtype=q.dtype, device=q.device)
         for start in range(0, k_len, block):
             ks = slice(start, start + block)
             out += _block_output(
-                q, k[:, ks], v[:, ks],
+                q,
+                k[:, ks],
+                v[:, ks],
                 *(None if t is None else t[..., ks] for t in (bias4, mask4, drop4)),
-                lse, normalization, activation,
+                lse,
+                normalization,
+                activation,
             )
         ctx.save_for_backward(q, k, v, bias, mask, dropout_mask, lse)
         ctx.config = (normalization, activation, block)
@@ -77,7 +80,7 @@ class _StreamedHyla(torch.autograd.Function):
         q, k, v, bias, mask, dropout_mask, lse = ctx.saved_tensors
         normalization, activation, block = ctx.config
         k_len = k.shape[1]
-        bias4, mask4, drop4 = (_as_4d(t, k_len) for t in (bias, mask, dropout_mask))
+        bias4, mask4, drop4 = (_with_key_axis(t, k_len) for t in (bias, mask, dropout_mask))
         want_bias = bias is not None and ctx.needs_input_grad[3]
         grad_q = torch.zeros_like(q)
         grad_k, grad_v = torch.zeros_like(k), torch.zeros_like(v)
@@ -92,9 +95,14 @@ class _StreamedHyla(torch.autograd.Function):
                 bias_ = None if bias4 is None else bias4[..., ks].detach().requires_grad_(want_bias)
                 inputs = [q_, k_, v_] + ([bias_] if want_bias else []) + ([lse_] if lse_ is not None else [])
                 out = _block_output(
-                    q_, k_, v_, bias_,
+                    q_,
+                    k_,
+                    v_,
+                    bias_,
                     *(None if t is None else t[..., ks] for t in (mask4, drop4)),
-                    lse_, normalization, activation,
+                    lse_,
+                    normalization,
+                    activation,
                 )
                 grads = list(torch.autograd.grad(out, inputs, grad_out))
                 grad_q += grads.pop(0)
@@ -121,13 +129,22 @@ class _StreamedHyla(torch.autograd.Function):
                     if want_bias:
                         grad_bias[..., ks] += grads.pop(0).sum_to_size(bias4[..., ks].shape)
         if want_bias:
-            grad_bias = grad_bias.sum_to_size((1,) * (4 - bias.ndim) + tuple(bias.shape)).reshape(bias.shape)
+            grad_bias = grad_bias.sum_to_size(as_4d(bias).shape).reshape(bias.shape)
         return grad_q, grad_k, grad_v, grad_bias, None, None, None, None, None
 
 
-def hyla_streamed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, normalization: str,
-                  activation: str = "relu", bias: torch.Tensor | None = None, mask: torch.Tensor | None = None,
-                  dropout_mask: torch.Tensor | None = None, block: int | None = None) -> torch.Tensor:
+def hyla_streamed(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    normalization: str,
+    activation: str = "relu",
+    bias: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+    dropout_mask: torch.Tensor | None = None,
+    block: int | None = None,
+) -> torch.Tensor:
     """HYLA (mlp value network) output [B, Tq, H, Dv], equal to the naive form, in bounded memory.
 
     `block`: keys per block; by default sized so one hidden block holds BLOCK_ELEMENTS floats.

@@ -32,7 +32,7 @@ the reference, so they are not used (docs/speed.md).
 
 CPU tensors work in Triton's interpreter (`TRITON_INTERPRET=1` set before this module is first
 imported): that is how the tests run without a GPU. Same values as `attention_naive` up to
-rounding; tested against it on outputs and gradients (tests/test_triton_attention.py).
+rounding; tested against it on outputs and gradients (tests/ops/test_triton_attention.py).
 """
 
 from __future__ import annotations
@@ -42,9 +42,11 @@ import math
 import torch
 import triton
 import triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.runtime.errors import OutOfResources
 
 from hyla.ops.attention import TRITON_DTYPES, TRITON_MAX_HEAD_DIM, TRITON_NORMALIZATIONS
-from hyla.ops.attention.common import RMS_EPS, record_fallback
+from hyla.ops.attention.common import RMS_EPS, as_4d, record_fallback
 from hyla.ops.attention.naive import attention_naive
 from hyla.ops.attention.streamed import hyla_streamed
 
@@ -54,8 +56,11 @@ _EPS = tl.constexpr(RMS_EPS)
 # Tiles (block_q, block_k, block_v) tried in turn until one fits the GPU's shared memory per block:
 # a value chunk of 32 recomputes the scores half as often as 16, but its float32 backward needs
 # more shared memory than the 99 KiB of sm_86/sm_89 GPUs (RTX 30/40, A6000, L4, L40).
-TILES = {torch.float32: ((16, 16, 16),), torch.bfloat16: ((16, 16, 32), (16, 16, 16)),
-         torch.float16: ((16, 16, 32), (16, 16, 16))}
+TILES = {
+    torch.float32: ((16, 16, 16),),
+    torch.bfloat16: ((16, 16, 32), (16, 16, 16)),
+    torch.float16: ((16, 16, 32), (16, 16, 16)),
+}
 # The most shared memory one block may use (opt-in), by compute capability: what compile_kernels
 # checks a tile against without a GPU; a launch asks the device itself.
 SHARED_MEMORY_PER_BLOCK = {80: 166912, 86: 101376, 87: 166912, 89: 101376, 90: 232448}
@@ -146,15 +151,44 @@ def _unpad_heads(x, HS: tl.constexpr, HP: tl.constexpr):
 def _pair_tile(base, offs_h, offs_q, offs_k, strides, H, Tq, Tk):
     """A [HS, BQ, BK] tile of a tensor broadcast to [B, H, Tq, Tk] (strides of h, q, k; 0 = broadcast).
     int64 offsets: H * Tq * Tk exceeds 2^31 at long sequences."""
-    return _load3(base, offs_h.to(tl.int64), offs_q.to(tl.int64), offs_k.to(tl.int64),
-                  strides[0], strides[1], strides[2], H, Tq, Tk)
+    return _load3(
+        base,
+        offs_h.to(tl.int64),
+        offs_q.to(tl.int64),
+        offs_k.to(tl.int64),
+        strides[0],
+        strides[1],
+        strides[2],
+        H,
+        Tq,
+        Tk,
+    )
 
 
 @triton.jit
-def _latent_codes(q_tile, k_tile_t, bias_base, mask_base, drop_base, offs_h, offs_q, offs_k,
-                  bias_strides, mask_strides, drop_strides, Tq, Tk, scale,
-                  H: tl.constexpr, RMS: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr,
-                  HAS_DROP: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+def _latent_codes(
+    q_tile,
+    k_tile_t,
+    bias_base,
+    mask_base,
+    drop_base,
+    offs_h,
+    offs_q,
+    offs_k,
+    bias_strides,
+    mask_strides,
+    drop_strides,
+    Tq,
+    Tk,
+    scale,
+    H: tl.constexpr,
+    RMS: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    HAS_DROP: tl.constexpr,
+    PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
     """Scores p (masked -> 0), the per-pair RMS factor r, the weights w = p * r * dropout, and
     `valid` for one tile: q_tile [HS, BQ, DKP], k_tile_t [HS, DKP, BK] -> [HS, BQ, BK] (r: [BQ, BK])."""
     s = _dot(q_tile, k_tile_t, None, PRECISION, UPCAST) * scale  # [HS, BQ, BK]
@@ -176,7 +210,12 @@ def _latent_codes(q_tile, k_tile_t, bias_base, mask_base, drop_base, offs_h, off
 
 # ----------------------------------------------------------------------------- forward
 
+# The two kernels below are kept out of the formatter (fmt: off): a @triton.jit kernel takes each
+# pointer, stride and constexpr as its own parameter (no packing them into a structure), and one
+# parameter a line would bury their bodies under lists of some 40 names.
 
+
+# fmt: off
 @triton.jit
 def _hyla_forward_kernel(
     q_ptr, k_ptr, v_ptr, bias_ptr, mask_ptr, drop_ptr, out_ptr,
@@ -218,13 +257,13 @@ def _hyla_forward_kernel(
     offs_out = offs_q[:, None, None] * (H * DV) + offs_hv[None, :, None] * DV + offs_dv[None, None, :]
     inside = (offs_q < Tq)[:, None, None] & (offs_hv < H)[None, :, None] & (offs_dv < DV)[None, None, :]
     tl.store(out_base + offs_out, acc.to(out_ptr.dtype.element_ty), mask=inside)
+# fmt: on
 
 
 # ----------------------------------------------------------------------------- backward
 
 
-# Its parameter list repeats the forward kernel's: a @triton.jit function takes each pointer,
-# stride and constexpr as its own argument (no packing them into a shared structure).
+# fmt: off
 @triton.jit
 def _hyla_backward_kernel(
     q_ptr, k_ptr, v_ptr, bias_ptr, mask_ptr, drop_ptr, grad_out_ptr,
@@ -263,17 +302,8 @@ def _hyla_backward_kernel(
             for d_start in range(0, DV, BD):
                 grad_w += _value_network_backward(w_padded, v_base, go_base, grad_v_base, offs_q, offs_k, offs_hv,
                                                   d_start + tl.arange(0, BD), Tq, Tk, H, DV, ACT, PRECISION, UPCAST)
-            grad_w = _unpad_heads(grad_w, HS, HP)  # [HS, BQ, BK]
-            # attention dropout, then the RMS normalization across heads, then the mask
-            grad_a = grad_w
-            if HAS_DROP:
-                grad_a = grad_a * _pair_tile(drop_base, offs_h, offs_q, offs_k, (drop_sh, drop_sq, drop_sk),
-                                             H, Tq, Tk).to(tl.float32)
-            if RMS:
-                # a = p r, r = (mean_h p^2 + eps)^(-1/2):  dL/dp = r dL/da - (r^3 / H) p sum_h(dL/da p)
-                along = tl.sum(grad_a * p, axis=0)  # [BQ, BK]
-                grad_a = r[None, :, :] * grad_a - ((r * r * r * along) / H)[None, :, :] * p
-            grad_s = tl.where(valid, grad_a, 0.0)  # [HS, BQ, BK]
+            grad_s = _latent_codes_backward(_unpad_heads(grad_w, HS, HP), p, r, valid, drop_base, offs_h, offs_q,
+                                            offs_k, (drop_sh, drop_sq, drop_sk), Tq, Tk, H, RMS, HAS_DROP)
             if GRAD_BIAS:
                 _store_grad_bias(grad_bias_ptr, b, grad_s, offs_h, offs_q, offs_k, Tq, Tk, H, GRAD_BIAS_SHARED)
             grad_s = grad_s * scale
@@ -288,12 +318,56 @@ def _hyla_backward_kernel(
     offs = offs_h[:, None, None] * DK + offs_k[None, :, None] * (H * DK) + offs_dk[None, None, :]
     inside = (offs_h < H)[:, None, None] & (offs_k < Tk)[None, :, None] & (offs_dk < DK)[None, None, :]
     tl.store(grad_k_ptr + b * Tk * H * DK + offs, grad_k.to(grad_k_ptr.dtype.element_ty), mask=inside)
+# fmt: on
 
 
 @triton.jit
-def _value_network_backward(w, v_base, go_base, grad_v_base, offs_q, offs_k, offs_h, offs_dv, Tq, Tk,
-                            H: tl.constexpr, DV: tl.constexpr, ACT: tl.constexpr, PRECISION: tl.constexpr,
-                            UPCAST: tl.constexpr):
+def _latent_codes_backward(
+    grad_w,
+    p,
+    r,
+    valid,
+    drop_base,
+    offs_h,
+    offs_q,
+    offs_k,
+    drop_strides,
+    Tq,
+    Tk,
+    H: tl.constexpr,
+    RMS: tl.constexpr,
+    HAS_DROP: tl.constexpr,
+):
+    """dL/ds [HS, BQ, BK] from dL/dw, back through `_latent_codes`: the attention dropout, then the
+    RMS normalization across heads, then the mask (p, r and valid as `_latent_codes` returned them)."""
+    grad_a = grad_w
+    if HAS_DROP:
+        grad_a = grad_a * _pair_tile(drop_base, offs_h, offs_q, offs_k, drop_strides, H, Tq, Tk).to(tl.float32)
+    if RMS:
+        # a = p r, r = (mean_h p^2 + eps)^(-1/2):  dL/dp = r dL/da - (r^3 / H) p sum_h(dL/da p)
+        along = tl.sum(grad_a * p, axis=0)  # [BQ, BK]
+        grad_a = r[None, :, :] * grad_a - ((r * r * r * along) / H)[None, :, :] * p
+    return tl.where(valid, grad_a, 0.0)
+
+
+@triton.jit
+def _value_network_backward(
+    w,
+    v_base,
+    go_base,
+    grad_v_base,
+    offs_q,
+    offs_k,
+    offs_h,
+    offs_dv,
+    Tq,
+    Tk,
+    H: tl.constexpr,
+    DV: tl.constexpr,
+    ACT: tl.constexpr,
+    PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
     """Through both generated layers for one tile and one chunk offs_dv [BD] of the value dimensions:
     w [HP, BQ, BK] -> this chunk's part of dL/dw [HP, BQ, BK]; adds its part of grad v in place."""
     v_tile = _load3(v_base, offs_k, offs_h, offs_dv, H * DV, DV, 1, Tk, H, DV)  # [BK, HP, BD]
@@ -318,8 +392,7 @@ def _value_network_backward(w, v_base, go_base, grad_v_base, offs_q, offs_k, off
 
 
 @triton.jit
-def _store_grad_bias(grad_bias_ptr, b, grad_s, offs_h, offs_q, offs_k, Tq, Tk, H: tl.constexpr,
-                     SHARED: tl.constexpr):
+def _store_grad_bias(grad_bias_ptr, b, grad_s, offs_h, offs_q, offs_k, Tq, Tk, H: tl.constexpr, SHARED: tl.constexpr):
     """grad_s [HS, BQ, BK] into the float32 [B or 1, H, Tq, Tk] buffer; summed over the batch when SHARED."""
     offs = (offs_h.to(tl.int64)[:, None, None] * Tq + offs_q[None, :, None]) * Tk + offs_k[None, None, :]
     inside = (offs_h < H)[:, None, None] & (offs_q < Tq)[None, :, None] & (offs_k < Tk)[None, None, :]
@@ -340,7 +413,7 @@ def _pair_strides(t: torch.Tensor | None, shape: tuple[int, int, int, int]) -> t
     """Strides of a tensor broadcastable to [B, H, Tq, Tk] as a [B, H, Tq, Tk] view (0 = broadcast)."""
     if t is None:
         return (0, 0, 0, 0)
-    return t.reshape((1,) * (4 - t.ndim) + tuple(t.shape)).expand(shape).stride()
+    return as_4d(t).expand(shape).stride()
 
 
 def _launch_args(q, k, v, bias, mask, dropout_mask, normalization, activation, blocks):
@@ -353,12 +426,22 @@ def _launch_args(q, k, v, bias, mask, dropout_mask, normalization, activation, b
     pointers = [t if t is not None else q for t in (bias, mask_bytes, dropout_mask)]
     strides = [s for t in (bias, mask_bytes, dropout_mask) for s in _pair_strides(t, shape)]
     constexprs = dict(
-        H=heads, DK=k_dim, DV=v_dim, HS=max(MIN_DOT // 2, triton.next_power_of_2(heads)),
+        H=heads,
+        DK=k_dim,
+        DV=v_dim,
+        HS=max(MIN_DOT // 2, triton.next_power_of_2(heads)),
         HP=max(MIN_DOT, triton.next_power_of_2(heads)),
-        DKP=max(MIN_DOT, triton.next_power_of_2(k_dim)), BD=min(blocks[2], max(MIN_DOT, triton.next_power_of_2(v_dim))),
-        BQ=blocks[0], BK=blocks[1], ACT=ACTIVATION_CODES[activation], RMS=normalization == "rms_head",
-        HAS_BIAS=bias is not None, HAS_MASK=mask is not None, HAS_DROP=dropout_mask is not None,
-        PRECISION="ieee", UPCAST=q.dtype != torch.float32 or _interpreted(),
+        DKP=max(MIN_DOT, triton.next_power_of_2(k_dim)),
+        BD=min(blocks[2], max(MIN_DOT, triton.next_power_of_2(v_dim))),
+        BQ=blocks[0],
+        BK=blocks[1],
+        ACT=ACTIVATION_CODES[activation],
+        RMS=normalization == "rms_head",
+        HAS_BIAS=bias is not None,
+        HAS_MASK=mask is not None,
+        HAS_DROP=dropout_mask is not None,
+        PRECISION="ieee",
+        UPCAST=q.dtype != torch.float32 or _interpreted(),
     )
     return pointers, [q_len, k_len, 1.0 / math.sqrt(k_dim), *strides], constexprs
 
@@ -366,30 +449,56 @@ def _launch_args(q, k, v, bias, mask, dropout_mask, normalization, activation, b
 def _forward(q, k, v, bias, mask, dropout_mask, normalization, activation, tiles, num_warps, num_stages):
     """out [B, Tq, H, Dv] from the forward kernel, or from the PyTorch form if no tile launches."""
     try:
-        return _launch_forward(q, k, v, bias, mask, dropout_mask, normalization, activation, tiles, num_warps,
-                               num_stages)
+        return _launch_forward(
+            q, k, v, bias, mask, dropout_mask, normalization, activation, tiles, num_warps, num_stages
+        )
     except Exception as error:  # compile, resources, driver or an older Triton: same math in PyTorch
         _fell_back(error)
-        return hyla_streamed(q, k, v, normalization=normalization, activation=activation, bias=bias, mask=mask,
-                             dropout_mask=dropout_mask)
+        return hyla_streamed(
+            q, k, v, normalization=normalization, activation=activation, bias=bias, mask=mask, dropout_mask=dropout_mask
+        )
 
 
-def _backward(grad_out, q, k, v, bias, mask, dropout_mask, normalization, activation, tiles, num_warps,
-              num_stages, want_bias):
+def _backward(
+    grad_out, q, k, v, bias, mask, dropout_mask, normalization, activation, tiles, num_warps, num_stages, want_bias
+):
     """(grad q, grad k, grad v, grad bias) from the backward kernel, or from the naive form's vjp: if
     no tile launches, or in deterministic mode (the kernel adds with atomics)."""
     if not torch.are_deterministic_algorithms_enabled():
         try:
-            return _launch_backward(grad_out, q, k, v, bias, mask, dropout_mask, normalization, activation, tiles,
-                                    num_warps, num_stages, want_bias)
+            return _launch_backward(
+                grad_out,
+                q,
+                k,
+                v,
+                bias,
+                mask,
+                dropout_mask,
+                normalization,
+                activation,
+                tiles,
+                num_warps,
+                num_stages,
+                want_bias,
+            )
         except Exception as error:
             _fell_back(error)
     else:
         _fell_back(RuntimeError("deterministic mode: the Triton backward adds with atomics"))
+
     # (torch.func.vjp: a custom operator's body runs below autograd; the naive form keeps [B, Tq, Tk, Dv])
     def output(q, k, v, bias):
-        return attention_naive(q, k, v, normalization=normalization, value_network="mlp", activation=activation,
-                               bias=bias, mask=mask, dropout_mask=dropout_mask)[0]
+        return attention_naive(
+            q,
+            k,
+            v,
+            normalization=normalization,
+            value_network="mlp",
+            activation=activation,
+            bias=bias,
+            mask=mask,
+            dropout_mask=dropout_mask,
+        )[0]
 
     if want_bias:
         return torch.func.vjp(output, q, k, v, bias)[1](grad_out.to(q.dtype))
@@ -406,16 +515,13 @@ def _fell_back(error: Exception) -> None:
 def _launch(kernel, grid, tensors, scalars, constexprs_for, tiles, num_warps, num_stages):
     """Launch `kernel` with the first tile of `tiles` that fits the device (a tile that runs out of
     shared memory or registers is remembered and skipped). Returns the tile that ran."""
-    from triton.runtime.errors import OutOfResources
-
     error = None
     for tile in tiles:
         key = (id(kernel), tile, *tensors[0].shape[2:], tensors[0].dtype, tensors[0].device)
         if key in _TOO_LARGE:
             continue
         try:
-            kernel[grid(tile)](*tensors, *scalars, **constexprs_for(tile), num_warps=num_warps,
-                               num_stages=num_stages)
+            kernel[grid(tile)](*tensors, *scalars, **constexprs_for(tile), num_warps=num_warps, num_stages=num_stages)
             return tile
         except OutOfResources as e:
             _TOO_LARGE.add(key)
@@ -438,13 +544,22 @@ def _launch_forward(q, k, v, bias, mask, dropout_mask, normalization, activation
     def grid(tile):
         return (triton.cdiv(q.shape[1], tile[0]), q.shape[0], triton.cdiv(v.shape[-1], launch_args(tile)[2]["BD"]))
 
-    _launch(_hyla_forward_kernel, grid, [q, k, v, *pointers, out], scalars, lambda tile: launch_args(tile)[2], tiles,
-            num_warps, num_stages)
+    _launch(
+        _hyla_forward_kernel,
+        grid,
+        [q, k, v, *pointers, out],
+        scalars,
+        lambda tile: launch_args(tile)[2],
+        tiles,
+        num_warps,
+        num_stages,
+    )
     return out
 
 
-def _launch_backward(grad_out, q, k, v, bias, mask, dropout_mask, normalization, activation, tiles, num_warps,
-                     num_stages, want_bias):
+def _launch_backward(
+    grad_out, q, k, v, bias, mask, dropout_mask, normalization, activation, tiles, num_warps, num_stages, want_bias
+):
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     batch, q_len, heads, _ = q.shape
     pointers, scalars, _ = _launch_args(q, k, v, bias, mask, dropout_mask, normalization, activation, tiles[0])
@@ -452,18 +567,27 @@ def _launch_backward(grad_out, q, k, v, bias, mask, dropout_mask, normalization,
     grad_q = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     grad_v = torch.zeros(v.shape, dtype=torch.float32, device=q.device)
     grad_k = torch.empty_like(k)
-    bias4 = None if bias is None else bias.reshape((1,) * (4 - bias.ndim) + tuple(bias.shape))
+    bias4 = as_4d(bias)
     shared = want_bias and bias4.shape[0] == 1
-    grad_bias = torch.zeros((1 if shared else batch, heads, q_len, k.shape[1]) if want_bias else (0,),
-                            dtype=torch.float32, device=q.device)
+    grad_bias = torch.zeros(
+        (1 if shared else batch, heads, q_len, k.shape[1]) if want_bias else (0,), dtype=torch.float32, device=q.device
+    )
 
     def constexprs_for(tile):
         constexprs = _launch_args(q, k, v, bias, mask, dropout_mask, normalization, activation, tile)[2]
         return {**constexprs, "GRAD_BIAS": want_bias, "GRAD_BIAS_SHARED": shared}
 
     tensors = [q, k, v, *pointers, grad_out.contiguous(), grad_q, grad_k, grad_v, grad_bias]
-    _launch(_hyla_backward_kernel, lambda tile: (triton.cdiv(k.shape[1], tile[1]), batch), tensors, scalars,
-            constexprs_for, tiles, num_warps, num_stages)
+    _launch(
+        _hyla_backward_kernel,
+        lambda tile: (triton.cdiv(k.shape[1], tile[1]), batch),
+        tensors,
+        scalars,
+        constexprs_for,
+        tiles,
+        num_warps,
+        num_stages,
+    )
     if want_bias:
         grad_bias = grad_bias.sum_to_size(bias4.shape).reshape(bias.shape).to(bias.dtype)
     return grad_q.to(q.dtype), grad_k, grad_v.to(v.dtype), grad_bias
@@ -475,15 +599,26 @@ def _launch_backward(grad_out, q, k, v, bias, mask, dropout_mask, normalization,
 
 
 def _unflatten(tiles: list[int]) -> list[tuple[int, int, int]]:
-    return [tuple(tiles[i:i + 3]) for i in range(0, len(tiles), 3)]
+    return [tuple(tiles[i : i + 3]) for i in range(0, len(tiles), 3)]
 
 
 @torch.library.custom_op("hyla::triton_hyla_forward", mutates_args=())
-def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
-                mask: torch.Tensor | None, dropout_mask: torch.Tensor | None, normalization: str, activation: str,
-                tiles: list[int], num_warps: int, num_stages: int) -> torch.Tensor:
-    return _forward(q, k, v, bias, mask, dropout_mask, normalization, activation, _unflatten(tiles), num_warps,
-                    num_stages)
+def _forward_op(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    bias: torch.Tensor | None,
+    mask: torch.Tensor | None,
+    dropout_mask: torch.Tensor | None,
+    normalization: str,
+    activation: str,
+    tiles: list[int],
+    num_warps: int,
+    num_stages: int,
+) -> torch.Tensor:
+    return _forward(
+        q, k, v, bias, mask, dropout_mask, normalization, activation, _unflatten(tiles), num_warps, num_stages
+    )
 
 
 @_forward_op.register_fake
@@ -492,17 +627,40 @@ def _(q, k, v, bias, mask, dropout_mask, normalization, activation, tiles, num_w
 
 
 @torch.library.custom_op("hyla::triton_hyla_backward", mutates_args=())
-def _backward_op(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                 bias: torch.Tensor | None, mask: torch.Tensor | None, dropout_mask: torch.Tensor | None,
-                 normalization: str, activation: str, tiles: list[int], num_warps: int, num_stages: int,
-                 want_bias: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    return _backward(grad_out, q, k, v, bias, mask, dropout_mask, normalization, activation, _unflatten(tiles),
-                     num_warps, num_stages, want_bias)
+def _backward_op(
+    grad_out: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    bias: torch.Tensor | None,
+    mask: torch.Tensor | None,
+    dropout_mask: torch.Tensor | None,
+    normalization: str,
+    activation: str,
+    tiles: list[int],
+    num_warps: int,
+    num_stages: int,
+    want_bias: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _backward(
+        grad_out,
+        q,
+        k,
+        v,
+        bias,
+        mask,
+        dropout_mask,
+        normalization,
+        activation,
+        _unflatten(tiles),
+        num_warps,
+        num_stages,
+        want_bias,
+    )
 
 
 @_backward_op.register_fake
-def _(grad_out, q, k, v, bias, mask, dropout_mask, normalization, activation, tiles, num_warps, num_stages,
-      want_bias):
+def _(grad_out, q, k, v, bias, mask, dropout_mask, normalization, activation, tiles, num_warps, num_stages, want_bias):
     grad_bias = torch.empty_like(bias) if want_bias else q.new_empty(0, dtype=torch.float32)
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), grad_bias
 
@@ -516,8 +674,9 @@ def _setup_context(ctx, inputs, output):
 def _autograd_backward(ctx, grad_out):
     q, k, v, bias, mask, dropout_mask = ctx.saved_tensors
     want_bias = bias is not None and ctx.needs_input_grad[3]
-    grad_q, grad_k, grad_v, grad_bias = _backward_op(grad_out, q, k, v, bias, mask, dropout_mask, *ctx.config,
-                                                     want_bias)
+    grad_q, grad_k, grad_v, grad_bias = _backward_op(
+        grad_out, q, k, v, bias, mask, dropout_mask, *ctx.config, want_bias
+    )
     return (grad_q, grad_k, grad_v, grad_bias if want_bias else None) + (None,) * 7
 
 
@@ -527,32 +686,42 @@ _forward_op.register_autograd(_autograd_backward, setup_context=_setup_context)
 POINTER_TYPES = {torch.float32: "*fp32", torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.uint8: "*u8"}
 
 
-def compile_kernels(q, k, v, *, normalization, activation="relu", bias=None, mask=None, dropout_mask=None,
-                    tiles=None, num_warps=DEFAULT_NUM_WARPS, num_stages=DEFAULT_NUM_STAGES, arch=90):
+def compile_kernels(
+    q,
+    k,
+    v,
+    *,
+    normalization,
+    activation="relu",
+    bias=None,
+    mask=None,
+    dropout_mask=None,
+    tiles=None,
+    num_warps=DEFAULT_NUM_WARPS,
+    num_stages=DEFAULT_NUM_STAGES,
+    arch=90,
+):
     """Compile the forward and backward kernels for CUDA compute capability `arch` (90: H100)
     without a GPU, as a launch on these inputs would (meta tensors will do): each kernel with the
     first of `tiles` (default TILES[dtype]) whose shared memory fits SHARED_MEMORY_PER_BLOCK[arch].
     Returns {"forward": CompiledKernel, "backward": CompiledKernel} (a bias gets a gradient), each
     with its `tile`; raises ValueError when no tile fits."""
-    from triton.backends.compiler import GPUTarget
-
     tiles = tiles or TILES[q.dtype]
-    pointer_dtypes = dict(q_ptr=q.dtype, k_ptr=k.dtype, v_ptr=v.dtype, mask_ptr=torch.uint8, out_ptr=q.dtype,
-                          bias_ptr=q.dtype if bias is None else bias.dtype, grad_out_ptr=q.dtype,
-                          drop_ptr=q.dtype if dropout_mask is None else dropout_mask.dtype, grad_k_ptr=k.dtype,
-                          grad_q_ptr=torch.float32, grad_v_ptr=torch.float32, grad_bias_ptr=torch.float32)
-    kernels = dict(forward=(_hyla_forward_kernel, {}),
-                   backward=(_hyla_backward_kernel, dict(GRAD_BIAS=bias is not None, GRAD_BIAS_SHARED=True)))
+    pointer_dtypes = _pointer_dtypes(q, k, v, bias, dropout_mask)
+    kernels = dict(
+        forward=(_hyla_forward_kernel, {}),
+        backward=(_hyla_backward_kernel, dict(GRAD_BIAS=bias is not None, GRAD_BIAS_SHARED=True)),
+    )
     compiled = {}
     for name, (kernel, extra) in kernels.items():
         for tile in tiles:
             constexprs = _launch_args(q, k, v, bias, mask, dropout_mask, normalization, activation, tile)[2]
             values = {**constexprs, "UPCAST": False, **extra}
-            signature = {arg: "constexpr" if arg in values else POINTER_TYPES[pointer_dtypes[arg]]
-                         if arg.endswith("_ptr") else "fp32" if arg == "scale" else "i32" for arg in kernel.arg_names}
+            signature = {arg: _argument_type(arg, values, pointer_dtypes) for arg in kernel.arg_names}
             source = triton.compiler.ASTSource(fn=kernel, signature=signature, constexprs=values)
-            binary = triton.compile(source, target=GPUTarget("cuda", arch, 32),
-                                    options=dict(num_warps=num_warps, num_stages=num_stages))
+            binary = triton.compile(
+                source, target=GPUTarget("cuda", arch, 32), options=dict(num_warps=num_warps, num_stages=num_stages)
+            )
             if binary.metadata.shared <= SHARED_MEMORY_PER_BLOCK[arch]:
                 binary.tile = tile
                 compiled[name] = binary
@@ -562,24 +731,64 @@ def compile_kernels(q, k, v, *, normalization, activation="relu", bias=None, mas
     return compiled
 
 
+def _pointer_dtypes(q, k, v, bias, dropout_mask) -> dict[str, torch.dtype]:
+    """The dtype each kernel pointer points to (by parameter name), as a launch on these inputs passes them."""
+    return dict(
+        q_ptr=q.dtype,
+        k_ptr=k.dtype,
+        v_ptr=v.dtype,
+        mask_ptr=torch.uint8,
+        out_ptr=q.dtype,
+        bias_ptr=q.dtype if bias is None else bias.dtype,
+        grad_out_ptr=q.dtype,
+        drop_ptr=q.dtype if dropout_mask is None else dropout_mask.dtype,
+        grad_k_ptr=k.dtype,
+        grad_q_ptr=torch.float32,
+        grad_v_ptr=torch.float32,
+        grad_bias_ptr=torch.float32,
+    )
+
+
+def _argument_type(arg: str, constexprs: dict, pointer_dtypes: dict[str, torch.dtype]) -> str:
+    """Triton's type of the kernel parameter `arg` in an ahead-of-time signature."""
+    if arg in constexprs:
+        return "constexpr"
+    if arg.endswith("_ptr"):
+        return POINTER_TYPES[pointer_dtypes[arg]]
+    return "fp32" if arg == "scale" else "i32"
+
+
 def check_supported(q, k, v, normalization) -> None:
     """Raise a one-line error for what the kernels do not cover."""
     if normalization not in TRITON_NORMALIZATIONS:
-        raise ValueError(f"the triton kernel supports normalization 'none' and 'rms_head', not {normalization!r} "
-                         "(use implementation='streamed' for softmax)")
+        raise ValueError(
+            f"the triton kernel supports normalization 'none' and 'rms_head', not {normalization!r} "
+            "(use implementation='streamed' for softmax)"
+        )
     if q.dtype not in TRITON_DTYPES:
         raise TypeError(f"the triton kernel supports float32, bfloat16 and float16, not {q.dtype}")
     if not q.dtype == k.dtype == v.dtype:
         raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if max(q.shape[-1], v.shape[-1]) > TRITON_MAX_HEAD_DIM:
-        raise ValueError(f"the triton kernel supports head sizes up to {TRITON_MAX_HEAD_DIM}, got Dk={q.shape[-1]}, "
-                         f"Dv={v.shape[-1]}")
+        raise ValueError(
+            f"the triton kernel supports head sizes up to {TRITON_MAX_HEAD_DIM}, got Dk={q.shape[-1]}, Dv={v.shape[-1]}"
+        )
 
 
-def hyla_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, normalization: str,
-                activation: str = "relu", bias: torch.Tensor | None = None, mask: torch.Tensor | None = None,
-                dropout_mask: torch.Tensor | None = None, tiles: list[tuple[int, int, int]] | None = None,
-                num_warps: int = DEFAULT_NUM_WARPS, num_stages: int = DEFAULT_NUM_STAGES) -> torch.Tensor:
+def hyla_triton(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    normalization: str,
+    activation: str = "relu",
+    bias: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+    dropout_mask: torch.Tensor | None = None,
+    tiles: list[tuple[int, int, int]] | None = None,
+    num_warps: int = DEFAULT_NUM_WARPS,
+    num_stages: int = DEFAULT_NUM_STAGES,
+) -> torch.Tensor:
     """HYLA output [B, Tq, H, Dv] (the `mlp` value network) from the fused kernels, equal to the naive
     form up to rounding. Normalization 'none' or 'rms_head'; CUDA tensors (or CPU tensors under
     TRITON_INTERPRET=1).
@@ -599,5 +808,16 @@ def hyla_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, normalizat
         for name, block in zip(("block_q", "block_k", "block_v"), tile):
             if block < MIN_DOT or block & (block - 1):
                 raise ValueError(f"{name} must be a power of two >= {MIN_DOT}, got {block}")
-    return _forward_op(q, k, v, bias, mask, dropout_mask, normalization, activation,
-                       [block for tile in tiles for block in tile], num_warps, num_stages)
+    return _forward_op(
+        q,
+        k,
+        v,
+        bias,
+        mask,
+        dropout_mask,
+        normalization,
+        activation,
+        [block for tile in tiles for block in tile],
+        num_warps,
+        num_stages,
+    )

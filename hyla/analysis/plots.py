@@ -1,0 +1,99 @@
+"""Figures without process-wide state: `matplotlib.figure.Figure` objects, never pyplot.
+
+pyplot keeps a global figure registry and picks a GUI backend for the whole process; a library
+must not. A bare `Figure` renders to PNG through its own canvas (`fig.savefig`), in any process,
+with or without a display.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+EVAL_SPLIT_ORDER = ("valid", "ood", "novel_terms")
+
+
+def save_figure(fig: Figure, path: str | Path, dpi: int = 120, tight: bool = False) -> Path:
+    """Write `fig` as an image (format from the suffix), creating the folder."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi, bbox_inches="tight" if tight else None)
+    return path
+
+
+def mean_curve(runs: list[list[dict]], split: str, key: str) -> tuple[list[int], list[float]]:
+    """(steps, mean of `key` over the runs at each step) from metrics.jsonl records of one or
+    more runs (e.g. seeds); records without a finite value (missing, or null for NaN) are skipped."""
+    steps, means, _ = mean_se_curve(runs, split, key)
+    return steps, means
+
+
+def mean_se_curve(runs: list[list[dict]], split: str, key: str) -> tuple[list[int], list[float], list[float | None]]:
+    """`mean_curve` with the standard error over the runs at each step (None where fewer than 2)."""
+    values = defaultdict(list)
+    for records in runs:
+        for record in records:
+            if record.get("split") == split and record.get(key) is not None:
+                values[record["step"]].append(record[key])
+    steps = sorted(values)
+    means = [sum(values[s]) / len(values[s]) for s in steps]
+    ses = [
+        math.sqrt(sum((v - m) ** 2 for v in values[s]) / (len(values[s]) - 1) / len(values[s]))
+        if len(values[s]) > 1
+        else None
+        for s, m in zip(steps, means)
+    ]
+    return steps, means, ses
+
+
+def curves_figure(runs_by_label: dict[str, list[list[dict]]], metric: str) -> Figure | None:
+    """Training loss and evaluation curves, one line per label (e.g. a mixer, or a group of runs
+    that differ only in the seed): the mean over that label's runs at each step, with a band of
+    ± one standard error where at least two runs have the step (none for a single seed).
+
+    runs_by_label: {label: [the metrics.jsonl records of one run, ...]}. Panels: the training
+    loss (log scale), then `metric` on each evaluation split found. None when there is no record.
+    """
+    splits = {r["split"] for runs in runs_by_label.values() for records in runs for r in records if "split" in r}
+    eval_splits = sorted(splits - {"train"}, key=lambda s: ((EVAL_SPLIT_ORDER + (s,)).index(s), s))
+    panels = (["train"] if "train" in splits else []) + eval_splits
+    if not panels:
+        return None
+    fig = Figure(figsize=(4.2 * len(panels), 3.4))
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    for ax, split in zip(axes, panels):
+        key = "loss" if split == "train" else metric
+        for i, (label, runs) in enumerate(runs_by_label.items()):
+            steps, means, ses = mean_se_curve(runs, split, key)
+            if steps:
+                ax.plot(
+                    steps, means, color=f"C{i % 10}", marker="" if split == "train" else "o", markersize=3, label=label
+                )
+                _se_band(ax, steps, means, ses, f"C{i % 10}")
+        ax.set(xlabel="step", ylabel=key, title="training loss" if split == "train" else f"{split} {metric}")
+        if split == "train":
+            ax.set_yscale("log")
+        elif metric == "r2":  # early R² can be hugely negative; keep the interesting range visible
+            low, high = ax.get_ylim()
+            ax.set_ylim(max(low, -0.5), min(high, 1.05))
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def _se_band(ax, steps: list[int], means: list[float], ses: list[float | None], color: str) -> None:
+    """Mean ± s.e. as a shaded band over the steps that have a standard error."""
+    with_se = [(s, m, e) for s, m, e in zip(steps, means, ses) if e is not None]
+    if with_se:
+        x, m, e = (list(column) for column in zip(*with_se))
+        ax.fill_between(x, [a - b for a, b in zip(m, e)], [a + b for a, b in zip(m, e)], color=color, alpha=0.2, lw=0)
+
+
+def plot_curves(path: str | Path, runs_by_label: dict[str, list[list[dict]]], metric: str) -> Path | None:
+    """`curves_figure` written to `path`; None (and nothing written) when there is no record."""
+    fig = curves_figure(runs_by_label, metric)
+    return None if fig is None else save_figure(fig, path)

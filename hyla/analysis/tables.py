@@ -1,0 +1,30 @@
+"""Text written one way for every report and progress line (demo, results, analysis): Markdown
+tables and durations."""
+
+from __future__ import annotations
+
+
+def markdown_table(header: list[str], rows: list[list]) -> str:
+    """A GitHub-flavoured Markdown table; cells are converted with `str`.
+
+    >>> print(markdown_table(["a", "b"], [[1, "x"]]))
+    | a | b |
+    |---|---|
+    | 1 | x |
+    """
+    for row in rows:
+        if len(row) != len(header):
+            raise ValueError(f"a row has {len(row)} cells, the header {len(header)}: {row}")
+    lines = ["| " + " | ".join(map(str, header)) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def format_duration(seconds: float) -> str:
+    """A duration rounded to whole seconds, for progress lines.
+
+    >>> format_duration(4.6), format_duration(65)
+    ('5 s', '1 min 05 s')
+    """
+    minutes, seconds = divmod(int(round(seconds)), 60)
+    return f"{minutes} min {seconds:02d} s" if minutes else f"{seconds} s"

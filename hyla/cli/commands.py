@@ -1,0 +1,267 @@
+"""The `hyla train | resume | eval | export | list | sample` subcommands (options parsed by tyro)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from tyro.conf import Positional
+
+from hyla.train.configs import (
+    PRESETS,
+    ConfigError,
+    ExperimentConfig,
+    check_positive,
+    config_to_dict,
+    describe_mixers,
+    parse_options,
+    parse_overrides,
+    parse_train_args,
+    task_names,
+)
+
+
+def _run_training(cfg: ExperimentConfig) -> int:
+    from hyla.train import NonFiniteLossError, train
+
+    hook = None
+    if cfg.train.analysis_every:
+        from hyla.analysis import analysis_hook as hook
+    try:
+        path = train(cfg, hook)
+    except NonFiniteLossError as e:
+        print(f"hyla: {e}", file=sys.stderr)
+        return 1
+    print(path)
+    return 0
+
+
+def train_main(argv: list[str]) -> int:
+    cfg, print_config = parse_train_args(argv)
+    if print_config:
+        from hyla.train.configs import build_task, resolve_model
+
+        cfg = replace(cfg, model=resolve_model(cfg.model, build_task(cfg)))
+        print(json.dumps(config_to_dict(cfg), indent=2))
+        return 0
+    return _run_training(cfg)
+
+
+RESUME_HELP = """Continue RUN from its latest checkpoint (the previous one if the latest is damaged),
+exactly: the run ends as if it had never stopped. Overrides go on top of the run's config; those
+that would change the trained weights (model, data, optimization, train.steps) are refused.
+Evaluation, logging and checkpoint settings may change; threads, device, compile and precision settings too,
+with a warning (the result is then no longer bit-identical). A completed run is left as it is."""
+
+
+def resume_main(argv: list[str]) -> int:
+    """hyla resume RUN [--section.field VALUE ...]: continue RUN from its latest checkpoint."""
+    from hyla.train.run_dir import RunDir
+
+    if not argv or argv[0].startswith("-"):
+        print(f"usage: hyla resume RUN [--train.stop_at N] [--train.no-progress] [...]\n\n{RESUME_HELP}")
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    run = RunDir(os.path.abspath(argv[0]))
+    saved = run.read_config()
+    # the folder given is the run, wherever it lives now; the stop_at of the session that stopped is
+    # spent: continue to the end unless given again
+    base = replace(
+        saved, out_dir=str(run.path.parent), name=run.path.name, resume=True, train=replace(saved.train, stop_at=0)
+    )
+    cfg = parse_overrides(base, argv[1:], f"hyla resume {argv[0]}", RESUME_HELP)
+    named = Path(os.path.abspath(RunDir.for_config(cfg).path))
+    if named != run.path:
+        raise ConfigError(
+            f"--out_dir/--name name {named}, not the run given ({run.path}); to resume that folder: hyla resume {named}"
+        )
+    return _run_training(replace(cfg, resume=True))
+
+
+@dataclass
+class EvalOptions:
+    """Re-evaluate a run's latest checkpoint: prints a table and writes eval-step<STEP>-n<SAMPLES>.json into the
+    run folder (the splits of earlier calls with the same options are kept; other options are refused)."""
+
+    run: Positional[Path]
+    """run folder"""
+    split: list[str] | None = None
+    """splits to evaluate (default: the task's evaluation splits)"""
+    samples: int | None = None
+    """samples per split (default: the run's train.final_eval_samples)"""
+    batch_size: int | None = None
+    """default: the run's train.eval_batch_size"""
+    device: str = "cpu"
+    """cpu | cuda | cuda:N"""
+
+    def __post_init__(self):
+        check_positive(samples=self.samples, batch_size=self.batch_size)
+
+
+def eval_main(argv: list[str]) -> int:
+    args = parse_options(EvalOptions, argv, "hyla eval")
+    import torch
+
+    from hyla.train import evaluate, load_run_at_step
+    from hyla.train.run_dir import write_json
+
+    cfg, model, task, step = load_run_at_step(args.run)
+    splits = args.split or list(task.eval_splits)
+    for split in splits:
+        try:
+            task.check_split(split)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+    samples = args.samples or cfg.train.final_eval_samples
+    batch_size = args.batch_size or cfg.train.eval_batch_size
+    out = args.run / f"eval-step{step}-n{samples}.json"
+    options = {"run": str(args.run), "step": step, "samples": samples, "batch_size": batch_size, "device": args.device}
+    previous = _earlier_evaluation(out, options)
+    model = model.to(torch.device(args.device))
+    results = {}
+    for split in splits:
+        start = time.perf_counter()
+        results[split] = evaluate(model, task, split, samples, batch_size, progress=True)
+        print(f"  {split}: {time.perf_counter() - start:.1f}s", file=sys.stderr)
+    print(format_table(results, task.metric_name))
+    write_json(out, {**options, "splits": {**previous, **results}})
+    print(f"wrote {out}")
+    return 0
+
+
+def _earlier_evaluation(out: Path, options: dict) -> dict:
+    """The splits already in `out` (an earlier `hyla eval`), or ConfigError when it used other options."""
+    if not out.exists():
+        return {}
+    try:
+        earlier = json.loads(out.read_text())
+    except ValueError:
+        raise ConfigError(f"{out} is damaged; remove it to evaluate again") from None
+    differ = [
+        f"--{k.replace('_', '-')} {earlier.get(k)}" for k in ("batch_size", "device") if earlier.get(k) != options[k]
+    ]
+    if differ:
+        raise ConfigError(f"{out} holds results of {', '.join(differ)}; pass the same options, or move it away")
+    return earlier.get("splits", {})
+
+
+@dataclass
+class ExportOptions:
+    """Write a run's trained weights as safetensors plus the model config (JSON): files that load
+    without running code. Load them with hyla.Transformer.from_pretrained(OUT)."""
+
+    run: Positional[Path]
+    """run folder"""
+    out: Path | None = None
+    """output folder (default: RUN/export); one that is not empty is refused"""
+
+
+def export_main(argv: list[str]) -> int:
+    args = parse_options(ExportOptions, argv, "hyla export")
+    from hyla.train import load_run_at_step
+
+    out = args.out or args.run / "export"
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise FileExistsError(f"{out} exists (an earlier export?); remove it or choose another --out")
+    _, model, _, step = load_run_at_step(args.run)
+    model.save_pretrained(out)
+    print(f"wrote {out} (weights of step {step})")
+    return 0
+
+
+def format_table(results: dict[str, dict[str, float]], metric_name: str) -> str:
+    """Markdown table, one row per split, the headline metric first."""
+    from hyla.analysis.tables import markdown_table
+
+    names = [metric_name] + sorted({k for m in results.values() for k in m} - {metric_name})
+    return markdown_table(
+        ["split", *names], [[split, *(_fmt(metrics.get(n)) for n in names)] for split, metrics in results.items()]
+    )
+
+
+def _fmt(value) -> str:
+    return "-" if value is None else f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+@dataclass
+class ListOptions:
+    """Show the presets, tasks and attention mixers."""
+
+
+def list_main(argv: list[str]) -> int:
+    parse_options(ListOptions, argv, "hyla list")
+    print("presets (hyla train --preset NAME):")
+    width = max(map(len, PRESETS))
+    for name, fn in PRESETS.items():
+        doc = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else ""
+        print(f"  {name:<{width}}  {doc}")
+    print(f"\ntasks (--task NAME): {', '.join(task_names())}")
+    print(
+        "\nmixers (--model.mixer NAME, hyla or authors' name; --model.normalization/value_network/activation "
+        "override the axes):"
+    )
+    rows = [("hyla name", "authors' name", "normalization", "value_network", "activation")] + describe_mixers()
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    for row in rows:
+        print("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    return 0
+
+
+@dataclass
+class SampleOptions:
+    """Continue a prompt with a trained language model (a run of the `text` task), decoding with a key/value cache."""
+
+    run: Positional[Path]
+    """the run folder"""
+    prompt: str = ""
+    """text to continue (empty: start a new document)"""
+    tokens: int = 100
+    """tokens to generate"""
+    temperature: float = 0.8
+    """0 = greedy"""
+    top_k: int | None = None
+    """sample among the k most likely tokens"""
+    seed: int = 0
+    device: str = "cpu"
+    """cpu | cuda | cuda:N"""
+
+    def __post_init__(self):
+        check_positive(tokens=self.tokens, top_k=self.top_k)
+
+
+def sample_main(argv: list[str]) -> int:
+    """`hyla sample RUN --prompt TEXT [--tokens N --temperature T --top-k K --seed S --device D]`."""
+    from hyla.nn.generate import sample_text
+    from hyla.train import load_run
+
+    args = parse_options(SampleOptions, argv, "hyla sample")
+    cfg, model, task = load_run(args.run, task="text")
+    try:
+        text, stats = sample_text(
+            model.to(args.device),
+            task,
+            args.prompt,
+            args.tokens,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            seed=args.seed,
+        )
+    except ValueError as error:
+        print(f"hyla sample: error: {error}", file=sys.stderr)
+        return 2
+    m = model.cfg
+    print(args.prompt + text)
+    head_dims = m.qk_dim // m.num_heads + m.v_dim // m.num_heads  # a key and a value per head
+    element = next(model.parameters()).element_size()
+    cached = stats.cache_bytes // (m.num_layers * m.num_heads * head_dims * element)
+    print(
+        f"\n[{cfg.model.mixer}: {stats.prompt_tokens} prompt + {stats.new_tokens} new tokens; key/value cache at most "
+        f"{stats.cache_bytes:,} bytes = {m.num_layers} layers x 1 sequence x {cached} tokens x {m.num_heads} heads x "
+        f"({m.qk_dim // m.num_heads} + {m.v_dim // m.num_heads}) dims (key + value) x {element} bytes; "
+        f"context {m.seq_len} tokens, window slides: {stats.window_slides}]",
+        file=sys.stderr,
+    )
+    return 0

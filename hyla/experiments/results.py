@@ -1,0 +1,448 @@
+"""`hyla results DIR`: aggregate run folders into tables (mean ± standard error over seeds),
+CSV/JSON exports and plots.
+
+Runs are grouped by every config field that varies among them and changes what a run computes
+(model, task, optimization, steps, ...): seeds are aggregated, and bookkeeping fields (name,
+folders, progress bars, threads, logging, evaluation schedule, stop_at, ...) never split a group.
+A group of one seed shows no error bar. Writes `results.md`, `results.csv`, `results.json`,
+`results_<metric>.png` (final metric per split) and `curves_<metric>.png` (evaluation curves).
+
+`hyla results DIR --latent-structure` instead relates latent structure to generalization across
+the completed runs (`hyla.analysis.structure`): per run, the topographic similarity of its latent
+codes on the held-out split (cached in the run folder) against its final metric there; Spearman
+across runs with a bootstrap interval, overall and per mixer. Writes `latent_structure.json` and
+`latent_structure.png`.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tyro.conf import Positional
+
+from hyla.analysis import tables
+from hyla.analysis.tables import format_duration
+from hyla.train.jsonio import write_json
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+
+def bookkeeping_fields() -> frozenset[str]:
+    """Config fields that do not change what a run computes (final_eval_samples does: it is kept)."""
+    from hyla.train.configs import RESUMABLE_CHANGES
+
+    return frozenset(
+        {"seed", "name", "out_dir", "resume", "preset", "train.deterministic"} | set(RESUMABLE_CHANGES)
+    ) - {"train.final_eval_samples"}
+
+
+def _leaves(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in d.items():
+        if isinstance(value, dict):
+            out.update(_leaves(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def find_runs(root: str | Path) -> list[dict]:
+    """Every run folder below root with a config and a summary: {path, config (flat), summary, metrics}."""
+    from hyla.train.run_dir import RunDir
+
+    runs = []
+    for summary_file in sorted(Path(root).rglob("summary.json")):
+        run = RunDir(summary_file.parent)
+        if not run.config_file.exists():
+            continue
+        runs.append(
+            {
+                "path": run.path,
+                "config": _leaves(json.loads(run.config_file.read_text())),
+                "summary": run.read_summary(),
+                "metrics": run.read_metrics(),
+            }
+        )
+    return runs
+
+
+def mean_se(values: list[float]) -> tuple[float, float | None]:
+    """Mean and standard error (sample std / sqrt(n); None for a single value)."""
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return mean, None
+    var = sum((v - mean) ** 2 for v in values) / (n - 1)
+    return mean, math.sqrt(var / n)
+
+
+def varying_fields(runs: list[dict]) -> list[str]:
+    keys = sorted(set().union(*(r["config"] for r in runs)))
+    bookkeeping = bookkeeping_fields()
+    return [k for k in keys if k not in bookkeeping and len({json.dumps(r["config"].get(k)) for r in runs}) > 1]
+
+
+def aggregate(runs: list[dict]) -> tuple[list[str], list[dict]]:
+    """(group fields, one row per group): {group values, n, seeds, <split>/<metric>: (mean, se),
+    train_loss, steps_per_second}."""
+    fields = varying_fields(runs)
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for run in runs:
+        groups[tuple(json.dumps(run["config"].get(f)) for f in fields)].append(run)
+    rows = []
+    for key, members in groups.items():
+        completed = [m for m in members if m["summary"].get("status") == "completed"]
+        row = {
+            "group": dict(zip(fields, (json.loads(k) for k in key))),
+            "n": len(completed),
+            "seeds": sorted(m["config"].get("seed") for m in completed),
+            "values": {},
+        }
+        values = defaultdict(list)
+        for m in completed:
+            s = m["summary"]
+            for split, metrics in (s.get("final") or {}).items():
+                for name, value in metrics.items():  # null: the metric was not finite
+                    values[f"{split}/{name}"].append(math.nan if value is None else value)
+            for name in ("train_loss", "steps_per_second", "wall_time_s"):
+                if s.get(name) is not None:
+                    values[name].append(s[name])
+        row["values"] = {name: mean_se(v) for name, v in values.items() if len(v) == len(completed)}
+        rows.append(row)
+    return fields, rows
+
+
+def _label(group: dict) -> str:
+    return ", ".join(f"{k.split('.')[-1]}={v}" for k, v in group.items()) or "all"
+
+
+def results_table(fields: list[str], rows: list[dict], metric: str) -> str:
+    """Main metric per split (×100, as in the paper's tables), training loss and speed."""
+    splits = sorted({name.split("/")[0] for row in rows for name in row["values"] if name.endswith(f"/{metric}")})
+    header = (
+        [f.split(".")[-1] for f in fields] + ["n"] + [f"{s} {metric} ×100" for s in splits] + ["train loss", "steps/s"]
+    )
+    lines = []
+    for row in rows:
+        cells = [str(row["group"].get(f)) for f in fields] + [str(row["n"])]
+        for split in splits:
+            m = row["values"].get(f"{split}/{metric}")
+            cells.append(_mean_se_text(m, scale=100, digits=".2f"))
+        loss, speed = row["values"].get("train_loss"), row["values"].get("steps_per_second")
+        cells.append(_mean_se_text(loss, digits=".4g", se_digits=".2g"))
+        cells.append(f"{speed[0]:.1f}" if speed else "–")
+        lines.append(cells)
+    return tables.markdown_table(header, lines)
+
+
+def _mean_se_text(value: tuple | None, scale: float = 1.0, digits: str = ".2f", se_digits: str | None = None) -> str:
+    if value is None:
+        return "–"
+    mean, se = value
+    text = f"{scale * mean:{digits}}"
+    return text if se is None else f"{text} ± {scale * se:{se_digits or digits}}"
+
+
+def write_csv(path: Path, fields: list[str], rows: list[dict]) -> None:
+    names = sorted({n for row in rows for n in row["values"]})
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(fields + ["n", "seeds"] + [c for n in names for c in (f"{n}_mean", f"{n}_se")])
+        for row in rows:
+            cells = [row["group"].get(f) for f in fields] + [row["n"], " ".join(map(str, row["seeds"]))]
+            for n in names:
+                cells += list(row["values"].get(n, ("", "")))
+            writer.writerow(cells)
+
+
+def final_figure(rows: list[dict], metric: str, fields: list[str]) -> Figure:
+    """Final `metric` per group (a bar per split) as mean ± s.e. over its seeds: error bars only
+    for groups of two seeds or more (a single seed has no standard error, and gets no cap)."""
+    from matplotlib.figure import Figure
+
+    splits = sorted({n.split("/")[0] for row in rows for n in row["values"] if n.endswith(f"/{metric}")})
+    fig = Figure(figsize=(max(4, 1.2 * len(rows) * max(1, len(splits)) / 2), 3.5))
+    ax = fig.subplots()
+    width = 0.8 / max(1, len(splits))
+    for i, split in enumerate(splits):
+        x = [j + i * width for j in range(len(rows))]
+        stats = [row["values"].get(f"{split}/{metric}", (math.nan, None)) for row in rows]
+        ax.bar(x, [mean for mean, _ in stats], width, label=split, color=f"C{i % 10}")
+        with_se = [(xj, mean, se) for xj, (mean, se) in zip(x, stats) if se is not None]
+        if with_se:
+            ax.errorbar(
+                [a for a, _, _ in with_se],
+                [m for _, m, _ in with_se],
+                yerr=[e for _, _, e in with_se],
+                fmt="none",
+                ecolor="black",
+                elinewidth=1,
+                capsize=3,
+            )
+    ax.set_xticks([j + width * (len(splits) - 1) / 2 for j in range(len(rows))])
+    ax.set_xticklabels([_label(row["group"]) for row in rows], rotation=30, ha="right", fontsize=8)
+    ax.set_xlabel(", ".join(f.split(".")[-1] for f in fields) or "runs")
+    ax.set_ylabel(f"{metric} (mean ± s.e.)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_final(path: Path, rows: list[dict], metric: str, fields: list[str] = ()) -> Path:
+    """`final_figure` written to `path`."""
+    from hyla.analysis.plots import save_figure
+
+    return save_figure(final_figure(rows, metric, list(fields)), path)
+
+
+def summarize(root: str | Path, out: str | Path | None = None) -> str:
+    """Aggregate the runs below root; write the tables and plots into `out` (default root)."""
+    from hyla.analysis.plots import plot_curves
+    from hyla.train.run_dir import RunError
+
+    runs = find_runs(root)
+    if not runs:
+        raise RunError(f"no run folders (with config.json and summary.json) below {root}")
+    out = Path(out or root)
+    out.mkdir(parents=True, exist_ok=True)
+    fields, rows = aggregate(runs)
+    metrics = sorted({r["summary"].get("metric_name") for r in runs if r["summary"].get("metric_name")})
+    tables = []
+    for metric in metrics:
+        tables.append(f"### {metric}\n\n{results_table(fields, rows, metric)}")
+        plot_final(out / f"results_{metric}.png", rows, metric, fields)
+        runs_by_label = defaultdict(list)
+        for run in runs:
+            runs_by_label[_label({f: run["config"].get(f) for f in fields})].append(run["metrics"])
+        plot_curves(out / f"curves_{metric}.png", dict(sorted(runs_by_label.items())), metric)
+    text = "\n\n".join(tables)
+    (out / "results.md").write_text(f"# Results for {root}\n\n{text}\n")
+    write_csv(out / "results.csv", fields, rows)
+    write_json(
+        out / "results.json",
+        [{"group": r["group"], "n": r["n"], "seeds": r["seeds"], "values": r["values"]} for r in rows],
+    )
+    return text
+
+
+def run_folders(root: str | Path) -> list[Path]:
+    """Every run folder below root: a config.json beside a summary, metrics or checkpoints (an
+    export folder, config.json and weights only, is not one)."""
+    return [
+        c.parent
+        for c in sorted(Path(root).rglob("config.json"))
+        if any((c.parent / n).exists() for n in ("summary.json", "metrics.jsonl", "checkpoints"))
+    ]
+
+
+def structure_candidates(root: str | Path, split: str) -> tuple[list[dict], list[str]]:
+    """(completed runs with a final metric on `split`: {path, name, config (flat), summary},
+    one note per folder skipped and why)."""
+    from hyla.train.run_dir import RunDir
+
+    candidates, notes = [], []
+    for path in run_folders(root):
+        name = str(path.relative_to(root)) if path != Path(root) else path.name
+        run = RunDir(path)
+        try:
+            summary = run.read_summary() if run.summary_file.exists() else {}
+            config = _leaves(json.loads(run.config_file.read_text()))
+        except ValueError as e:
+            notes.append(f"{name}: unreadable ({' '.join(str(e).split())})")
+            continue
+        status = summary.get("status")
+        final = (summary.get("final") or {}).get(split) or {}
+        if status != "completed":
+            notes.append(
+                f"{name}: not completed ("
+                + (
+                    f"{status} at step {summary.get('step')})"
+                    if summary
+                    else "no summary.json yet: running or interrupted)"
+                )
+            )
+        elif config.get("task") not in ("fuzzy_logic", "sraven"):
+            notes.append(f"{name}: a {config.get('task')} run (latent codes: fuzzy_logic and sraven only)")
+        elif summary.get("metric_name") not in final:
+            notes.append(f"{name}: no final {summary.get('metric_name')} on split {split!r}")
+        else:
+            candidates.append({"path": path, "name": name, "config": config, "summary": summary})
+    return candidates, notes
+
+
+def measure_runs(candidates: list[dict], options: dict) -> tuple[list[dict], list[str]]:
+    """Topographic similarity of every candidate (cached per run), with a line per run on stderr
+    (elapsed and ETA; a tqdm bar on a terminal). Returns (points, notes on runs left out)."""
+    from tqdm.auto import tqdm
+
+    from hyla.analysis.structure import cached_measure
+    from hyla.train.checkpoint import CheckpointError
+    from hyla.train.run_dir import RunError
+
+    bar = tqdm(total=len(candidates), desc="latent structure", unit="run") if sys.stderr.isatty() else None
+    points, notes, start, measuring, measured = [], [], time.monotonic(), 0.0, 0
+    for i, run in enumerate(candidates, 1):
+        began = time.monotonic()
+        try:
+            entry, cached = cached_measure(run["path"], run["summary"].get("step"), options)
+            point, note = _structure_point(run, entry, options["split"], cached)
+        except (RunError, CheckpointError) as e:  # e.g. a completed run whose checkpoints were deleted
+            entry, cached, point, note = None, False, None, f"{run['name']}: left out, {' '.join(str(e).split())}"
+        if not cached:
+            measuring, measured = measuring + time.monotonic() - began, measured + 1
+        points += [point] if point else []
+        notes += [note] if note else []
+        text = note or (
+            f"topographic similarity {point['topographic_similarity']:.3f}, {options['split']} "
+            f"{point['metric_name']} {point['metric']:.3f}{' (cached)' if cached else ''}"
+        )
+        if bar is not None:
+            bar.write(f"{run['name']}: {text}")
+            bar.update(1)
+        else:
+            left = len(candidates) - i
+            eta = f", ETA {format_duration(measuring / measured * left)}" if measured and left else ""
+            print(
+                f"latent structure {i}/{len(candidates)} {run['name']}: {text} "
+                f"({format_duration(time.monotonic() - start)} elapsed{eta})",
+                file=sys.stderr,
+                flush=True,
+            )
+    if bar is not None:
+        bar.close()
+    return points, notes
+
+
+def _structure_point(run: dict, entry: dict, split: str, cached: bool) -> tuple[dict | None, str | None]:
+    """(the run's point, None) or (None, why it is left out of the correlation)."""
+    summary, topo = run["summary"], entry["topographic"]
+    metric_name = summary["metric_name"]
+    metric = summary["final"][split][metric_name]
+    if entry["checkpoint_step"] != summary.get("step"):
+        return None, (
+            f"{run['name']}: left out, its final checkpoint is unreadable (latest readable: step "
+            f"{entry['checkpoint_step']}, the run reached {summary.get('step')})"
+        )
+    if topo.get("spearman") is None or math.isnan(topo["spearman"]) or metric is None:
+        return None, (
+            f"{run['name']}: left out, no finite topographic similarity ({topo['num_tasks']} tasks) or {metric_name}"
+        )
+    return {
+        "name": run["name"],
+        "path": str(Path(run["path"]).resolve()),
+        "task": entry["task"],
+        "mixer": entry["mixer"],
+        "seed": entry["seed"],
+        "steps": summary.get("step"),
+        "metric_name": metric_name,
+        "metric": metric,
+        "topographic_similarity": topo["spearman"],
+        "topographic_p_value": topo["p_value"],
+        "num_tasks": topo["num_tasks"],
+        "codes": entry["codes"],
+        "cached": cached,
+    }, None
+
+
+def latent_structure(args: ResultsOptions) -> str:
+    """`hyla results DIR --latent-structure`: measure (or read) every completed run, correlate,
+    write latent_structure.json and .png into `args.out` (default DIR); returns the text printed."""
+    from hyla.analysis import structure
+    from hyla.analysis.plots import save_figure
+    from hyla.train.run_dir import RunError
+
+    if not args.dir.is_dir():
+        raise RunError(f"{args.dir} does not exist or is not a folder")
+    candidates, notes = structure_candidates(args.dir, args.latent_split)
+    if not candidates:
+        detail = f" ({len(notes)} skipped: {'; '.join(notes)})" if notes else ""
+        raise RunError(
+            f"no completed fuzzy_logic or sraven run with a final metric on split {args.latent_split!r} "
+            f"below {args.dir}{detail}"
+        )
+    options = {
+        "split": args.latent_split,
+        "layer": args.latent_layer,
+        "num_samples": args.latent_samples,
+        "num_permutations": args.latent_permutations,
+        "seed": args.seed,
+    }
+    points, left_out = measure_runs(candidates, options)
+    kinds = sorted({(p["task"], p["metric_name"]) for p in points})
+    if len(kinds) > 1:
+        raise RunError(f"runs of several tasks or metrics below {args.dir} ({kinds}): point at one task's runs")
+    result = {
+        "options": {**options, "bootstrap": args.bootstrap},
+        "codes": structure.describe_layer(args.latent_layer),
+        "metric_name": kinds[0][1] if kinds else None,
+        "confidence": 0.95,
+        **structure.correlations(points, args.bootstrap, args.seed),
+        "runs": points,
+        "skipped": notes + left_out,
+    }
+    text = structure.summary_text(result)
+    if len({p["steps"] for p in points}) > 1:
+        text += f"\nNote: the runs trained for different numbers of steps ({sorted({p['steps'] for p in points})})."
+    if result["skipped"]:
+        text += "\nSkipped:\n" + "\n".join(f"  {note}" for note in result["skipped"])
+    result["statement"] = text
+    out = Path(args.out or args.dir)
+    write_json(out / "latent_structure.json", result)
+    if points:
+        save_figure(structure.structure_figure(points, result), out / "latent_structure.png")
+    return text + f"\nWrote {out / 'latent_structure.json'}" + (" and latent_structure.png" if points else "")
+
+
+@dataclass
+class ResultsOptions:
+    """Aggregate the run folders below DIR into mean ± s.e. tables (Markdown, CSV, JSON) and plots;
+    with --latent-structure, relate each run's latent-code structure to its generalization instead."""
+
+    dir: Positional[Path]
+    """folder containing run folders (searched recursively)"""
+    out: Path | None = None
+    """where to write the tables and plots (default: DIR)"""
+    latent_structure: bool = False
+    """instead of the tables: topographic similarity of each completed run's latent codes on
+    --latent-split against its final metric there, Spearman across runs with a bootstrap CI, overall
+    and per mixer (latent_structure.json, latent_structure.png; per-run numbers cached in each run
+    folder as latent_structure-step<S>-<options>.json)"""
+    latent_split: str = "ood"
+    """held-out split whose codes and final metric are compared"""
+    latent_layer: str = "last"
+    """code set: last | all (layers concatenated) | a layer index"""
+    latent_samples: int = 512
+    """sequences whose codes are collected per run"""
+    latent_permutations: int = 1000
+    """permutation-test size of each run's topographic p-value"""
+    bootstrap: int = 2000
+    """bootstrap resamples of runs for the confidence interval (95%, percentile)"""
+    seed: int = 0
+    """seed of the task subset and permutations of each run's topographic similarity, and of the
+    bootstrap (the samples are those `hyla analyze` uses: the run's task seed, batch of step 0)"""
+
+    def __post_init__(self):
+        from hyla.train.configs import ConfigError, check_positive
+
+        check_positive(
+            latent_samples=self.latent_samples, latent_permutations=self.latent_permutations, bootstrap=self.bootstrap
+        )
+        if self.latent_layer not in ("last", "all") and not self.latent_layer.lstrip("-").isdigit():
+            raise ConfigError(f"--latent-layer={self.latent_layer!r} is not valid: last, all or a layer index")
+
+
+def main(argv: list[str]) -> int:
+    from hyla.train.configs import parse_options
+
+    args = parse_options(ResultsOptions, argv, "hyla results", __doc__)
+    print(latent_structure(args) if args.latent_structure else summarize(args.dir, args.out))
+    return 0

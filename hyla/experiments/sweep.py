@@ -1,0 +1,643 @@
+"""`hyla sweep FILE`: a grid of runs (preset × grid × seeds), on this machine or on a Slurm cluster, restartable.
+
+A sweep file (YAML) looks like
+
+    name: table_a1_logic_cpu
+    preset: logic_cpu
+    out_dir: runs/table_a1_logic_cpu      # default: runs/<name>
+    seeds: [0, 1, 2]
+    overrides: {train.steps: 3000}        # applied to every run
+    grid:                                  # cartesian product; a list of such dicts = their union
+      model.mixer: [softmax, linear, hyla]
+    parallel: 2                            # runs at once with the local launcher (default: 1)
+    slurm: {timeout_min: 240, slurm_partition: gpu, gpus_per_node: 1, cpus_per_task: 8}  # optional
+
+Every run's config is built and checked before anything launches (`--dry-run` included): a bad
+key or value ends with one line naming the sweep file and the grid or overrides entry. Every run
+is a subprocess `hyla train` (or `hyla resume` when a checkpoint exists) writing to
+`<out_dir>/<run name>`, with its output in `<out_dir>/<run name>.log`. Completed runs are
+skipped and a run killed before its first checkpoint starts again from scratch, so re-running the
+same command after an interruption of any kind finishes the sweep.
+
+Launchers (`--launcher`): `local` (default) runs `parallel` runs at once here and waits;
+`slurm` submits each run as a Slurm job (an array job, through submitit: pip install
+'hyla[slurm]') and returns. The `slurm` section holds submitit's parameters (timeout_min,
+cpus_per_task, gpus_per_node, mem_gb, slurm_partition, slurm_account, ...; timeout_min defaults
+to 240). A job that is preempted or reaches its time limit gets the signal first: its training
+saves a checkpoint, and the job is requeued and resumes from it.
+
+`--pack N` (local launcher) trains runs that share an architecture (same task, model and batch
+size; seeds, learning rates and the like may differ) as packs of up to N runs, each pack one
+batched model (hyla.train.packed), `parallel` packs at a time, each in a process of its own; every
+run still writes its own run folder, and a stopped pack is packed again and resumes exactly.
+
+`hyla sweep SPEC --status` shows each run as done, running (its owner is alive), pending (not
+started, queued, or stopped cleanly and resumable), stale (killed: its owner is gone, and it ended
+without a summary; a re-run resumes or restarts it) or failed, from the run folders:
+summary.json's status, and `<run name>.running` (written while a job trains: the pids of the job
+and of its training) and `<run name>.job` (a queued Slurm job).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import multiprocessing
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from tyro.conf import Positional
+
+from hyla.train.run_dir import RunDir
+
+SPEC_KEYS = ("name", "preset", "out_dir", "seeds", "overrides", "grid", "parallel", "slurm")
+
+
+@dataclass
+class Run:
+    name: str
+    seed: int
+    overrides: dict[str, Any]
+    """the sweep's overrides with this run's grid point on top"""
+    point: dict[str, Any] = field(default_factory=dict)
+    """this run's grid entries"""
+
+
+@dataclass
+class SweepSpec:
+    name: str
+    preset: str
+    out_dir: str
+    seeds: list[int] = field(default_factory=lambda: [0])
+    overrides: dict[str, Any] = field(default_factory=dict)
+    grid: list[dict[str, list]] = field(default_factory=lambda: [{}])
+    parallel: int = 1
+    slurm: dict[str, Any] = field(default_factory=dict)
+    source: str = "sweep"
+    """the sweep file (named in error messages)"""
+
+    @staticmethod
+    def load(path: str | Path) -> SweepSpec:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+        unknown = sorted(set(data) - set(SPEC_KEYS))
+        if unknown:
+            raise ValueError(f"{path}: unknown keys {unknown}; valid: {', '.join(SPEC_KEYS)}")
+        for key in ("name", "preset"):
+            if key not in data:
+                raise ValueError(f"{path}: missing required key {key!r}")
+        grid = data.get("grid") or {}
+        grids = grid if isinstance(grid, list) else [grid]
+        for g in grids:
+            for key, values in g.items():
+                if not isinstance(values, list) or not values:
+                    raise ValueError(f"{path}: grid.{key} must be a non-empty list, got {values!r}")
+        return SweepSpec(
+            name=data["name"],
+            preset=data["preset"],
+            out_dir=data.get("out_dir") or f"runs/{data['name']}",
+            seeds=list(data.get("seeds", [0])),
+            overrides=dict(data.get("overrides") or {}),
+            grid=grids,
+            parallel=int(data.get("parallel", 1)),
+            slurm=dict(data.get("slurm") or {}),
+            source=str(path),
+        )
+
+    def runs(self) -> list[Run]:
+        """Every (seed, grid point), named by the grid values that vary."""
+        points = [dict(zip(grid, values)) for grid in self.grid for values in itertools.product(*grid.values())]
+        runs, seen = [], set()
+        for seed in self.seeds:  # seed-major: a sweep cut short has every configuration at the first seeds
+            for point in points:
+                label = "__".join(f"{k.split('.')[-1]}-{v}" for k, v in point.items()) or "base"
+                name = f"{label}__s{seed}"
+                if name not in seen:
+                    seen.add(name)
+                    runs.append(Run(name, seed, {**self.overrides, **point}, point))
+        return runs
+
+
+def override_flags(key: str, value: Any) -> list[str]:
+    """`hyla train` flags setting one dotted field (booleans are tyro flags: --a.b / --a.no-b)."""
+    if isinstance(value, bool):
+        section, _, name = key.rpartition(".")
+        return [f"--{key}" if value else f"--{section + '.' if section else ''}no-{name}"]
+    return [f"--{key}", str(value)]
+
+
+def check_configs(spec: SweepSpec, threads: int) -> None:
+    """Build and validate every run's config; ConfigError naming the sweep file and the grid or
+    overrides entry (else the run) that is invalid, with the valid choices."""
+    from hyla.train.configs import ConfigError, parse_train_args
+
+    for run in spec.runs():
+        for key in run.overrides:
+            _check_key(spec, run, key)
+        try:
+            parse_train_args(train_args(spec, run, threads))
+        except ConfigError as e:
+            raise ConfigError(f"{spec.source}: {_entry(run, str(e))}: {e}") from None
+
+
+def _check_key(spec: SweepSpec, run: Run, key: str) -> None:
+    """ConfigError unless `key` names a config field ("section.field"), listing the valid ones."""
+    import dataclasses
+    import typing
+
+    from hyla.train.configs import ConfigError, ExperimentConfig
+
+    kind, path = ExperimentConfig, []
+    for part in key.split("."):
+        names = [f.name for f in dataclasses.fields(kind)] if dataclasses.is_dataclass(kind) else []
+        if part not in names:
+            where = f"fields of {'.'.join(path)}" if path else "sections and fields"
+            raise ConfigError(
+                f"{spec.source}: {_where(run, key)} entry {key}: unknown key; valid {where}: {', '.join(names)}"
+            )
+        kind, path = typing.get_type_hints(kind)[part], [*path, part]
+
+
+def _where(run: Run, key: str) -> str:
+    return "grid" if key in run.point else "overrides"
+
+
+def _entry(run: Run, message: str) -> str:
+    """The sweep-file entry that an error message names first, grid entries before overrides (they
+    are what differs from the runs that pass), else the run."""
+    found = {}
+    for key in run.overrides:
+        match = re.search(rf"(?<![\w.]){re.escape(key)}(?!\w)", message)
+        if match:
+            found[key] = (key not in run.point, match.start())
+    if not found:
+        return f"run {run.name}"
+    key = min(found, key=found.get)
+    return f"{_where(run, key)} entry {key}: {run.overrides[key]!r} (run {run.name})"
+
+
+def run_command(spec: SweepSpec, run: Run, threads: int) -> list[str]:
+    """The `hyla` command line that trains (or resumes) one run of the sweep."""
+    run_dir = Path(spec.out_dir) / run.name
+    hyla = [sys.executable, "-m", "hyla.cli"]
+    if RunDir(run_dir).has_checkpoint():
+        threads = run.overrides.get("train.threads", threads)  # what `train_args` gave it
+        return hyla + ["resume", str(run_dir), "--train.no-progress", "--train.threads", str(threads)]
+    return hyla + ["train"] + train_args(spec, run, threads)
+
+
+def train_args(spec: SweepSpec, run: Run, threads: int) -> list[str]:
+    """The `hyla train` arguments of one run of the sweep."""
+    args = [
+        "--preset",
+        spec.preset,
+        "--seed",
+        str(run.seed),
+        "--out_dir",
+        spec.out_dir,
+        "--name",
+        run.name,
+        "--train.no-progress",
+        "--train.threads",
+        str(threads),
+    ]
+    for key, value in run.overrides.items():
+        args += override_flags(key, value)
+    return args
+
+
+def run_status(run_dir: Path) -> str:
+    """summary.json's status (completed | stopped | interrupted | diverged | failed) unless a later
+    session wrote a newer checkpoint, else partial (a checkpoint and no summary of it: killed),
+    started (files but no checkpoint: killed before its first one) or new."""
+    run = RunDir(run_dir)
+    checkpoint = run.checkpoint_file if run.checkpoint_file.exists() else run.previous_checkpoint_file
+    if run.summary_file.exists() and (
+        not checkpoint.exists() or run.summary_file.stat().st_mtime >= checkpoint.stat().st_mtime
+    ):
+        return run.read_summary().get("status", "new")
+    if checkpoint.exists():
+        return "partial"
+    return "started" if run.exists() else "new"
+
+
+def restart_cleanly(run_dir: Path) -> bool:
+    """Remove a run folder that has no checkpoint (a run killed before its first one), so that it
+    starts again from scratch; whether there was one."""
+    run = RunDir(run_dir)
+    if not run.exists() or run.has_checkpoint():
+        return False
+    shutil.rmtree(run_dir)
+    return True
+
+
+def _marker(spec: SweepSpec, run: Run, kind: str) -> Path:
+    """`<out_dir>/<run>.running` (a job trains it now) or `<out_dir>/<run>.job` (queued on Slurm)."""
+    return Path(spec.out_dir) / f"{run.name}.{kind}"
+
+
+def _write_marker(path: Path, **info) -> None:
+    """Atomically (`--status` may read it at any moment): host, time and `info` as JSON."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps({"host": socket.gethostname(), "time": time.strftime("%Y-%m-%dT%H:%M:%S"), **info}))
+    os.replace(tmp, path)
+
+
+def _running(marker: Path) -> bool:
+    """The marker exists and, if it was written on this host, its job or the job's training is alive
+    (a training outlives a sweep killed with kill -9)."""
+    if not marker.exists():
+        return False
+    info = json.loads(marker.read_text() or "{}")
+    if info.get("host") != socket.gethostname():
+        return True
+    return any(_alive(info[key]) for key in ("pid", "training_pid") if key in info)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie, killed and not yet reaped, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False  # left behind by a killed job
+    except PermissionError:
+        pass
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True  # no /proc: alive as far as kill can tell
+
+
+def sweep_status(spec: SweepSpec) -> dict[str, str]:
+    """{run name: running | queued | completed | stopped | interrupted | diverged | failed | partial | started
+    | new}."""
+    out, states = Path(spec.out_dir), {}
+    for run in spec.runs():
+        status = run_status(out / run.name)
+        job, summary = _marker(spec, run, "job"), RunDir(out / run.name).summary_file
+        if _running(_marker(spec, run, "running")):
+            status = "running"
+        elif job.exists() and (not summary.exists() or job.stat().st_mtime > summary.stat().st_mtime):
+            status = "queued"
+        states[run.name] = status
+    return states
+
+
+STATUS_GROUPS = {
+    "completed": "done",
+    "running": "running",
+    "partial": "stale",
+    "started": "stale",
+    "diverged": "failed",
+    "failed": "failed",
+}  # else pending
+
+
+def print_status(spec: SweepSpec) -> dict[str, int]:
+    """A line per run and the counts of done / running / pending / failed runs; returns the counts."""
+    states = sweep_status(spec)
+    width = max(map(len, states), default=0)
+    for name, state in states.items():
+        summary = RunDir(Path(spec.out_dir) / name).read_summary()
+        progress = f"step {summary['step']}/{summary['steps']}" if "step" in summary and state != "running" else ""
+        print(f"{name:<{width}}  {STATUS_GROUPS.get(state, 'pending'):<8} {state:<12} {progress}".rstrip())
+    counts = {group: 0 for group in ("done", "running", "pending", "stale", "failed")}
+    for state in states.values():
+        counts[STATUS_GROUPS.get(state, "pending")] += 1
+    print(f"sweep {spec.name}: " + ", ".join(f"{n} {group}" for group, n in counts.items()) + f" ({spec.out_dir})")
+    return counts
+
+
+class RunJob:
+    """Trains one run of a sweep in a subprocess, logging to `<run>.log`; what every launcher runs.
+
+    Returns the exit code. Under submitit (Slurm), a preemption or the time limit calls `checkpoint`
+    first: the training gets SIGTERM (it saves a checkpoint and exits) and the returned copy of
+    this job is requeued; it resumes, because `run_command` resumes a run that has a checkpoint.
+    """
+
+    def __init__(self, spec: SweepSpec, run: Run, threads: int):
+        self.spec, self.run, self.threads = spec, run, threads
+        self.process: subprocess.Popen | None = None
+
+    def __call__(self) -> int:
+        marker, job_id = _marker(self.spec, self.run, "running"), os.environ.get("SLURM_JOB_ID")
+        _write_marker(marker, pid=os.getpid(), job_id=job_id)
+        try:
+            with open(Path(self.spec.out_dir) / f"{self.run.name}.log", "a") as log:
+                if restart_cleanly(Path(self.spec.out_dir) / self.run.name):
+                    log.write(f"{self.run.name}: killed before its first checkpoint; starting again from scratch\n")
+                    log.flush()
+                self.process = subprocess.Popen(
+                    run_command(self.spec, self.run, self.threads), stdout=log, stderr=subprocess.STDOUT
+                )
+                _write_marker(marker, pid=os.getpid(), training_pid=self.process.pid, job_id=job_id)
+                return self.process.wait()
+        finally:
+            marker.unlink(missing_ok=True)
+
+    def checkpoint(self, *args, **kwargs):
+        import submitit
+
+        if self.process is not None:
+            _stop(self.process.pid)
+        job_file = _marker(self.spec, self.run, "job")
+        if job_file.exists():
+            job_file.touch()  # queued again: newer than the summary the interrupted training wrote
+        return submitit.helpers.DelayedSubmission(RunJob(self.spec, self.run, self.threads))
+
+    def __getstate__(self):
+        return {**self.__dict__, "process": None}  # a process handle does not travel to the requeued job
+
+
+def _stop(pid: int, timeout: float = 60.0) -> None:
+    """SIGTERM the training (it saves a checkpoint at the end of its step) and wait for it to exit;
+    SIGKILL after `timeout` s (Slurm's warning comes 90 s before its kill). Waits with os.waitpid,
+    not Popen.wait: this runs in a signal handler that interrupted a Popen.wait holding its lock."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                return
+            time.sleep(0.1)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass  # it had already exited
+
+
+def _todo(spec: SweepSpec) -> list[Run]:
+    """The runs to launch: not completed, not running now, not queued."""
+    states = sweep_status(spec)
+    return [r for r in spec.runs() if states[r.name] not in ("completed", "running", "queued")]
+
+
+def run_sweep(spec: SweepSpec, dry_run: bool = False, progress: bool = True) -> dict[str, int]:
+    """Train every run of the sweep that is not complete, here, `spec.parallel` at a time (each a
+    `hyla` subprocess); returns {run name: exit code}. Progress is read from the runs' metrics.jsonl."""
+    threads = max(1, (os.cpu_count() or 1) // max(1, spec.parallel))
+    check_configs(spec, threads)
+    out = Path(spec.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    runs, todo = spec.runs(), _todo(spec)
+    print(
+        f"sweep {spec.name}: {len(runs)} runs, {len(runs) - len(todo)} complete or under way, {len(todo)} to run "
+        f"({spec.parallel} at once, {threads} threads each) in {out}"
+    )
+    if dry_run:
+        for r in todo:
+            print(" ".join(run_command(spec, r, threads)))
+        return {}
+    codes = {}
+    bars = RunProgress({r.name: run_steps(spec, r) for r in todo}, progress)
+    with ThreadPoolExecutor(max_workers=max(1, spec.parallel)) as pool:
+        running = {pool.submit(RunJob(spec, r, threads)): r.name for r in todo}
+        try:
+            while running:
+                finished, _ = wait(running, timeout=0.5)
+                for future in finished:
+                    name = running.pop(future)
+                    codes[name] = future.result()
+                    bars.finished(name, last_train_step(out / name), codes[name])
+                for name in running.values():
+                    bars.update(name, last_train_step(out / name))
+        finally:  # on Ctrl-C the runs got it too: the pool waits while they checkpoint and exit
+            bars.close()
+    failed = {n: c for n, c in codes.items() if c != 0}
+    if failed:
+        print(f"{len(failed)} runs failed (see their .log files): {', '.join(failed)}", file=sys.stderr)
+    return codes
+
+
+def run_steps(spec: SweepSpec, run: Run) -> int:
+    """The number of training steps of a run of the sweep."""
+    from hyla.train.configs import get_preset
+
+    return int(run.overrides.get("train.steps", get_preset(spec.preset).train.steps))
+
+
+class RunProgress:
+    """One progress bar per run (steps) on a terminal. Elsewhere (a log file, CI) bars redrawn in place
+    would garble the output: each run gets a line (step, elapsed time, ETA) when it first makes
+    progress, then at most every `every` seconds, and one when it finishes."""
+
+    def __init__(self, total_steps: dict[str, int], enabled: bool = True, every: float = 30.0):
+        self.as_lines = enabled and not sys.stderr.isatty()
+        self.totals, self.every = total_steps, every
+        self.first_seen: dict[str, tuple[float, int]] = {}  # name -> (time, step) of its first progress
+        self.last_line: dict[str, float] = {}
+        self.bars = {}
+        if enabled and not self.as_lines:
+            from tqdm.auto import tqdm
+
+            self.bars = {
+                name: tqdm(total=total, desc=name, position=position, unit="step", dynamic_ncols=True, leave=True)
+                for position, (name, total) in enumerate(total_steps.items())
+            }
+
+    def update(self, name: str, step: int) -> None:
+        self._advance_bar(name, step)
+        now = time.monotonic()
+        if self.as_lines and step > 0 and now - self.last_line.get(name, -math.inf) >= self.every:
+            self.last_line[name] = now
+            print(self._line(name, step, now), file=sys.stderr, flush=True)
+
+    def _line(self, name: str, step: int, now: float) -> str:
+        """`name: step S/N, 1m05s elapsed, ETA 2m10s` (timed from the run's first progress seen here)."""
+        since, first_step = self.first_seen.setdefault(name, (now, step))
+        total, elapsed = self.totals[name], now - since
+        eta = f", ETA {_duration(elapsed / (step - first_step) * (total - step))}" if step > first_step else ""
+        return f"{name}: step {step}/{total}, {_duration(elapsed)} elapsed{eta}"
+
+    def _advance_bar(self, name: str, step: int) -> None:
+        bar = self.bars.get(name)
+        if bar is not None and step > bar.n:
+            bar.update(step - bar.n)
+
+    def finished(self, name: str, step: int, code: int) -> None:
+        self._advance_bar(name, step)
+        if self.as_lines:
+            outcome = "finished" if code == 0 else f"exited with code {code}"
+            print(f"{name}: {outcome} at step {step}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        for bar in self.bars.values():
+            bar.close()
+
+
+def _duration(seconds: float) -> str:
+    minutes, seconds = divmod(int(seconds), 60)
+    return f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
+
+
+def last_train_step(run: Path) -> int:
+    """The step of the last training record in run/metrics.jsonl (0 if none)."""
+    try:
+        lines = RunDir(run).metrics_file.read_text().splitlines()
+    except OSError:
+        return 0
+    for line in reversed(lines):
+        if '"split": "train"' in line:
+            try:
+                return json.loads(line)["step"]
+            except json.JSONDecodeError:  # the line being written right now
+                continue
+    return 0
+
+
+def run_packed_sweep(spec: SweepSpec, size: int, dry_run: bool = False) -> dict[str, int]:
+    """Train the runs that are not complete in packs of at most `size` runs that share an
+    architecture (hyla.train.packed: one batched model per pack), `spec.parallel` packs at a time,
+    each in a process of its own; returns {run name: exit code}. A stopped pack is packed again and
+    resumes exactly."""
+    from hyla.train.configs import parse_train_args
+    from hyla.train.packed import plan_packs
+
+    threads = max(1, (os.cpu_count() or 1) // max(1, spec.parallel))
+    check_configs(spec, threads)
+    out = Path(spec.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    runs, todo = spec.runs(), {run.name: run for run in _todo(spec)}
+    # resume=True: a run with a checkpoint continues from it, a new one starts
+    packs = plan_packs(
+        [replace(parse_train_args(train_args(spec, run, threads))[0], resume=True) for run in todo.values()], size
+    )
+    print(
+        f"sweep {spec.name}: {len(runs)} runs, {len(runs) - len(todo)} complete or under way, {len(todo)} to run "
+        f"in {len(packs)} packs of at most {size}, {spec.parallel} at a time ({threads} threads each) in {out}"
+    )
+    for pack in packs:
+        print(f"pack: {', '.join(cfg.name for cfg in pack)}", flush=True)
+    if dry_run:
+        return {}
+    for name in todo:
+        restart_cleanly(out / name)
+    markers = [_marker(spec, todo[cfg.name], "running") for pack in packs for cfg in pack]
+    for marker in markers:
+        _write_marker(marker, pid=os.getpid())
+    # a fresh interpreter per worker: forking a process whose OpenMP threads are running can hang
+    context = multiprocessing.get_context("spawn")
+    try:
+        with ProcessPoolExecutor(max_workers=max(1, spec.parallel), mp_context=context) as pool:
+            for pack, error in zip(packs, pool.map(_train_pack, packs)):
+                if error:  # reported; the members' summaries say more, and a rerun resumes them
+                    print(f"pack {', '.join(cfg.name for cfg in pack)}: {error}", file=sys.stderr)
+    finally:
+        for marker in markers:
+            marker.unlink(missing_ok=True)
+    return {cfg.name: 0 if run_status(out / cfg.name) == "completed" else 1 for pack in packs for cfg in pack}
+
+
+def _train_pack(pack: list) -> str:
+    """Train one pack (in a worker process); "" or the error it ended with."""
+    from hyla.train.packed import train_packed
+
+    try:
+        train_packed(pack)
+    except Exception as e:  # noqa: BLE001 - the error of one pack must not stop the others
+        return f"{type(e).__name__}: {e}"
+    return ""
+
+
+def slurm_executor(spec: SweepSpec):
+    """A submitit executor for Slurm with the spec's `slurm` parameters (job logs in <out_dir>/submitit/)."""
+    from hyla.train.configs import ConfigError
+
+    try:
+        import submitit
+    except ImportError:
+        raise ConfigError("--launcher slurm needs submitit: pip install 'hyla[slurm]'") from None
+    try:
+        executor = submitit.AutoExecutor(folder=Path(spec.out_dir) / "submitit", cluster="slurm")
+    except RuntimeError as e:  # no Slurm here
+        raise ConfigError(f"--launcher slurm: {e}") from None
+    executor.update_parameters(**{"name": spec.name, "timeout_min": 240, **spec.slurm})
+    return executor
+
+
+def submit_sweep(spec: SweepSpec, executor, dry_run: bool = False) -> dict[str, Any]:
+    """Submit every run that is not complete, running or queued as a job of `executor` (a submitit
+    executor: Slurm, or the local one in tests), all in one array; returns {run name: job}."""
+    threads = int(spec.slurm.get("cpus_per_task", 0))  # 0: torch's default
+    check_configs(spec, threads)
+    Path(spec.out_dir).mkdir(parents=True, exist_ok=True)
+    todo = _todo(spec)
+    print(f"sweep {spec.name}: {len(spec.runs())} runs, {len(todo)} to submit")
+    if dry_run or not todo:
+        for r in todo if dry_run else []:
+            print(" ".join(run_command(spec, r, threads)))
+        return {}
+    with executor.batch():
+        jobs = {r.name: executor.submit(RunJob(spec, r, threads)) for r in todo}
+    for run in todo:
+        _write_marker(_marker(spec, run, "job"), job_id=jobs[run.name].job_id)
+    print(
+        f"submitted {len(jobs)} jobs ({', '.join(sorted({j.job_id.split('_')[0] for j in jobs.values()}))}); "
+        f"follow them with: hyla sweep SPEC --status"
+    )
+    return jobs
+
+
+@dataclass
+class SweepOptions:
+    """Train a grid of runs from a sweep file (YAML, see `hyla/experiments/sweep.py`), skipping finished ones:
+    locally, several at once, or as Slurm jobs."""
+
+    spec: Positional[Path]
+    """sweep file (YAML)"""
+    launcher: Literal["local", "slurm"] = "local"
+    """where runs train"""
+    status: bool = False
+    """show which runs are done, running, pending and failed, and exit"""
+    parallel: int | None = None
+    """runs at once with the local launcher, or with --pack packs at once, each in its own process (overrides
+    the file)"""
+    out_dir: str | None = None
+    """overrides the file's out_dir"""
+    pack: int | None = None
+    """train runs that share an architecture as packs of up to N (one batched model each), --parallel packs at
+    a time, local launcher"""
+    dry_run: bool = False
+    """print the commands, run nothing"""
+
+    def __post_init__(self):
+        from hyla.train.configs import check_positive
+
+        check_positive(parallel=self.parallel, pack=self.pack)
+
+
+def main(argv: list[str]) -> int:
+    from hyla.train.configs import ConfigError, parse_options
+
+    args = parse_options(SweepOptions, argv, "hyla sweep")
+    try:
+        spec = SweepSpec.load(args.spec)
+    except (OSError, ValueError, yaml.YAMLError) as e:
+        raise ConfigError(f"{args.spec}: {e}") from None
+    if args.parallel:
+        spec.parallel = args.parallel
+    if args.out_dir:
+        spec.out_dir = args.out_dir
+    if args.status:
+        print_status(spec)
+        return 0
+    if args.pack and args.launcher != "local":
+        raise ConfigError("--pack works with the local launcher")
+    if args.launcher == "slurm":
+        submit_sweep(spec, slurm_executor(spec), args.dry_run)
+        return 0
+    codes = run_packed_sweep(spec, args.pack, args.dry_run) if args.pack else run_sweep(spec, args.dry_run)
+    return 1 if any(codes.values()) else 0

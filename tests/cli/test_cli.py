@@ -1,0 +1,168 @@
+"""The `hyla` command end to end: train, eval, resume, list, demo (tiny settings)."""
+
+import json
+
+from hyla.cli import COMMANDS, main
+
+TINY = [
+    "--fuzzy_logic.num_variables",
+    "3",
+    "--fuzzy_logic.seq_len",
+    "8",
+    "--model.num_layers",
+    "1",
+    "--model.dim",
+    "16",
+    "--model.num_heads",
+    "4",
+    "--model.qk_dim",
+    "8",
+    "--model.v_dim",
+    "8",
+    "--model.mlp_dim",
+    "32",
+    "--train.batch_size",
+    "16",
+    "--train.eval_samples",
+    "32",
+    "--train.final_eval_samples",
+    "64",
+    "--train.eval_batch_size",
+    "32",
+    "--train.log_every",
+    "5",
+    "--train.checkpoint_every",
+    "10",
+    "--train.eval_every",
+    "10",
+    "--train.no-progress",
+    "--train.device",
+    "cpu",
+    "--train.threads",
+    "1",
+]
+
+
+def test_dispatcher_lists_commands(capsys):
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in COMMANDS)
+    assert main(["frobnicate"]) == 2
+
+
+def test_list_shows_presets_and_both_mixer_names(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    for name in (
+        "logic_4var_2term",
+        "raven_3x3_4features",
+        "logic_cpu",
+        "raven_cpu",
+        "linear_hypatt",
+        "hyla",
+        "softmax_attention",
+        "rms_head",
+    ):
+        assert name in out
+
+
+def test_train_eval_resume(tmp_path, capsys):
+    args = [
+        "train",
+        "--preset",
+        "logic_cpu",
+        "--train.steps",
+        "20",
+        "--model.mixer",
+        "linear_hypatt",
+        "--out_dir",
+        str(tmp_path),
+        "--name",
+        "cli",
+    ] + TINY
+    assert main(args + ["--train.stop_at", "10"]) == 0
+    run = tmp_path / "cli"
+    assert json.loads((run / "summary.json").read_text())["status"] == "stopped"
+    assert main(args) == 2  # the folder exists: refuses to overwrite
+    assert "--resume" in capsys.readouterr().err
+    assert main(["resume", str(run)]) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["step"] == 20 and summary["mixer"] == "hyla"
+
+    capsys.readouterr()
+    assert main(["eval", str(run), "--split", "ood", "valid_fixed_query", "--samples", "48"]) == 0
+    out = capsys.readouterr().out
+    assert "| ood |" in out and "| valid_fixed_query |" in out
+    written = json.loads((run / "eval-step20-n48.json").read_text())
+    assert written["samples"] == 48 and set(written["splits"]) == {"ood", "valid_fixed_query"}
+    assert main(["eval", str(run), "--split", "nope"]) == 2
+
+
+def test_train_rejects_bad_values_with_a_message(tmp_path, capsys):
+    assert main(["train", "--preset", "logic_cpu", "--model.mixer", "hypa", "--out_dir", str(tmp_path)]) == 2
+    assert "linear_hypatt" in capsys.readouterr().err
+    assert main(["train", "--preset", "logic_cpu", "--train.stepss", "3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "error: Unrecognized options: --train.stepss" in err
+    assert "--train.steps INT" in err  # the suggestion
+
+
+def test_print_config_is_resolved(capsys):
+    assert main(["train", "--preset", "raven_3x3_4features", "--print-config"]) == 0
+    cfg = json.loads(capsys.readouterr().out)
+    assert cfg["task"] == "sraven" and cfg["model"]["seq_len"] == 36 and cfg["model"]["num_outputs"] == 4
+
+
+def test_demo_end_to_end(tmp_path, capsys):
+    out = tmp_path / "demo"
+    code = main(
+        [
+            "demo",
+            "--steps",
+            "6",
+            "--out",
+            str(out),
+            "--eval-samples",
+            "32",
+            "--final-eval-samples",
+            "64",
+            "--threads",
+            "1",
+            "--no-progress",
+            "--preset",
+            "logic_cpu",
+        ]
+    )
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "| softmax |" in text and "| linear |" in text and "| hyla |" in text and "ood r2" in text
+    report = json.loads((out / "demo.json").read_text())
+    assert [r["mixer"] for r in report["rows"]] == ["softmax", "linear", "hyla"]
+    assert all(r["status"] == "completed" for r in report["rows"])
+    assert (out / "demo.md").read_text().count("|") > 20
+    assert (out / "curves.png").stat().st_size > 10_000
+
+
+def test_tensorboard_without_the_package_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_tensorboard(name, *args, **kwargs):
+        if name == "tensorboard" or name.startswith("tensorboard."):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_tensorboard)
+    args = [
+        "train",
+        "--preset",
+        "logic_cpu",
+        "--train.steps",
+        "2",
+        "--train.tensorboard",
+        "--out_dir",
+        str(tmp_path),
+    ] + TINY
+    assert main(args) == 2
+    assert "pip install tensorboard" in capsys.readouterr().err

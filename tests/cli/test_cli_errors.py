@@ -1,0 +1,178 @@
+"""Bad input and damaged or hostile runs: every `hyla` subcommand ends with one line `error: ...`
+and exit code 2, never a traceback, never runs code from a checkpoint, and never changes the run
+folder it was pointed at."""
+
+import json
+import os
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+from helpers_cli import tiny_run
+
+from hyla.cli import main
+
+RUN_COMMANDS = (["eval"], ["analyze"], ["resume"], ["export"], ["sample"])
+
+
+def snapshot(folder: Path) -> dict:
+    return {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def fails_in_one_line(capsys, argv, *needles) -> str:
+    code = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    last = err.splitlines()[-1]
+    assert "error:" in last and "Traceback" not in err, err
+    for needle in needles:
+        assert needle in last, last
+    return last
+
+
+@pytest.mark.parametrize("command", RUN_COMMANDS)
+def test_a_missing_or_non_run_folder(tmp_path, capsys, command):
+    fails_in_one_line(capsys, [*command, str(tmp_path / "nope")], "does not exist")
+    (tmp_path / "empty").mkdir()
+    fails_in_one_line(capsys, [*command, str(tmp_path / "empty")], "not a run folder")
+
+
+def test_invalid_option_values(tmp_path, capsys):
+    run = tiny_run(tmp_path)
+    before = snapshot(run)
+    fails_in_one_line(capsys, ["eval", str(run), "--samples", "-3"], "must be >= 1")
+    fails_in_one_line(capsys, ["analyze", str(run), "--samples", "0"], "must be >= 1")
+    fails_in_one_line(capsys, ["eval", str(run), "--split", "nope"], "nope")
+    fails_in_one_line(capsys, ["resume", str(run), "--train.lr", "0.5"], "train.lr")
+    fails_in_one_line(capsys, ["train", "--preset", "logic_cpu", "--train.steps", "-5"], "train.steps")
+    fails_in_one_line(
+        capsys, ["train", "--preset", "logic_cpu", "--train.final_eval_samples", "0"], "train.final_eval_samples"
+    )
+    fails_in_one_line(capsys, ["train", "--config", str(tmp_path / "missing.json")], "missing.json")
+    assert snapshot(run) == before
+
+
+def test_a_task_command_mismatch(tmp_path, capsys):
+    run = tiny_run(tmp_path)
+    before = snapshot(run)
+    fails_in_one_line(capsys, ["sample", str(run)], "fuzzy_logic run", "needs a text run")
+    config = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**config, "task": "text"}))
+    fails_in_one_line(capsys, ["analyze", str(run)], "text run", "fuzzy_logic or sraven")
+    (run / "config.json").write_bytes(before[Path("config.json")])
+    assert snapshot(run) == before
+
+
+def test_damaged_checkpoints_fall_back_then_fail_cleanly(tmp_path, capsys):
+    run = tiny_run(tmp_path)
+    latest, previous = run / "checkpoints" / "latest.pt", run / "checkpoints" / "previous.pt"
+    latest.write_bytes(latest.read_bytes()[:500])
+    assert main(["eval", str(run), "--split", "ood", "--samples", "16"]) == 0
+    assert "using the previous checkpoint" in capsys.readouterr().err
+    previous.write_bytes(b"not a checkpoint")
+    before = snapshot(run)
+    for command in (["eval"], ["analyze"], ["resume"], ["export"]):
+        fails_in_one_line(capsys, [*command, str(run)], "damaged")
+    assert snapshot(run) == before
+
+
+def test_random_bytes_are_damaged_and_a_fallback_names_its_step(tmp_path, capsys):
+    run = tiny_run(tmp_path)  # checkpoints at 20 (latest) and 15 (previous)
+    latest, previous = run / "checkpoints" / "latest.pt", run / "checkpoints" / "previous.pt"
+    latest.write_bytes(os.urandom(4096))
+    for command in (["eval", "--split", "ood", "--samples", "16"], ["export"], ["analyze", "--samples", "64"]):
+        assert main([command[0], str(run), *command[1:]]) == 0
+        warning = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+        assert len(warning) == 1 and "is damaged" in warning[0] and "unsafe" not in warning[0], warning
+        assert "of step 15, the run reached step 20" in warning[0], warning
+    previous.write_bytes(os.urandom(4096))
+    for command in (["eval"], ["analyze"], ["resume"], ["export", "--out", str(tmp_path / "out")]):
+        last = fails_in_one_line(
+            capsys, [command[0], str(run), *command[1:]], "latest.pt is damaged", "previous.pt is damaged"
+        )
+        assert "unsafe" not in last and "zip" not in last.lower() and len(last) < 250 + 2 * len(str(run)), last
+
+
+def test_outputs_are_named_by_their_options_or_refused(tmp_path, capsys):
+    run = tiny_run(tmp_path)
+    assert main(["eval", str(run), "--split", "ood", "--samples", "16"]) == 0
+    assert main(["eval", str(run), "--split", "valid", "--samples", "16"]) == 0  # the same options: merged
+    assert main(["eval", str(run), "--split", "ood", "--samples", "32"]) == 0
+    assert set(json.loads((run / "eval-step20-n16.json").read_text())["splits"]) == {"ood", "valid"}
+    assert set(json.loads((run / "eval-step20-n32.json").read_text())["splits"]) == {"ood"}
+    before = snapshot(run)
+    fails_in_one_line(
+        capsys, ["eval", str(run), "--samples", "16", "--batch-size", "8"], "eval-step20-n16.json", "--batch-size 32"
+    )
+    assert main(["export", str(run)]) == 0
+    fails_in_one_line(capsys, ["export", str(run)], "export exists")
+    assert {p: b for p, b in snapshot(run).items() if p.parts[0] != "export"} == before
+
+
+def test_runs_from_the_earlier_random_stream_are_refused(tmp_path, capsys):
+    run = tiny_run(tmp_path)
+    for name in ("latest.pt", "previous.pt"):
+        path = run / "checkpoints" / name
+        if path.exists():
+            state = torch.load(path, weights_only=True)
+            torch.save({**state, "format": 2}, path)
+    before = snapshot(run)
+    for command in (["eval"], ["analyze"], ["resume"], ["export"]):
+        fails_in_one_line(capsys, [*command, str(run)], "earlier random stream")
+    assert snapshot(run) == before
+
+
+class Payload:
+    """Unpickling it creates a marker file: the visible side effect of running code from a file."""
+
+    marker = ""
+
+    def __reduce__(self):
+        return (Path.touch, (Path(self.marker),))
+
+
+def test_a_planted_payload_never_runs_and_the_good_run_still_resumes_exactly(tmp_path, capsys):
+    from helpers_train import assert_same_weights
+
+    run = tiny_run(tmp_path, stop_at=10)  # checkpoints at 10 (latest) and 5 (previous)
+    reference = tiny_run(tmp_path, name="reference")
+    stopped = torch.load(run / "checkpoints" / "latest.pt", weights_only=True)
+    marker = tmp_path / "payload-ran"
+    Payload.marker = str(marker)
+    latest = run / "checkpoints" / "latest.pt"
+    state = stopped
+    torch.save({**state, "evil": Payload()}, latest)
+    with pytest.raises(pickle.UnpicklingError):  # the payload is really there and would run unsafely
+        torch.load(latest, weights_only=True)
+    assert main(["resume", str(run)]) == 0  # refuses latest.pt, resumes from the previous (good) checkpoint
+    out = capsys.readouterr().out
+    assert "unsafe unpickling (Unsupported global: GLOBAL " in out, out
+    reference_weights, resumed_weights = (
+        torch.load(r / "checkpoints" / "latest.pt", weights_only=True)["model"] for r in (reference, run)
+    )
+    torch.save({**state, "evil": Payload()}, run / "checkpoints" / "previous.pt")
+    torch.save({**state, "evil": Payload()}, latest)
+    for command in (["eval"], ["analyze"], ["export"], ["resume"]):
+        fails_in_one_line(capsys, [*command, str(run)], "unsafe unpickling")
+    assert not marker.exists()
+    assert_same_weights(reference_weights, resumed_weights)
+
+
+def test_every_load_in_hyla_is_weights_only():
+    sources = "\n".join(p.read_text() for p in Path("hyla").rglob("*.py"))
+    assert "weights_only=False" not in sources and "pickle.load" not in sources
+    assert sources.count("torch.load(") == sources.count("weights_only=True)")
+
+
+def test_export_and_from_pretrained_round_trip(tmp_path, capsys):
+    from hyla import Transformer
+    from hyla.train import load_run
+
+    run = tiny_run(tmp_path)
+    assert main(["export", str(run), "--out", str(tmp_path / "shared")]) == 0
+    assert sorted(os.listdir(tmp_path / "shared")) == ["config.json", "model.safetensors"]
+    _, model, task = load_run(run)
+    loaded = Transformer.from_pretrained(tmp_path / "shared")
+    x = task.batch("ood", 8, 0).x
+    assert torch.equal(model(x), loaded(x)) and not loaded.training

@@ -1,0 +1,25 @@
+"""experiments/sweeps/table_a1_raven_gpu.yaml: the softmax / linear / HYLA rows of the paper's SRAVEN
+sweep, in its folder, planned as one pack per mixer."""
+
+from pathlib import Path
+
+from hyla.experiments import sweep
+
+SWEEPS = Path(__file__).resolve().parents[2] / "experiments" / "sweeps"
+
+
+def test_the_gpu_recipe_packs_the_paper_sweeps_rows(tmp_path, capsys):
+    gpu, paper = (
+        sweep.SweepSpec.load(SWEEPS / name) for name in ("table_a1_raven_gpu.yaml", "table_a1_raven_paper.yaml")
+    )
+    assert gpu.out_dir == paper.out_dir and gpu.preset == paper.preset
+    paper_runs = {run.name: run for run in paper.runs()}
+    for run in gpu.runs():  # the same runs: names, seeds and settings
+        assert paper_runs[run.name] == run
+    assert len(gpu.runs()) == 9
+    assert (
+        sweep.main([str(SWEEPS / "table_a1_raven_gpu.yaml"), "--pack", "3", "--dry-run", "--out-dir", str(tmp_path)])
+        == 0
+    )
+    packs = [line for line in capsys.readouterr().out.splitlines() if line.startswith("pack: ")]
+    assert packs == [f"pack: mixer-{m}__s0, mixer-{m}__s1, mixer-{m}__s2" for m in ("softmax", "linear", "hyla")]

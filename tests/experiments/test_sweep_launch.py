@@ -1,0 +1,138 @@
+"""`hyla sweep --launcher slurm` through submitit, tested with submitit's local executor: a job
+preempted mid-run (its signal, as Slurm sends it) is requeued and resumes from its checkpoint to
+exactly the weights of an uninterrupted run; `--status` tells pending, running, done and failed."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+import torch
+
+from hyla.experiments.sweep import SweepSpec, print_status, run_sweep, submit_sweep, sweep_status
+
+submitit = pytest.importorskip("submitit")
+
+TINY = {
+    "fuzzy_logic.num_variables": 3,
+    "fuzzy_logic.seq_len": 8,
+    "model.num_layers": 1,
+    "model.dim": 16,
+    "model.num_heads": 4,
+    "model.qk_dim": 8,
+    "model.v_dim": 8,
+    "model.mlp_dim": 16,
+    "train.batch_size": 16,
+    "train.warmup_steps": 2,
+    "train.eval_every": 0,
+    "train.final_eval_samples": 64,
+    "train.eval_batch_size": 64,
+    "train.log_every": 10,
+    "train.checkpoint_every": 10,
+    "train.device": "cpu",
+}
+
+
+def tiny_spec(out_dir, steps: int) -> SweepSpec:
+    """One run on one thread (bitwise equal weights need the same thread count)."""
+    return SweepSpec(
+        name="tiny",
+        preset="logic_cpu",
+        out_dir=str(out_dir),
+        seeds=[0],
+        overrides={**TINY, "train.steps": steps},
+        grid=[{"model.mixer": ["hyla"]}],
+        slurm={"cpus_per_task": 1},
+    )
+
+
+def wait_for(condition, what: str, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_preempted_job_is_requeued_and_resumes_exactly(tmp_path):
+    spec = tiny_spec(tmp_path / "slurm", steps=300)
+    (name,) = [r.name for r in spec.runs()]
+    run_dir = tmp_path / "slurm" / name
+    assert sweep_status(spec) == {name: "new"}
+    executor = submitit.LocalExecutor(folder=tmp_path / "submitit")
+    executor.update_parameters(timeout_min=10)
+    (job,) = submit_sweep(spec, executor).values()
+    wait_for(lambda: (run_dir / "checkpoints" / "latest.pt").exists(), "the first checkpoint")
+    assert sweep_status(spec) == {name: "running"}
+    job_pid = json.loads((tmp_path / "slurm" / f"{name}.running").read_text())["pid"]
+    os.kill(job_pid, signal.SIGUSR2)  # what Slurm sends a submitit job before preempting it or at its time limit
+    assert job.result() == 0  # the requeued job's exit code
+
+    log = (tmp_path / "slurm" / f"{name}.log").read_text()
+    assert "interrupted at step" in log
+    resumed_at = int(log.split("resuming at step ")[1].split()[0])
+    assert 0 < resumed_at < 300, log
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["step"] == 300
+    assert sweep_status(spec) == {name: "completed"}
+    steps = [
+        r["step"]
+        for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
+        if r["split"] == "train"
+    ]
+    assert steps == list(range(10, 301, 10))  # no record lost or repeated across the requeue
+
+    reference = tiny_spec(tmp_path / "local", steps=300)
+    reference.parallel = os.cpu_count() or 1  # one thread per run
+    assert run_sweep(reference) == {name: 0}
+    got = torch.load(run_dir / "checkpoints" / "latest.pt", weights_only=False)["model"]
+    want = torch.load(tmp_path / "local" / name / "checkpoints" / "latest.pt", weights_only=False)["model"]
+    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in got)
+
+
+def test_status_groups_runs(tmp_path, capsys):
+    spec = SweepSpec(
+        name="s", preset="logic_cpu", out_dir=str(tmp_path), seeds=list(range(8)), grid=[{"model.mixer": ["hyla"]}]
+    )
+    names = [r.name for r in spec.runs()]
+    for name, status in zip(names, ["completed", "failed", "interrupted"]):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(json.dumps({"status": status, "step": 3, "steps": 9}))
+    (tmp_path / f"{names[3]}.job").write_text(json.dumps({"job_id": "17"}))  # submitted, not started
+    (tmp_path / names[5] / "checkpoints").mkdir(parents=True)  # killed after a checkpoint
+    (tmp_path / names[5] / "checkpoints" / "previous.pt").write_bytes(b"")
+    (tmp_path / names[6]).mkdir()  # killed before its first checkpoint, its owner gone
+    (tmp_path / names[6] / "metrics.jsonl").write_text("")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (tmp_path / f"{names[6]}.running").write_text(json.dumps({"host": socket.gethostname(), "pid": dead.pid}))
+    (tmp_path / names[7]).mkdir()  # the same, with a live owner
+    (tmp_path / f"{names[7]}.running").write_text(
+        json.dumps({"host": socket.gethostname(), "pid": dead.pid, "training_pid": os.getpid()})
+    )
+    states = sweep_status(spec)
+    assert list(states.values()) == [
+        "completed",
+        "failed",
+        "interrupted",
+        "queued",
+        "new",
+        "partial",
+        "started",
+        "running",
+    ]
+    assert print_status(spec) == {"done": 1, "running": 1, "pending": 3, "stale": 2, "failed": 1}
+    out = capsys.readouterr().out
+    assert "step 3/9" in out and "1 done, 1 running, 3 pending, 2 stale, 1 failed" in out
+
+
+def test_slurm_launcher_without_slurm_is_a_clear_error(tmp_path, capsys):
+    spec_file = tmp_path / "s.yaml"
+    spec_file.write_text(f"name: s\npreset: logic_cpu\nout_dir: {tmp_path / 'runs'}\nslurm: {{timeout_min: 5}}\n")
+    from hyla.cli import main as hyla
+
+    assert hyla(["sweep", str(spec_file), "--launcher", "slurm"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "slurm" in err.lower() and len(err.splitlines()) == 1

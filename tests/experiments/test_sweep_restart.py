@@ -1,0 +1,106 @@
+"""A sweep restarts from any kill, and a bad sweep file is refused before anything launches: a run
+killed before its first checkpoint starts again from scratch, one killed after it resumes, and
+`--status` tells done, running, stale and failed apart."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from hyla.cli import main
+from hyla.experiments.sweep import SweepSpec, print_status, sweep_status
+
+TINY = (
+    "{fuzzy_logic.num_variables: 3, fuzzy_logic.seq_len: 8, model.num_layers: 1, model.dim: 16, "
+    "model.num_heads: 4, model.qk_dim: 8, model.v_dim: 8, model.mlp_dim: 16, train.batch_size: 16, "
+    "train.warmup_steps: 2, train.eval_every: 0, train.final_eval_samples: 64, train.eval_batch_size: 64, "
+    "train.log_every: 1, train.device: cpu, train.threads: 1, train.steps: 300, "
+    "train.checkpoint_every: CHECKPOINT_EVERY}"
+)
+
+
+def write_sweep(tmp_path, grid: str = "{model.mixer: [hyla]}", overrides: str = TINY, checkpoint_every: int = 1000):
+    path = tmp_path / "sweep.yaml"
+    overrides = overrides.replace("CHECKPOINT_EVERY", str(checkpoint_every))
+    path.write_text(f"name: t\npreset: logic_cpu\nout_dir: {tmp_path / 'runs'}\noverrides: {overrides}\ngrid: {grid}\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    "grid, overrides, entry, needles",
+    [
+        ("{model.mixer: [hyla, sofmax]}", TINY, "grid entry model.mixer: 'sofmax'", ("valid names", "softmax")),
+        (
+            "{model.mixer: [hyla]}",
+            "{model.mixr: hyla}",
+            "overrides entry model.mixr: unknown key",
+            ("valid fields of model", "mixer"),
+        ),
+        ("{model.num_heads: [4, 3]}", TINY, "grid entry model.num_heads: 3", ("divisible",)),
+    ],
+)
+@pytest.mark.parametrize("options", [["--dry-run"], [], ["--pack", "2", "--dry-run"]])
+def test_a_bad_entry_is_one_line_before_anything_launches(tmp_path, capsys, grid, overrides, entry, needles, options):
+    path = write_sweep(tmp_path, grid, overrides)
+    assert main(["sweep", str(path), *options]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith(f"hyla sweep: error: {path}: {entry}"), err
+    assert all(needle in err for needle in needles), err
+    assert captured.out == "" and not (tmp_path / "runs").exists()
+
+
+def start_sweep(path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "hyla.cli", "sweep", str(path)],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def kill_when(sweep: subprocess.Popen, condition, what: str) -> None:
+    """kill -9 the sweep and its training once `condition()` holds."""
+    deadline = time.monotonic() + 120
+    while not condition():
+        assert sweep.poll() is None, f"the sweep ended before {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+    os.killpg(sweep.pid, signal.SIGKILL)
+    sweep.wait()
+    while subprocess.run(["pgrep", "-g", str(sweep.pid)], capture_output=True).returncode == 0:
+        time.sleep(0.02)  # the training dies too
+
+
+def trained_records(run) -> int:
+    metrics = run / "metrics.jsonl"
+    return len(metrics.read_text().splitlines()) if metrics.exists() else 0
+
+
+@pytest.mark.parametrize(
+    "checkpoint_every, state, then",
+    [(1000, "started", "starting again from scratch"), (20, "partial", "resuming at step")],
+)
+def test_a_killed_sweep_is_stale_and_a_rerun_finishes_it(tmp_path, capsys, checkpoint_every, state, then):
+    path = write_sweep(tmp_path, checkpoint_every=checkpoint_every)
+    spec = SweepSpec.load(path)
+    (name,) = [run.name for run in spec.runs()]
+    run = tmp_path / "runs" / name
+    if checkpoint_every < 300:
+        kill_when(start_sweep(path), lambda: (run / "checkpoints" / "latest.pt").exists(), "a checkpoint")
+    else:
+        kill_when(start_sweep(path), lambda: trained_records(run) >= 1, "the first training record")
+    assert sweep_status(spec) == {name: state}
+    assert print_status(spec)["stale"] == 1
+    assert main(["sweep", str(path)]) == 0
+    assert then in (tmp_path / "runs" / f"{name}.log").read_text()
+    assert json.loads((run / "summary.json").read_text())["status"] == "completed"
+    assert [
+        r["step"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r["split"] == "train"
+    ] == list(range(1, 301))
+    assert print_status(spec)["done"] == 1

@@ -1,0 +1,170 @@
+"""Sweeps (`hyla sweep`) and aggregation (`hyla results`)."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from hyla.experiments.results import aggregate, find_runs, mean_se, summarize
+from hyla.experiments.sweep import SweepSpec, override_flags, run_command, run_status, run_sweep
+
+
+def write_spec(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "sweep.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_spec_grid_union_seeds_and_names(tmp_path):
+    spec = SweepSpec.load(
+        write_spec(
+            tmp_path,
+            """
+name: s
+preset: logic_cpu
+seeds: [0, 1]
+overrides: {train.steps: 10}
+grid:
+  - {model.mixer: [softmax, hyla]}
+  - {model.mixer: [softmax], model.num_experts: [5]}
+""",
+        )
+    )
+    runs = spec.runs()
+    assert [r.name for r in runs] == [
+        "mixer-softmax__s0",
+        "mixer-hyla__s0",
+        "mixer-softmax__num_experts-5__s0",
+        "mixer-softmax__s1",
+        "mixer-hyla__s1",
+        "mixer-softmax__num_experts-5__s1",
+    ]
+    assert runs[-1].overrides == {"train.steps": 10, "model.mixer": "softmax", "model.num_experts": 5}
+    assert spec.out_dir == "runs/s"
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("name: s\npreset: p\ngird: {}\n", "unknown keys"),
+        ("name: s\n", "missing required key 'preset'"),
+        ("name: s\npreset: p\ngrid: {model.mixer: hyla}\n", "non-empty list"),
+    ],
+)
+def test_spec_errors(tmp_path, text, message):
+    with pytest.raises(ValueError, match=message):
+        SweepSpec.load(write_spec(tmp_path, text))
+
+
+def test_override_flags_and_resume_command(tmp_path):
+    assert override_flags("model.mixer", "hyla") == ["--model.mixer", "hyla"]
+    assert override_flags("model.paper_init", False) == ["--model.no-paper_init"]
+    assert override_flags("train.compile", True) == ["--train.compile"]
+    spec = SweepSpec(name="s", preset="logic_cpu", out_dir=str(tmp_path))
+    run = spec.runs()[0]
+    assert "train" in run_command(spec, run, 1)
+    (tmp_path / run.name / "checkpoints").mkdir(parents=True)
+    (tmp_path / run.name / "checkpoints" / "latest.pt").write_bytes(b"")
+    assert run_status(tmp_path / run.name) == "partial"
+    assert run_command(spec, run, 1)[3:5] == ["resume", str(tmp_path / run.name)]
+
+
+def fake_run(
+    root: Path,
+    name: str,
+    mixer: str,
+    seed: int,
+    r2: float,
+    status: str = "completed",
+    threads: int = 1,
+    stop_at: int = 0,
+) -> None:
+    run = root / name
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(
+        json.dumps(
+            {
+                "seed": seed,
+                "name": name,
+                "model": {"mixer": mixer, "dim": 8},
+                "train": {"threads": threads, "stop_at": stop_at, "progress": True},
+            }
+        )
+    )
+    (run / "summary.json").write_text(
+        json.dumps(
+            {
+                "status": status,
+                "metric_name": "r2",
+                "final": {"ood": {"r2": r2}},
+                "train_loss": 0.1,
+                "steps_per_second": 10.0,
+            }
+        )
+    )
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 5, "split": "ood", "r2": r2}) + "\n")
+
+
+def test_mean_se():
+    assert mean_se([1.0]) == (1.0, None)
+    mean, se = mean_se([1.0, 2.0, 3.0])
+    assert mean == 2.0 and math.isclose(se, 1.0 / math.sqrt(3))
+
+
+def test_aggregate_groups_by_varying_fields_and_skips_unfinished(tmp_path):
+    fake_run(tmp_path, "a0", "hyla", 0, 0.8)
+    fake_run(tmp_path, "a1", "hyla", 1, 0.6)
+    fake_run(tmp_path, "b0", "softmax", 0, 0.5)
+    fake_run(tmp_path, "b1", "softmax", 1, 0.0, status="interrupted")
+    fields, rows = aggregate(find_runs(tmp_path))
+    assert fields == ["model.mixer"]
+    by_mixer = {row["group"]["model.mixer"]: row for row in rows}
+    assert by_mixer["hyla"]["n"] == 2 and by_mixer["softmax"]["n"] == 1
+    mean, se = by_mixer["hyla"]["values"]["ood/r2"]
+    assert math.isclose(mean, 0.7) and math.isclose(se, 0.1)
+    text = summarize(tmp_path)
+    assert "70.00 ± 10.00" in text
+    for name in ("results.md", "results.csv", "results.json", "results_r2.png", "curves_r2.png"):
+        assert (tmp_path / name).exists(), name
+
+
+def test_bookkeeping_never_splits_a_group_and_one_seed_has_no_error_bar(tmp_path):
+    fake_run(tmp_path, "a0", "hyla", 0, 0.8, threads=1, stop_at=0)
+    fake_run(tmp_path, "a1", "hyla", 1, 0.6, threads=2, stop_at=5)
+    fake_run(tmp_path, "b0", "softmax", 0, 0.5, threads=2)
+    fields, rows = aggregate(find_runs(tmp_path))
+    assert fields == ["model.mixer"] and [row["n"] for row in rows] == [2, 1]
+    text = summarize(tmp_path)
+    assert "| hyla | 2 | 70.00 ± 10.00 |" in text and "| softmax | 1 | 50.00 |" in text
+
+
+def test_summarize_without_runs_raises(tmp_path):
+    from hyla.train import RunError
+
+    with pytest.raises(RunError, match="no run folders"):
+        summarize(tmp_path)
+
+
+def test_sweep_end_to_end_skips_completed_runs(tmp_path):
+    spec = SweepSpec.load(
+        write_spec(
+            tmp_path,
+            f"""
+name: tiny
+preset: logic_cpu
+out_dir: {tmp_path / "runs"}
+seeds: [0]
+overrides: {{train.steps: 4, train.warmup_steps: 1, train.eval_every: 0, train.eval_samples: 64,
+             train.final_eval_samples: 64, train.log_every: 2, model.num_layers: 1, model.dim: 16, model.mlp_dim: 16}}
+grid: {{model.mixer: [softmax, hyla]}}
+parallel: 2
+""",
+        )
+    )
+    codes = run_sweep(spec)
+    assert codes == {"mixer-softmax__s0": 0, "mixer-hyla__s0": 0}
+    assert all(run_status(tmp_path / "runs" / name) == "completed" for name in codes)
+    assert run_sweep(spec) == {}  # nothing left to run
+    fields, rows = aggregate(find_runs(tmp_path / "runs"))
+    assert {row["group"]["model.mixer"] for row in rows} == {"softmax", "hyla"}

@@ -1,0 +1,228 @@
+"""The C++ HYLA kernel (hyla/ops/attention/cpp.py): outputs and gradients equal to the naive
+reference, for every input it takes; what it refuses; threads; building and falling back."""
+
+import itertools
+import sys
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from hyla.ops import attention, attention_naive
+from hyla.ops.attention import choose_implementation, cpp, implementations_ran, reset_implementations_ran
+
+pytestmark = pytest.mark.skipif(not cpp.available(), reason="the C++ kernel did not build on this machine")
+
+# B, Tq, Tk, H, Dk, Dv: SRAVEN's and fuzzy logic's head sizes, one query (a read-out layer), and
+# head counts the kernel has no specialization for (3, 40)
+SHAPES = [(2, 9, 9, 16, 4, 4), (3, 16, 16, 8, 2, 2), (2, 1, 16, 8, 2, 2), (2, 5, 7, 3, 3, 5), (2, 4, 6, 40, 2, 3)]
+
+
+def case(shape, dtype=torch.float64, bias=True, mask=True, dropout=True, per_example=False, seed=0):
+    """Leaves q, k, v, bias; a mask with a fully masked query row; a dropout mask; an output gradient.
+    per_example: bias, mask and dropout differ across the batch ([B, ...]) instead of being shared."""
+    B, Tq, Tk, H, Dk, Dv = shape
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (
+        torch.randn(B, T, H, D, generator=g, dtype=dtype, requires_grad=True) for T, D in ((Tq, Dk), (Tk, Dk), (Tk, Dv))
+    )
+    n = B if per_example else 1
+    b = torch.randn(n, H, Tq, Tk, generator=g, dtype=dtype, requires_grad=True) if bias else None
+    m = None
+    if mask:
+        m = torch.rand(n, 1, Tq, Tk, generator=g) > 0.3
+        m[0, 0, 0] = False
+    d = torch.bernoulli(torch.full((n, 1, Tq, Tk), 0.8, dtype=dtype), generator=g) / 0.8 if dropout else None
+    return q, k, v, b, m, d, torch.randn(B, Tq, H, Dv, generator=g, dtype=dtype)
+
+
+def outputs_and_grads(fn, q, k, v, b, grad, **kwargs):
+    leaves = [t for t in (q, k, v, b) if t is not None]
+    out = fn(q, k, v, bias=b, **kwargs)
+    return [out, *torch.autograd.grad(out, leaves, grad)]
+
+
+def naive(q, k, v, **kwargs):
+    return attention_naive(q, k, v, value_network="mlp", **kwargs)[0]
+
+
+@pytest.mark.parametrize("normalization, activation", list(itertools.product(cpp.NORMALIZATIONS, cpp.ACTIVATIONS)))
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_equals_naive_float64(normalization, activation, shape):
+    for bias, mask, dropout, per_example in itertools.product([False, True], repeat=4):
+        q, k, v, b, m, d, grad = case(shape, bias=bias, mask=mask, dropout=dropout, per_example=per_example)
+        kwargs = dict(normalization=normalization, activation=activation, mask=m, dropout_mask=d)
+        got = outputs_and_grads(cpp.hyla_cpp, q, k, v, b, grad, **kwargs)
+        want = outputs_and_grads(naive, q, k, v, b, grad, **kwargs)
+        where = f"{bias=}, {mask=}, {dropout=}, {per_example=}"
+        for what, x, y in zip(("output", "q", "k", "v", "bias"), got, want):
+            assert_close(x, y, rtol=1e-10, atol=1e-12, msg=f"{what} differs ({where})")
+
+
+def test_gradcheck():
+    q, k, v, b, m, d, _ = case((2, 3, 4, 4, 2, 3))
+    assert torch.autograd.gradcheck(
+        lambda q, k, v, b: cpp.hyla_cpp(q, k, v, normalization="rms_head", bias=b, mask=m, dropout_mask=d), (q, k, v, b)
+    )
+
+
+def test_float32_at_the_sraven_size_with_a_causal_mask():
+    q, k, v, b, _, d, grad = case((8, 36, 36, 16, 4, 4), torch.float32, mask=False)
+    kwargs = dict(
+        normalization="rms_head",
+        activation="relu",
+        mask=torch.ones(36, 36, dtype=torch.bool).tril(),
+        dropout_mask=d[0, 0],
+    )
+    got = outputs_and_grads(cpp.hyla_cpp, q, k, v, b, grad, **kwargs)
+    want = outputs_and_grads(naive, q, k, v, b, grad, **kwargs)
+    for x, y in zip(got, want):
+        assert_close(x, y, rtol=1e-4, atol=1e-4 * y.abs().max().item())
+
+
+def test_thread_count_does_not_change_the_output_or_the_input_gradients():
+    q, k, v, b, m, d, grad = case((6, 12, 12, 16, 4, 4), torch.float32)
+    threads = torch.get_num_threads()
+    results = []
+    try:
+        for n in (1, 2, 3):
+            torch.set_num_threads(n)
+            results.append(
+                outputs_and_grads(cpp.hyla_cpp, q, k, v, b, grad, normalization="rms_head", mask=m, dropout_mask=d)
+            )
+    finally:
+        torch.set_num_threads(threads)
+    for other in results[1:]:
+        for x, y in zip(results[0][:4], other[:4]):  # each batch element is one thread's work
+            assert torch.equal(x, y)
+        assert_close(results[0][4], other[4])  # the shared bias sums the threads' parts
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (dict(dtype=torch.bfloat16), "float32/float64"),
+        (dict(normalization="softmax"), "rms_head or none"),
+        (dict(activation="gelu"), "relu or identity"),
+        (dict(per_head_mask=True), "shared by the heads"),
+        (dict(key_dtype=torch.float64), "of one dtype"),
+    ],
+)
+def test_refuses_what_it_does_not_take(change, match):
+    dtype = change.get("dtype", torch.float32)
+    q = torch.randn(2, 3, 4, 2, dtype=dtype)
+    mask = torch.ones(2, 4, 3, 3, dtype=torch.bool) if change.get("per_head_mask") else None
+    k = q.to(change.get("key_dtype", dtype))
+    with pytest.raises(ValueError, match=match):
+        cpp.hyla_cpp(
+            q,
+            k,
+            q,
+            normalization=change.get("normalization", "rms_head"),
+            activation=change.get("activation", "relu"),
+            mask=mask,
+        )
+    if "key_dtype" not in change:
+        assert not cpp.covers(
+            q, q, change.get("normalization", "rms_head"), change.get("activation", "relu"), None, mask, None
+        )
+
+
+def test_compiled_matches_eager():
+    from torch._inductor import config as inductor_config
+
+    q, k, v, b, m, d, grad = case((3, 16, 16, 8, 2, 2), torch.float32)
+    kwargs = dict(normalization="rms_head", mask=m, dropout_mask=d)
+    torch._dynamo.reset()
+    with inductor_config.patch({"cpp.enable_loop_tail_vec": False}):
+        compiled = torch.compile(cpp.hyla_cpp, fullgraph=True)
+        got = outputs_and_grads(compiled, q, k, v, b, grad, **kwargs)
+    want = outputs_and_grads(cpp.hyla_cpp, q, k, v, b, grad, **kwargs)
+    for x, y in zip(got, want):
+        assert_close(x, y, rtol=1e-6, atol=1e-6)
+
+
+def test_disabled_by_the_environment(monkeypatch):
+    monkeypatch.setenv(cpp.DISABLE_ENV, "0")
+    cpp._warn_disabled.cache_clear()
+    q = torch.randn(2, 3, 4, 2)
+    with pytest.warns(UserWarning, match=f"turned off by {cpp.DISABLE_ENV}=0"):
+        assert not cpp.available()
+    with pytest.raises(RuntimeError, match=cpp.DISABLE_ENV):
+        cpp.hyla_cpp(q, q, q, normalization="rms_head")
+    reset_implementations_ran()
+    out = attention(q, q, q, normalization="rms_head", value_network="mlp")
+    assert implementations_ran() == ["fused"]  # auto takes the PyTorch form, with the same values
+    assert_close(out, attention(q, q, q, normalization="rms_head", value_network="mlp", implementation="naive"))
+
+
+def test_a_damaged_cached_library_is_rebuilt(fresh_build):
+    library = fresh_build / "kernels" / f"hyla_cpu-{cpp._cache_key(cpp._compiler())}.so"
+    library.parent.mkdir(parents=True)
+    library.write_bytes(b"garbage, as a torn write leaves it")  # (before any process loaded it)
+    assert cpp.available()  # rebuilt once
+    assert library.read_bytes()[:4] == b"\x7fELF"
+
+
+def test_a_library_that_never_loads_falls_back(fresh_build, monkeypatch):
+    def damaged_build(compiler, target):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(b"not a shared library")
+
+    monkeypatch.setattr(cpp, "_build", damaged_build)
+    with pytest.warns(UserWarning, match="does not load"):
+        assert not cpp.available()
+    q = torch.randn(2, 3, 4, 2)
+    assert choose_implementation(q, q, 3, "mlp", None, "rms_head") == "fused"
+
+
+def test_a_failed_build_is_remembered(fresh_build, monkeypatch):
+    calls = []
+    monkeypatch.setattr(cpp, "_build", lambda compiler, target: calls.append(target) or "error: no space left")
+    with pytest.warns(UserWarning, match="did not compile .* no space left"):
+        assert not cpp.available()
+    (record,) = (fresh_build / "kernels").glob("*.failed")
+    assert "error: no space left" in record.read_text()
+    cpp._library.cache_clear()  # another process of the sweep
+    with pytest.warns(UserWarning, match="an earlier build failed.*no space left"):
+        assert not cpp.available()
+    assert len(calls) == 1
+    record.unlink()  # deleting the record retries
+    cpp._library.cache_clear()
+    with pytest.warns(UserWarning, match="did not compile .* no space left"):
+        assert not cpp.available()
+    assert len(calls) == 2 and record.is_file() and "no space left" in record.read_text()  # remembered again
+
+
+def test_a_compiler_that_does_not_exist_warns(fresh_build, monkeypatch):
+    monkeypatch.setenv("CXX", "/nonexistent/c++")
+    with pytest.warns(UserWarning, match="cannot run the compiler"):
+        assert not cpp.available()
+
+
+@pytest.fixture
+def fresh_build(monkeypatch, tmp_path):
+    """An empty kernel cache and a forgotten library, restored (and rebuilt from the real cache) after."""
+    monkeypatch.setenv("HYLA_CACHE", str(tmp_path))
+    cpp._library.cache_clear()
+    yield tmp_path
+    cpp._library.cache_clear()
+
+
+def test_builds_once_into_the_cache(fresh_build, monkeypatch):
+    assert cpp.available()
+    built = list((fresh_build / "kernels").glob("hyla_cpu-*.so"))
+    assert len(built) == 1
+    calls = []
+    monkeypatch.setattr(cpp, "_build", lambda *args: calls.append(args))
+    cpp._library.cache_clear()
+    assert cpp.available() and not calls  # a second process loads the cached build
+
+
+def test_without_a_working_compiler_auto_falls_back(fresh_build, monkeypatch):
+    monkeypatch.setenv("CXX", "false")  # a "compiler" that always fails
+    with pytest.warns(UserWarning, match="did not compile"):
+        assert not cpp.available()
+    module = sys.modules["hyla.ops.attention"]
+    q = torch.randn(2, 3, 4, 2)
+    assert module.choose_implementation(q, q, 3, "mlp", None, "rms_head") == "fused"
