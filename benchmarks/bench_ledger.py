@@ -5,7 +5,7 @@ paired A/B ratio of training steps/s on both paper presets, on this machine.
     python benchmarks/bench_ledger.py --mechanisms cpp_kernel --repeats 5
     python benchmarks/bench_ledger.py --off-tree removed_x=/tmp/tree_without_x   # a mechanism removed
 
-Every measurement is a fresh `hyla train` process (HYLA, batch 128, compiled, `--threads`), and
+Every measurement is a fresh `hyla train` process (HYLA, batch 128, compiled unless `--eager`, `--threads`), and
 its steps/s is the run's summary.json `steps_per_second` (the first step, with compilation, is
 not timed). "on" is the default; "off" the same command with the mechanism's off switch (an
 environment variable), or run from another checkout (`--off-tree NAME=DIR`: the same command in
@@ -28,10 +28,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "ledger.json"
-# mechanism -> the environment that turns it off
+# mechanism -> the environment that turns it off. adamw_kernel: hyla's AdamW step calling torch's
+# fused AdamW kernel directly (hyla/ops/torch_internals.py); off, the step is torch.optim.AdamW's own.
 SWITCHES = {
     "cpp_kernel": {"HYLA_CPP_KERNEL": "0"},
-    "private_operators": {"HYLA_PUBLIC_OPS": "1"},
+    "adamw_kernel": {"HYLA_PUBLIC_OPS": "1"},
     "allocator": {"HYLA_MALLOC_TUNING": "0"},
 }
 STEPS = {"logic_4var_2term": 600, "raven_3x3_4features": 120}
@@ -50,12 +51,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--presets", nargs="+", default=list(STEPS), choices=list(STEPS))
     p.add_argument("--repeats", type=int, default=3, help="pairs per mechanism and preset")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--eager", action="store_true", help="train without torch.compile (the default of `hyla train`)")
     p.add_argument("--out", type=Path, default=OUT)
     return p.parse_args(argv)
 
 
-def steps_per_second(preset: str, threads: int, env: dict, cwd: Path) -> float:
-    """One compiled `hyla train` process of STEPS[preset] steps: its timed steps/s."""
+def steps_per_second(preset: str, threads: int, env: dict, cwd: Path, eager: bool) -> float:
+    """One `hyla train` process of STEPS[preset] steps, compiled unless `eager`: its timed steps/s."""
     with tempfile.TemporaryDirectory() as scratch:
         command = [
             sys.executable,
@@ -74,7 +76,7 @@ def steps_per_second(preset: str, threads: int, env: dict, cwd: Path) -> float:
             "128",
             "--train.checkpoint_every",
             str(STEPS[preset]),
-            "--train.compile",
+            "--train.no-compile" if eager else "--train.compile",
             "--train.threads",
             str(threads),
             "--train.no-progress",
@@ -93,8 +95,8 @@ def measure(name: str, preset: str, off_env: dict, off_cwd: Path, args) -> dict:
     """`args.repeats` pairs (on, off) -> the row of one mechanism and preset."""
     on, off = [], []
     for _ in range(args.repeats):
-        on.append(steps_per_second(preset, args.threads, {}, ROOT))
-        off.append(steps_per_second(preset, args.threads, off_env, off_cwd))
+        on.append(steps_per_second(preset, args.threads, {}, ROOT, args.eager))
+        off.append(steps_per_second(preset, args.threads, off_env, off_cwd, args.eager))
         print(f"{name} {preset}: on {on[-1]:.1f}, off {off[-1]:.1f} steps/s", flush=True)
     ratios = sorted(a / b for a, b in zip(on, off))
     return {

@@ -1,9 +1,8 @@
 """hyla's own operators (`torch.ops.hyla.*`) for torch.compile, registered in one way.
 
-torch.compile cannot trace a ctypes call (the C++ HYLA kernel) and inductor lowers oneDNN's linear
-operator itself, expecting prepacked weights (`hyla.nn.Linear`): both run as opaque operators
-while compiled code is traced. They use the low-level torch.library API rather than
-torch.library.custom_op, which imports torch._dynamo (and triton with it) on its first call and
+torch.compile cannot trace a ctypes call: the C++ HYLA kernel (`hyla.ops.attention.cpp`) runs as
+opaque operators while compiled code is traced. They use the low-level torch.library API rather
+than torch.library.custom_op, which imports torch._dynamo (and triton with it) on its first call and
 adds Python to every call. (The Triton kernels use custom_op: they import triton anyway.)
 """
 

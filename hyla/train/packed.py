@@ -61,7 +61,6 @@ from torch.func import functional_call, vmap
 from tqdm.auto import tqdm
 
 from hyla.nn.attention import MultiHeadAttention
-from hyla.nn.linear import Linear
 from hyla.nn.transformer import Transformer
 from hyla.train import distributed
 from hyla.train.configs import ConfigError, ExperimentConfig, build_task, resolve_model, validate
@@ -158,15 +157,13 @@ def _check_pack(cfgs: list[ExperimentConfig], analysis_hook) -> list[ExperimentC
 def vmappable_copy(model: Transformer) -> Transformer:
     """A copy of `model` to call under `torch.func.vmap` with the members' stacked parameters.
 
-    The fast CPU paths are autograd Functions without batching rules, so the copy computes with the
-    plain paths they are tested against: nn.Linear's matmul instead of the oneDNN one, and the
-    reference ("naive") attention instead of the fused HYLA backward.
+    The fast attention paths are autograd Functions without batching rules, so the copy computes
+    with the plain path they are tested against: the reference ("naive") attention instead of the
+    fused HYLA backward.
     """
     skeleton = copy.deepcopy(model)
     for module in skeleton.modules():
-        if isinstance(module, Linear):
-            module.onednn = False
-        elif isinstance(module, MultiHeadAttention):
+        if isinstance(module, MultiHeadAttention):
             module.implementation = "naive"
     return skeleton
 

@@ -1,11 +1,14 @@
-"""The default training path (the C++ HYLA kernel, private operators, hyla's AdamW step) and the plain
-reference path (the naive einsum attention, public operators only) train the paper's CPU presets
-along the same curve: the training losses of a few hundred steps agree to float rounding.
+"""The default training path (the C++ HYLA kernel, hyla's AdamW step calling torch's fused AdamW
+kernel directly) and the plain reference path (the naive einsum attention, torch.optim.AdamW's own
+step: HYLA_PUBLIC_OPS=1) train the paper's CPU presets along the same curve: the training losses of
+a few hundred steps agree to float rounding.
 
-Measured on a 2-core Intel Xeon: largest relative difference 1.1e-7 (logic_cpu, 300 steps) and
-4.5e-8 (raven_cpu, 200 steps); the test runs 200 and 100 steps to stay short. The tolerance, 1e-5,
-leaves a hundredfold margin for other CPUs, while any change of the math (a wrong gradient term, a
-wrong normalization) moves the losses by far more within the first logged steps."""
+Measured on a 2-core Intel Xeon, largest relative difference: 1.4e-7 (logic_cpu, 300 steps);
+raven_cpu follows to 1e-7 for ~35 steps, then its training amplifies float rounding: 1.6e-4 by step
+100 (the reference path alone moves by up to 8e-4 within 100 steps with 2 threads instead of 1).
+The tolerances, 1e-5 (logic_cpu, 200 steps) and 1e-3 (raven_cpu, 100 steps), leave a margin for
+other CPUs, while a change of the math (a wrong gradient term, a wrong normalization) moves the
+losses by far more within the first logged steps."""
 
 import json
 import sys
@@ -17,7 +20,7 @@ from hyla.ops.torch_internals import PUBLIC_OPS_ENV
 from hyla.train import train
 from hyla.train.configs import get_preset
 
-TOLERANCE = 1e-5
+TOLERANCE = {"logic_cpu": 1e-5, "raven_cpu": 1e-3}
 
 
 def training_losses(tmp_path, preset: str, steps: int) -> tuple[list[float], list[str]]:
@@ -58,4 +61,5 @@ def test_default_and_reference_paths_train_along_the_same_curve(preset, steps, t
     assert len(default) == len(reference) == steps // 20
     assert reference[-1] < 0.9 * reference[0]  # (it trains)
     for step, (a, b) in enumerate(zip(default, reference), start=1):
-        assert abs(a - b) <= TOLERANCE * abs(b), f"step {20 * step}: loss {a} on the default path, {b} on the reference"
+        message = f"step {20 * step}: loss {a} on the default path, {b} on the reference"
+        assert abs(a - b) <= TOLERANCE[preset] * abs(b), message

@@ -22,7 +22,16 @@ import math
 import torch
 
 from hyla.ops.attention.common import ACTIVATION_FNS, RMS_EPS, masked_softmax, per_pair, shared_by_heads
-from hyla.ops.torch_internals import relu_backward, softmax_backward
+
+
+def softmax_backward(grad_p: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """The gradient of the scores s given that of p = softmax(s, dim=-1)."""
+    return p * (grad_p - (grad_p * p).sum(-1, keepdim=True))
+
+
+def relu_backward(grad_u: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """The gradient of z given that of u = relu(z) (from u: u > 0 exactly where z > 0)."""
+    return grad_u.masked_fill(u <= 0, 0.0)
 
 
 def fusable(dropout_mask: torch.Tensor | None) -> bool:
