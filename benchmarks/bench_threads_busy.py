@@ -1,6 +1,7 @@
 """The default thread count on busy and idle cores: `hyla train` steps/s with the default
-(`--train.threads 0`: every core) against one thread, with OpenMP's waiting threads sleeping
-(OMP_WAIT_POLICY=PASSIVE, what the `hyla` command sets) and with OpenMP's default (they spin a while).
+(`--train.threads 0`: every core) against one thread, with what the `hyla` command sets
+(GOMP_SPINCOUNT=10000: waiting threads spin briefly, then sleep), with OMP_WAIT_POLICY=PASSIVE
+(they sleep at once) and with OpenMP's default (they spin a long while).
 
     python benchmarks/bench_threads_busy.py    # JSON into benchmarks/results/threads_busy.json
 
@@ -25,9 +26,10 @@ from pathlib import Path
 from bench_optimizer import write_results
 
 RESULTS = Path(__file__).parent / "results" / "threads_busy.json"
-# "": a value libgomp rejects (with a message) and replaces by its default, and that the `hyla`
-# command leaves alone: the wait policy of a process started without it
-POLICIES = {"passive": "PASSIVE", "default": ""}
+# the environment of each setting: "bounded" is what the `hyla` command sets on Linux
+# (GOMP_SPINCOUNT, hyla.cli.bound_openmp_waiting); "" is a value libgomp rejects (with a message) and
+# replaces by its default, and that the `hyla` command leaves alone: a process started without hyla
+POLICIES = {"bounded": {}, "passive": {"OMP_WAIT_POLICY": "PASSIVE"}, "default": {"OMP_WAIT_POLICY": ""}}
 
 
 @contextmanager
@@ -46,9 +48,10 @@ def busy_cores(busy: bool):
             loop.wait()
 
 
-def steps_per_second(preset: str, steps: int, threads: int, policy: str) -> float:
+def steps_per_second(preset: str, steps: int, threads: int, policy: dict[str, str]) -> float:
     """A fresh `hyla train` (eager HYLA, no evaluation), as its summary reports it."""
-    env = {**os.environ, "OMP_WAIT_POLICY": policy}
+    inherited = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    env = {**inherited, **policy}
     with tempfile.TemporaryDirectory() as out:
         subprocess.run(
             [

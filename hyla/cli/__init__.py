@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"hyla: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
         return 2
-    prefer_passive_openmp()
+    bound_openmp_waiting()
     module, function = COMMANDS[name][0].split(":")
     command = getattr(importlib.import_module(module), function)
     try:
@@ -96,15 +96,27 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if code is None else int(code)
 
 
-def prefer_passive_openmp() -> None:
-    """OMP_WAIT_POLICY=PASSIVE unless the user chose a policy: waiting OpenMP threads then sleep
-    instead of spinning. Spinning threads compete for the cores with the other processes on them
-    (other runs of a sweep or the demo, other users), so on a busy machine the default thread count
-    falls far below one thread's speed; passive, it does not (measurements: benchmarks/README.md,
-    "Threads on a shared machine"; docs/speed.md). OpenMP reads the policy once, when torch loads:
-    set here, before any command imports torch (the sweeps' and the demo's runs inherit it)."""
-    if "torch" not in sys.modules:
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+OPENMP_SPIN_COUNT = "10000"
+"""How many times libgomp's waiting threads spin before they sleep, where the `hyla` command sets it
+(libgomp's own default, 300,000, spins so long that busy cores collapse the default thread count)."""
+
+
+def bound_openmp_waiting() -> None:
+    """Bound how long waiting OpenMP threads spin, unless the user chose (OMP_WAIT_POLICY or
+    GOMP_SPINCOUNT set): on Linux, where PyTorch's wheels use GNU libgomp, GOMP_SPINCOUNT=10000;
+    elsewhere OMP_WAIT_POLICY=PASSIVE (waiting threads sleep at once). Spinning threads compete for
+    the cores with other processes (other runs of a sweep or the demo, other users), so with
+    libgomp's default a busy machine trains far below one thread's speed; threads that never spin
+    make every step wait for a wake-up, which on idle cores costs a short step much of its speed. The
+    bounded spin keeps both near their best (measurements: docs/speed.md). OpenMP reads these once,
+    when torch loads: set here, before any command imports torch (the sweeps' and the demo's runs
+    inherit them)."""
+    if "torch" in sys.modules or "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
+        return
+    if sys.platform.startswith("linux"):
+        os.environ["GOMP_SPINCOUNT"] = OPENMP_SPIN_COUNT
+    else:
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
 
 
 def user_errors() -> tuple[type[Exception], ...]:

@@ -282,7 +282,7 @@ def train(cfg: ExperimentConfig, analysis_hook: AnalysisHook | None = None) -> P
 
 def numerics(cfg: ExperimentConfig, ctx: DistContext, compile_mode: str | None, packed: bool = False) -> dict[str, Any]:
     """The settings that change floating-point results (recorded in env.json and checkpoints), and
-    OpenMP's wait policy, which changes only the speed (hyla.cli.prefer_passive_openmp);
+    OpenMP's wait policy and spin count, which change only the speed (hyla.cli.bound_openmp_waiting);
     `compile_mode`: the torch.compile mode that trains (None: eager); `packed`: trained in a pack
     (hyla.train.packed), whose batched kernels round differently."""
     settings = {
@@ -295,6 +295,7 @@ def numerics(cfg: ExperimentConfig, ctx: DistContext, compile_mode: str | None, 
         "world_size": ctx.world_size,
         "torch": str(torch.__version__),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"),
     }
     if packed:
         return {**settings, "packed": True}
@@ -719,7 +720,7 @@ def _warn_if_numerics_changed(saved: dict, now: dict, run: RunDir) -> None:
     changed = {
         k: (saved.get(k), now.get(k))
         for k in {**saved, **now}
-        if saved.get(k) != now.get(k) and k not in ("attention", "omp_wait_policy")
+        if saved.get(k) != now.get(k) and k not in ("attention", "omp_wait_policy", "gomp_spincount")
     }
     if changed:
         what = ", ".join(f"{k} {b} (was {a})" for k, (a, b) in changed.items())

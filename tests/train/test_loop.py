@@ -54,6 +54,7 @@ def test_run_folder_contents(tmp_path):
         "world_size": 1,
         "torch": torch.__version__,
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"),
         "cpp_kernel": cpp.available(),  # (a HYLA model on a CPU)
         "attention": ["cpp" if cpp.available() else "fused"],
     }  # what ran
