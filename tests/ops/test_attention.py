@@ -12,7 +12,7 @@ import torch
 from torch.testing import assert_close
 
 from hyla.ops import NAMED_MIXERS, attention, attention_naive, attention_pointwise, hyla_fused, hyla_streamed
-from hyla.ops.attention import choose_implementation, cpp
+from hyla.ops.attention import choose_implementation, cpp, implementations_ran, reset_implementations_ran
 from hyla.ops.mixers import ACTIVATIONS, NORMALIZATIONS
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "attention_reference.npz"
@@ -331,6 +331,22 @@ def test_compiled_auto_takes_the_pointwise_form_or_the_cpp_kernel(value_network,
         reference, _ = attention_naive(q, k, v, **kwargs)
         assert_same_outputs_and_grads(out, reference, [q, k, v, b], grad, rtol=1e-5, atol=1e-5)
     assert chosen == [expected]
+
+
+def test_compiled_attention_records_what_ran_without_recompiling():
+    """What attention() ran is recorded while tracing: a compiled call records it, and a second call
+    reuses the graph (recording at run time would change a set the graph guards on: a recompile)."""
+    from torch._dynamo.utils import counters
+
+    q, k, v, b, _, _, _ = seeded_case((2, 8, 8, 4, 2, 2), torch.float32, True, False, False)
+    torch._dynamo.reset()
+    counters.clear()
+    reset_implementations_ran()
+    compiled = torch.compile(lambda q, k, v: attention(q, k, v, **axes("hyla"), bias=b))
+    for _ in range(3):
+        compiled(q, k, v).sum().backward()
+    assert implementations_ran() == [choose_implementation(q, v, 8, "mlp", None, "rms_head", "relu", b)]
+    assert counters["stats"]["unique_graphs"] == 1
 
 
 # --- 5. every mixer: latent shapes, masks and extreme scores, dtypes ------------------------------

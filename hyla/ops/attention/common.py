@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from hyla.ops.mixers import check_axes
+from hyla.ops.torch_internals import constant_under_compile
 
 RMS_EPS = 1e-6
 # What attention() ran in this process: implementation names, and fast paths that fell back (with
@@ -113,6 +114,7 @@ def check_inputs(q, k, v, normalization, value_network, activation) -> None:
         raise TypeError("q, k and v must be floating point tensors")
 
 
+@constant_under_compile  # recorded while tracing: a set the graph changed would fail a guard and recompile
 def record_ran(name: str) -> None:
     _RAN.add(name)
 
