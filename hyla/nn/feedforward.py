@@ -61,8 +61,11 @@ class MixtureOfExperts(nn.Module):
     """E experts, each a feed-forward of the usual size; a linear router picks the top-k per token
     and mixes their outputs with a softmax over the k chosen logits (paper: E=5, k=2).
 
-    All experts run on all tokens (dense compute, exact top-k routing): at E=5 and these widths
-    this is faster on CPU than gathering tokens per expert.
+    Two forms of the same function, equal up to float rounding:
+    - routed (on the CPU): each expert runs on the tokens routed to it, k/E of the dense work;
+    - dense (elsewhere, or `routed = False`): every expert on every token, weight 0 where not
+      chosen. Its shapes do not depend on the routing, as CUDA graphs and `torch.func.vmap` need
+      (packed training sets `routed = False`).
     """
 
     def __init__(self, kind: str, dim: int, mlp_dim: int, num_experts: int, top_k: int):
@@ -70,12 +73,27 @@ class MixtureOfExperts(nn.Module):
         if not 1 <= top_k <= num_experts:
             raise ValueError(f"top_k must be in 1..num_experts={num_experts}, got {top_k}")
         self.top_k = top_k
+        self.routed = True
         self.router = Linear(dim, num_experts, bias=False)
         self.experts = nn.ModuleList(make_feedforward(kind, dim, mlp_dim) for _ in range(num_experts))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         logits = self.router(x)  # [..., E]
-        top_logits, top_index = logits.topk(self.top_k, dim=-1)
-        gates = torch.zeros_like(logits).scatter(-1, top_index, torch.softmax(top_logits, dim=-1))  # [..., E]
+        top_logits, top_index = logits.topk(self.top_k, dim=-1)  # [..., k]
+        weights = torch.softmax(top_logits, dim=-1)  # [..., k]
+        if self.routed and x.device.type == "cpu":
+            return self._routed(x, top_index, weights)
+        gates = torch.zeros_like(logits).scatter(-1, top_index, weights)  # [..., E]
         outputs = torch.stack([expert(x) for expert in self.experts], dim=-1)  # [..., D, E]
         return (outputs * gates.unsqueeze(-2)).sum(-1)
+
+    def _routed(self, x: torch.Tensor, top_index: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """Each expert on the tokens routed to it only (a graph break under torch.compile: the
+        number of tokens per expert depends on the data)."""
+        flat = x.reshape(-1, x.shape[-1])  # [N, D]
+        top_index, weights = top_index.reshape(-1, self.top_k), weights.reshape(-1, self.top_k)  # [N, k]
+        out = torch.zeros_like(flat)
+        for e, expert in enumerate(self.experts):
+            token, choice = (top_index == e).nonzero(as_tuple=True)  # the tokens routed to expert e
+            out = out.index_add(0, token, expert(flat[token]) * weights[token, choice, None])
+        return out.view_as(x)

@@ -61,6 +61,7 @@ from torch.func import functional_call, vmap
 from tqdm.auto import tqdm
 
 from hyla.nn.attention import MultiHeadAttention
+from hyla.nn.feedforward import MixtureOfExperts
 from hyla.nn.transformer import Transformer
 from hyla.train import distributed
 from hyla.train.configs import ConfigError, ExperimentConfig, build_task, resolve_model, validate
@@ -159,12 +160,14 @@ def vmappable_copy(model: Transformer) -> Transformer:
 
     The fast attention paths are autograd Functions without batching rules, so the copy computes
     with the plain path they are tested against: the reference ("naive") attention instead of the
-    fused HYLA backward.
+    fused HYLA backward; and mixtures of experts in their dense form (static shapes).
     """
     skeleton = copy.deepcopy(model)
     for module in skeleton.modules():
         if isinstance(module, MultiHeadAttention):
             module.implementation = "naive"
+        elif isinstance(module, MixtureOfExperts):
+            module.routed = False
     return skeleton
 
 

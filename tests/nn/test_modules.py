@@ -223,12 +223,15 @@ def moe_per_token(moe: MixtureOfExperts, x: torch.Tensor) -> torch.Tensor:
     return torch.stack(outputs).reshape(x.shape)
 
 
+@pytest.mark.parametrize("routed", [True, False], ids=["routed", "dense"])
 @pytest.mark.parametrize("top_k", [1, 2, 4])
 @pytest.mark.parametrize("kind", ["gelu_mlp", "swiglu"])
-def test_moe_equals_a_per_token_loop_over_the_chosen_experts(kind, top_k):
-    """Outputs and gradients (input, router, every expert), float64, against `moe_per_token`."""
+def test_moe_equals_a_per_token_loop_over_the_chosen_experts(kind, top_k, routed):
+    """Outputs and gradients (input, router, every expert), float64, against `moe_per_token`, in
+    both forms (each expert on its tokens; every expert on every token)."""
     torch.manual_seed(0)
     moe = MixtureOfExperts(kind, 8, 16, num_experts=5, top_k=top_k).double()
+    moe.routed = routed
     x = torch.randn(2, 6, 8, dtype=torch.float64, requires_grad=True)
     routes = moe.router(x).topk(top_k, dim=-1).indices.sort(-1).values.reshape(-1, top_k)
     assert len(set(map(tuple, routes.tolist()))) > 1  # tokens take different routes, so routing is tested
@@ -242,6 +245,21 @@ def test_moe_equals_a_per_token_loop_over_the_chosen_experts(kind, top_k):
     names = ["output", "input"] + [name for name, _ in moe.named_parameters()]
     for name, got, want in zip(names, *results):
         assert_close(got, want, rtol=1e-10, atol=1e-12, msg=lambda m: f"{name}: {m}")
+
+
+def test_compiled_routed_moe_equals_the_dense_form():
+    """Under torch.compile the routed form (a graph break: data-dependent sizes) gives the dense
+    form's outputs and gradients."""
+    torch.manual_seed(0)
+    moe = MixtureOfExperts("gelu_mlp", 16, 32, num_experts=5, top_k=2)
+    x = torch.randn(4, 9, 16, requires_grad=True)
+    results = []
+    for routed, forward in ((True, torch.compile(moe)), (False, moe)):
+        moe.routed = routed
+        out = forward(x)
+        results.append((out, *torch.autograd.grad(out.square().sum(), [x, *moe.parameters()])))
+    for got, want in zip(*results):
+        assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_moe_rejects_top_k_above_the_expert_count():

@@ -100,6 +100,19 @@ def test_each_member_follows_its_solo_run(solo, packed):
     assert json.loads((packed[0] / "env.json").read_text())["numerics"]["packed"] is True
 
 
+def test_a_pack_of_mixture_of_experts_models_follows_its_solo_runs(tmp_path):
+    """Solo runs route each token to its experts (the routed form); under vmap the pack computes the
+    dense form (static shapes): the same function, so the members follow their solo runs."""
+
+    def with_experts(cfg):
+        return replace(cfg, model=replace(cfg.model, num_experts=3, experts_top_k=2))
+
+    solo = [train(with_experts(cfg)) for cfg in member_configs(tmp_path / "solo", steps=8)[:2]]
+    packed = train_packed([with_experts(cfg) for cfg in member_configs(tmp_path / "packed", steps=8)[:2]])
+    for alone, member in zip(solo, packed):
+        assert_close_run(alone, member)
+
+
 def test_members_differ_from_each_other(packed):
     a, b = (ckpt.load(r / "checkpoints" / "latest.pt")["model"] for r in packed[:2])
     assert not torch.allclose(a["embed.weight"], b["embed.weight"])

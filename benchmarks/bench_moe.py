@@ -1,0 +1,68 @@
+"""Training steps/s of a mixture-of-experts model in its routed form (each expert on its tokens) or
+its dense form (every expert on every token): the fuzzy-logic Table A1 MoE rows (5 experts, top 2).
+
+    farm-bench -n 3 --timeout 1800 --vs "sh -c 'exec python benchmarks/bench_moe.py --form dense >> /tmp/moe.jsonl'" \\
+        -- sh -c 'exec python benchmarks/bench_moe.py --form routed >> /tmp/moe.jsonl'
+
+Each process prints one JSON line: the steady rate over `--steps` steps after `--warmup` steps
+(compilation included there), with the setting and the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import replace
+
+import torch
+
+from hyla.nn.feedforward import MixtureOfExperts
+from hyla.train.configs import build_task, get_preset, resolve_model
+from hyla.train.distributed import DistContext
+from hyla.train.loop import Trainer, build_model, process_settings
+from hyla.train.run_dir import cpu_name, git_commit
+
+
+def steps_per_second(args: argparse.Namespace) -> float:
+    cfg = get_preset("logic_4var_2term")
+    cfg = replace(
+        cfg,
+        fuzzy_logic=replace(cfg.fuzzy_logic, seq_len=32, frac_held_out=0.7),
+        model=replace(cfg.model, mixer=args.mixer, num_experts=5, experts_top_k=2),
+        train=replace(cfg.train, compile=args.compile, threads=args.threads),
+    )
+    ctx = DistContext(0, 1, torch.device("cpu"))
+    with process_settings(cfg, ctx):
+        task = build_task(cfg, ctx.device)
+        cfg = replace(cfg, model=resolve_model(cfg.model, task))
+        model = build_model(cfg)
+        for module in model.modules():
+            if isinstance(module, MixtureOfExperts):
+                module.routed = args.form == "routed"
+        trainer = Trainer(cfg, task, model, ctx)
+        for step in range(args.warmup):
+            trainer.step(step)
+        start = time.perf_counter()
+        for step in range(args.warmup, args.warmup + args.steps):
+            loss, _, _ = trainer.step(step)
+        loss.item()
+        return args.steps / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--form", choices=["routed", "dense"], required=True)
+    parser.add_argument("--mixer", default="softmax")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True)
+    args = parser.parse_args()
+    rate = steps_per_second(args)
+    machine = {"cpu": cpu_name(), "torch": torch.__version__, "git_commit": git_commit()}
+    print(json.dumps({**vars(args), "steps_per_second": rate, "machine": machine}))
+
+
+if __name__ == "__main__":
+    main()
