@@ -34,7 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "results": (
         "hyla.experiments.results:main",
-        "aggregate run folders into mean ± s.e. tables, CSV and plots: hyla results DIR",
+        "aggregate run folders into mean ± s.e. tables, CSV and plots: hyla results DIR [DIR ...]",
     ),
     "analyze": (
         "hyla.analysis.pipeline:main",

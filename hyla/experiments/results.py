@@ -1,13 +1,15 @@
-"""`hyla results DIR`: aggregate run folders into tables (mean ± standard error over seeds),
+"""`hyla results DIR [DIR ...]`: aggregate run folders into tables (mean ± standard error over seeds),
 CSV/JSON exports and plots.
 
 Runs are grouped by every config field that varies among them and changes what a run computes
 (model, task, optimization, steps, ...): seeds are aggregated, and bookkeeping fields (name,
 folders, progress bars, threads, logging, evaluation schedule, stop_at, ...) never split a group.
 A group of one seed shows no error bar. Writes `results.md`, `results.csv`, `results.json`,
-`results_<metric>.png` (final metric per split) and `curves_<metric>.png` (evaluation curves).
+`results_<metric>.png` (final metric per split), `curves_<metric>.png` (evaluation curves) and, for
+each numeric setting the groups vary (a held-out fraction, say), `<metric>_vs_<setting>.png`: the
+final metric against it, a line per group of the other settings. Several folders are read as one.
 
-`hyla results DIR --latent-structure` instead relates latent structure to generalization across
+`hyla results DIR [DIR ...] --latent-structure` instead relates latent structure to generalization across
 the completed runs (`hyla.analysis.structure`): per run, the topographic similarity of its latent
 codes on the held-out split (cached in the run folder) against its final metric there; Spearman
 across runs with a bootstrap interval, overall and per mixer. Writes `latent_structure.json` and
@@ -197,6 +199,47 @@ def final_figure(rows: list[dict], metric: str, fields: list[str]) -> Figure:
     return fig
 
 
+def numeric_fields(fields: list[str], rows: list[dict]) -> list[str]:
+    """The grouping fields whose values are all numbers, at least two of them (a swept setting)."""
+    numeric = []
+    for field in fields:
+        values = {row["group"].get(field) for row in rows}
+        if len(values) > 1 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            numeric.append(field)
+    return numeric
+
+
+def against_figure(rows: list[dict], metric: str, fields: list[str], x_field: str) -> Figure:
+    """Final `metric` (mean ± s.e. over seeds) against the numeric field `x_field`, a panel per split
+    and a line per group of the other fields (e.g. OOD R² against the held-out fraction, per mixer)."""
+    from matplotlib.figure import Figure
+
+    splits = sorted({n.split("/")[0] for row in rows for n in row["values"] if n.endswith(f"/{metric}")})
+    lines = defaultdict(list)  # label of the other fields -> [(x, row)]
+    for row in rows:
+        others = {f: v for f, v in row["group"].items() if f != x_field}
+        lines[_label(others)].append((row["group"][x_field], row))
+    fig = Figure(figsize=(3.6 * max(1, len(splits)), 3.4))
+    for ax, split in zip(fig.subplots(1, max(1, len(splits)), squeeze=False)[0], splits):
+        for i, (label, points) in enumerate(sorted(lines.items())):
+            points = sorted((x, row["values"].get(f"{split}/{metric}")) for x, row in points)
+            points = [(x, stat) for x, stat in points if stat is not None]
+            ax.errorbar(
+                [x for x, _ in points],
+                [mean for _, (mean, _) in points],
+                yerr=[se or 0.0 for _, (_, se) in points],
+                marker="o",
+                capsize=3,
+                color=f"C{i % 10}",
+                label=label,
+            )
+        ax.set_xlabel(x_field.split(".")[-1])
+        ax.set_ylabel(f"{split} {metric} (mean ± s.e.)")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
 def plot_final(path: Path, rows: list[dict], metric: str, fields: list[str] = ()) -> Path:
     """`final_figure` written to `path`."""
     from hyla.analysis.plots import save_figure
@@ -204,15 +247,18 @@ def plot_final(path: Path, rows: list[dict], metric: str, fields: list[str] = ()
     return save_figure(final_figure(rows, metric, list(fields)), path)
 
 
-def summarize(root: str | Path, out: str | Path | None = None) -> str:
-    """Aggregate the runs below root; write the tables and plots into `out` (default root)."""
-    from hyla.analysis.plots import plot_curves
+def summarize(roots: str | Path | list, out: str | Path | None = None) -> str:
+    """Aggregate the runs below one or several roots; write the tables and plots into `out`
+    (default: the first root)."""
+    from hyla.analysis.plots import plot_curves, save_figure
     from hyla.train.run_dir import RunError
 
-    runs = find_runs(root)
+    roots = [roots] if isinstance(roots, (str, Path)) else list(roots)
+    runs = [run for root in roots for run in find_runs(root)]
+    root = ", ".join(map(str, roots))
     if not runs:
         raise RunError(f"no run folders (with config.json and summary.json) below {root}")
-    out = Path(out or root)
+    out = Path(out or roots[0])
     out.mkdir(parents=True, exist_ok=True)
     fields, rows = aggregate(runs)
     metrics = sorted({r["summary"].get("metric_name") for r in runs if r["summary"].get("metric_name")})
@@ -220,6 +266,8 @@ def summarize(root: str | Path, out: str | Path | None = None) -> str:
     for metric in metrics:
         tables.append(f"### {metric}\n\n{results_table(fields, rows, metric)}")
         plot_final(out / f"results_{metric}.png", rows, metric, fields)
+        for field in numeric_fields(fields, rows):
+            save_figure(against_figure(rows, metric, fields, field), out / f"{metric}_vs_{field.split('.')[-1]}.png")
         runs_by_label = defaultdict(list)
         for run in runs:
             runs_by_label[_label({f: run["config"].get(f) for f in fields})].append(run["metrics"])
@@ -354,20 +402,24 @@ def _structure_point(run: dict, entry: dict, split: str, cached: bool) -> tuple[
 
 
 def latent_structure(args: ResultsOptions) -> str:
-    """`hyla results DIR --latent-structure`: measure (or read) every completed run, correlate,
-    write latent_structure.json and .png into `args.out` (default DIR); returns the text printed."""
+    """`hyla results DIRS --latent-structure`: measure (or read) every completed run, correlate,
+    write latent_structure.json and .png into `args.out` (default: the first of DIRS); returns the
+    text printed."""
     from hyla.analysis import structure
     from hyla.analysis.plots import save_figure
     from hyla.train.run_dir import RunError
 
-    if not args.dir.is_dir():
-        raise RunError(f"{args.dir} does not exist or is not a folder")
-    candidates, notes = structure_candidates(args.dir, args.latent_split)
+    candidates, notes = [], []
+    for folder in args.dirs:
+        if not folder.is_dir():
+            raise RunError(f"{folder} does not exist or is not a folder")
+        found, skipped = structure_candidates(folder, args.latent_split)
+        candidates, notes = candidates + found, notes + skipped
     if not candidates:
         detail = f" ({len(notes)} skipped: {'; '.join(notes)})" if notes else ""
         raise RunError(
             f"no completed fuzzy_logic or sraven run with a final metric on split {args.latent_split!r} "
-            f"below {args.dir}{detail}"
+            f"below {', '.join(map(str, args.dirs))}{detail}"
         )
     options = {
         "split": args.latent_split,
@@ -379,7 +431,10 @@ def latent_structure(args: ResultsOptions) -> str:
     points, left_out = measure_runs(candidates, options)
     kinds = sorted({(p["task"], p["metric_name"]) for p in points})
     if len(kinds) > 1:
-        raise RunError(f"runs of several tasks or metrics below {args.dir} ({kinds}): point at one task's runs")
+        raise RunError(
+            f"runs of several tasks or metrics below {', '.join(map(str, args.dirs))} ({kinds}): "
+            "point at one task's runs"
+        )
     result = {
         "options": {**options, "bootstrap": args.bootstrap},
         "codes": structure.describe_layer(args.latent_layer),
@@ -395,7 +450,7 @@ def latent_structure(args: ResultsOptions) -> str:
     if result["skipped"]:
         text += "\nSkipped:\n" + "\n".join(f"  {note}" for note in result["skipped"])
     result["statement"] = text
-    out = Path(args.out or args.dir)
+    out = Path(args.out or args.dirs[0])
     write_json(out / "latent_structure.json", result)
     if points:
         save_figure(structure.structure_figure(points, result), out / "latent_structure.png")
@@ -404,13 +459,14 @@ def latent_structure(args: ResultsOptions) -> str:
 
 @dataclass
 class ResultsOptions:
-    """Aggregate the run folders below DIR into mean ± s.e. tables (Markdown, CSV, JSON) and plots;
-    with --latent-structure, relate each run's latent-code structure to its generalization instead."""
+    """Aggregate the run folders below DIRS into mean ± s.e. tables (Markdown, CSV, JSON) and plots
+    (with a figure of each metric against every numeric setting the runs vary); with
+    --latent-structure, relate each run's latent-code structure to its generalization instead."""
 
-    dir: Positional[Path]
-    """folder containing run folders (searched recursively)"""
+    dirs: Positional[tuple[Path, ...]]
+    """folders containing run folders (searched recursively)"""
     out: Path | None = None
-    """where to write the tables and plots (default: DIR)"""
+    """where to write the tables and plots (default: the first of DIRS)"""
     latent_structure: bool = False
     """instead of the tables: topographic similarity of each completed run's latent codes on
     --latent-split against its final metric there, Spearman across runs with a bootstrap CI, overall
@@ -433,6 +489,8 @@ class ResultsOptions:
     def __post_init__(self):
         from hyla.train.configs import ConfigError, check_positive
 
+        if not self.dirs:
+            raise ConfigError("hyla results needs at least one folder of run folders")
         check_positive(
             latent_samples=self.latent_samples, latent_permutations=self.latent_permutations, bootstrap=self.bootstrap
         )
@@ -444,5 +502,5 @@ def main(argv: list[str]) -> int:
     from hyla.train.configs import parse_options
 
     args = parse_options(ResultsOptions, argv, "hyla results", __doc__)
-    print(latent_structure(args) if args.latent_structure else summarize(args.dir, args.out))
+    print(latent_structure(args) if args.latent_structure else summarize(args.dirs, args.out))
     return 0

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hyla.experiments.results import aggregate, find_runs, mean_se, summarize
+from hyla.experiments.results import against_figure, aggregate, find_runs, mean_se, summarize
 from hyla.experiments.sweep import SweepSpec, override_flags, run_command, run_status, run_sweep
 
 
@@ -137,6 +137,32 @@ def test_bookkeeping_never_splits_a_group_and_one_seed_has_no_error_bar(tmp_path
     assert fields == ["model.mixer"] and [row["n"] for row in rows] == [2, 1]
     text = summarize(tmp_path)
     assert "| hyla | 2 | 70.00 ± 10.00 |" in text and "| softmax | 1 | 50.00 |" in text
+
+
+def fake_held_out_run(root: Path, name: str, mixer: str, seed: int, fraction: float, r2: float) -> None:
+    fake_run(root, name, mixer, seed, r2)
+    config = json.loads((root / name / "config.json").read_text())
+    (root / name / "config.json").write_text(json.dumps({**config, "fuzzy_logic": {"frac_held_out": fraction}}))
+
+
+def test_several_folders_read_as_one_and_a_metric_against_a_numeric_setting(tmp_path):
+    """Table A1 runs (fraction 0.7) in one folder and a held-out-fraction sweep in another: one table,
+    and OOD R² against the fraction, a line per mixer with its seeds' mean and standard error."""
+    table_a1, held_out, out = tmp_path / "table_a1", tmp_path / "held_out", tmp_path / "out"
+    for seed, r2 in enumerate((0.8, 0.6)):
+        fake_held_out_run(table_a1, f"h{seed}", "hyla", seed, 0.7, r2)
+        fake_held_out_run(table_a1, f"s{seed}", "softmax", seed, 0.7, r2 - 0.3)
+        fake_held_out_run(held_out, f"h3_{seed}", "hyla", seed, 0.3, r2 + 0.1)
+    fake_held_out_run(held_out, "s3", "softmax", 0, 0.3, 0.9)
+    text = summarize([table_a1, held_out], out)
+    assert "| 0.7 | hyla | 2 | 70.00 ± 10.00 |" in text and "| 0.3 | softmax | 1 | 90.00 |" in text
+    assert (out / "r2_vs_frac_held_out.png").exists() and not (table_a1 / "results.md").exists()
+    fields, rows = aggregate(find_runs(table_a1) + find_runs(held_out))
+    ax = against_figure(rows, "r2", fields, "fuzzy_logic.frac_held_out").axes[0]
+    lines = {
+        label: container.lines[0].get_xydata().tolist() for container, label in zip(*ax.get_legend_handles_labels())
+    }
+    assert lines == {"mixer=hyla": [[0.3, 0.8], [0.7, 0.7]], "mixer=softmax": [[0.3, 0.9], [0.7, 0.4]]}
 
 
 def test_summarize_without_runs_raises(tmp_path):
