@@ -29,6 +29,7 @@ import subprocess
 import time
 from dataclasses import replace
 from pathlib import Path
+from unittest.mock import patch
 
 import torch
 
@@ -138,23 +139,13 @@ def regression(name: str):
                 paper_init(model)
                 _pre_fix_init(model)
 
-            stack.enter_context(_patched(transformer.Transformer, "_paper_init", pre_fix))
+            stack.enter_context(patch.object(transformer.Transformer, "_paper_init", pre_fix))
         if "schedule" in parts:
-            stack.enter_context(_patched(optim, "lr_multiplier", _pre_fix_lr_multiplier))
+            stack.enter_context(patch.object(optim, "lr_multiplier", _pre_fix_lr_multiplier))
         for part in parts & {"lr/2", "lr/10"}:
             divisor = float(part.split("/")[1])
-            stack.enter_context(_patched(optim, "lr_multiplier", _scaled(optim.lr_multiplier, 1.0 / divisor)))
+            stack.enter_context(patch.object(optim, "lr_multiplier", _scaled(optim.lr_multiplier, 1.0 / divisor)))
         yield
-
-
-@contextlib.contextmanager
-def _patched(owner, attribute: str, value):
-    saved = getattr(owner, attribute)
-    setattr(owner, attribute, value)
-    try:
-        yield
-    finally:
-        setattr(owner, attribute, saved)
 
 
 def _scaled(function, factor: float):

@@ -209,7 +209,7 @@ def numeric_fields(fields: list[str], rows: list[dict]) -> list[str]:
     return numeric
 
 
-def against_figure(rows: list[dict], metric: str, fields: list[str], x_field: str) -> Figure:
+def against_figure(rows: list[dict], metric: str, x_field: str) -> Figure:
     """Final `metric` (mean ± s.e. over seeds) against the numeric field `x_field`, a panel per split
     and a line per group of the other fields (e.g. OOD R² against the held-out fraction, per mixer)."""
     from matplotlib.figure import Figure
@@ -255,9 +255,9 @@ def summarize(roots: str | Path | list, out: str | Path | None = None) -> str:
 
     roots = [roots] if isinstance(roots, (str, Path)) else list(roots)
     runs = [run for root in roots for run in find_runs(root)]
-    root = ", ".join(map(str, roots))
+    where = ", ".join(map(str, roots))
     if not runs:
-        raise RunError(f"no run folders (with config.json and summary.json) below {root}")
+        raise RunError(f"no run folders (with config.json and summary.json) below {where}")
     out = Path(out or roots[0])
     out.mkdir(parents=True, exist_ok=True)
     fields, rows = aggregate(runs)
@@ -267,13 +267,13 @@ def summarize(roots: str | Path | list, out: str | Path | None = None) -> str:
         tables.append(f"### {metric}\n\n{results_table(fields, rows, metric)}")
         plot_final(out / f"results_{metric}.png", rows, metric, fields)
         for field in numeric_fields(fields, rows):
-            save_figure(against_figure(rows, metric, fields, field), out / f"{metric}_vs_{field.split('.')[-1]}.png")
+            save_figure(against_figure(rows, metric, field), out / f"{metric}_vs_{field.split('.')[-1]}.png")
         runs_by_label = defaultdict(list)
         for run in runs:
             runs_by_label[_label({f: run["config"].get(f) for f in fields})].append(run["metrics"])
         plot_curves(out / f"curves_{metric}.png", dict(sorted(runs_by_label.items())), metric)
     text = "\n\n".join(tables)
-    (out / "results.md").write_text(f"# Results for {root}\n\n{text}\n")
+    (out / "results.md").write_text(f"# Results for {where}\n\n{text}\n")
     write_csv(out / "results.csv", fields, rows)
     write_json(
         out / "results.json",
@@ -409,6 +409,7 @@ def latent_structure(args: ResultsOptions) -> str:
     from hyla.analysis.plots import save_figure
     from hyla.train.run_dir import RunError
 
+    where = ", ".join(map(str, args.dirs))
     candidates, notes = [], []
     for folder in args.dirs:
         if not folder.is_dir():
@@ -419,7 +420,7 @@ def latent_structure(args: ResultsOptions) -> str:
         detail = f" ({len(notes)} skipped: {'; '.join(notes)})" if notes else ""
         raise RunError(
             f"no completed fuzzy_logic or sraven run with a final metric on split {args.latent_split!r} "
-            f"below {', '.join(map(str, args.dirs))}{detail}"
+            f"below {where}{detail}"
         )
     options = {
         "split": args.latent_split,
@@ -431,10 +432,7 @@ def latent_structure(args: ResultsOptions) -> str:
     points, left_out = measure_runs(candidates, options)
     kinds = sorted({(p["task"], p["metric_name"]) for p in points})
     if len(kinds) > 1:
-        raise RunError(
-            f"runs of several tasks or metrics below {', '.join(map(str, args.dirs))} ({kinds}): "
-            "point at one task's runs"
-        )
+        raise RunError(f"runs of several tasks or metrics below {where} ({kinds}): point at one task's runs")
     result = {
         "options": {**options, "bootstrap": args.bootstrap},
         "codes": structure.describe_layer(args.latent_layer),
