@@ -31,6 +31,9 @@ size; seeds, learning rates and the like may differ) as packs of up to N runs, e
 batched model (hyla.train.packed), `parallel` packs at a time, each in a process of its own; every
 run still writes its own run folder, and a stopped pack is packed again and resumes exactly.
 
+`--threads N` gives each local run (or pack) N CPU threads instead of the cores / `parallel`, for a
+sweep that shares the machine with other work.
+
 `hyla sweep SPEC --status` shows each run as done, running (its owner is alive), pending (not
 started, queued, or stopped cleanly and resumable), stale (killed: its owner is gone, and it ended
 without a summary; a re-run resumes or restarts it) or failed, from the run folders:
@@ -85,6 +88,8 @@ class SweepSpec:
     grid: list[dict[str, list]] = field(default_factory=lambda: [{}])
     parallel: int = 1
     slurm: dict[str, Any] = field(default_factory=dict)
+    threads: int | None = None
+    """CPU threads of each local run or pack (`hyla sweep --threads`); None: this machine's cores / parallel"""
     source: str = "sweep"
     """the sweep file (named in error messages)"""
 
@@ -127,6 +132,10 @@ class SweepSpec:
                     seen.add(name)
                     runs.append(Run(name, seed, {**self.overrides, **point}, point))
         return runs
+
+    def local_threads(self) -> int:
+        """CPU threads of each run (or pack) the local launcher starts."""
+        return self.threads or max(1, (os.cpu_count() or 1) // max(1, self.parallel))
 
 
 def override_flags(key: str, value: Any) -> list[str]:
@@ -388,7 +397,7 @@ def _todo(spec: SweepSpec) -> list[Run]:
 def run_sweep(spec: SweepSpec, dry_run: bool = False, progress: bool = True) -> dict[str, int]:
     """Train every run of the sweep that is not complete, here, `spec.parallel` at a time (each a
     `hyla` subprocess); returns {run name: exit code}. Progress is read from the runs' metrics.jsonl."""
-    threads = max(1, (os.cpu_count() or 1) // max(1, spec.parallel))
+    threads = spec.local_threads()
     check_configs(spec, threads)
     out = Path(spec.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -506,7 +515,7 @@ def run_packed_sweep(spec: SweepSpec, size: int, dry_run: bool = False) -> dict[
     from hyla.train.configs import parse_train_args
     from hyla.train.packed import plan_packs
 
-    threads = max(1, (os.cpu_count() or 1) // max(1, spec.parallel))
+    threads = spec.local_threads()
     check_configs(spec, threads)
     out = Path(spec.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -605,6 +614,9 @@ class SweepOptions:
     parallel: int | None = None
     """runs at once with the local launcher, or with --pack packs at once, each in its own process (overrides
     the file)"""
+    threads: int | None = None
+    """CPU threads of each run or pack (default: this machine's cores / parallel); lower it when other work
+    shares the machine"""
     out_dir: str | None = None
     """overrides the file's out_dir"""
     pack: int | None = None
@@ -616,7 +628,7 @@ class SweepOptions:
     def __post_init__(self):
         from hyla.train.configs import check_positive
 
-        check_positive(parallel=self.parallel, pack=self.pack)
+        check_positive(parallel=self.parallel, threads=self.threads, pack=self.pack)
 
 
 def main(argv: list[str]) -> int:
@@ -629,6 +641,7 @@ def main(argv: list[str]) -> int:
         raise ConfigError(f"{args.spec}: {e}") from None
     if args.parallel:
         spec.parallel = args.parallel
+    spec.threads = args.threads
     if args.out_dir:
         spec.out_dir = args.out_dir
     if args.status:

@@ -23,3 +23,13 @@ def test_the_gpu_recipe_packs_the_paper_sweeps_rows(tmp_path, capsys):
     )
     packs = [line for line in capsys.readouterr().out.splitlines() if line.startswith("pack: ")]
     assert packs == [f"pack: mixer-{m}__s0, mixer-{m}__s1, mixer-{m}__s2" for m in ("softmax", "linear", "hyla")]
+
+
+def test_threads_option_sets_each_runs_threads(tmp_path, capsys):
+    """--threads overrides cores / parallel, for a sweep that shares the machine with other work."""
+    spec = [str(SWEEPS / "table_a1_raven_40k.yaml"), "--dry-run", "--out-dir", str(tmp_path), "--parallel", "1"]
+    assert sweep.main(spec + ["--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    commands = [line for line in out.splitlines() if " train " in line]
+    assert "(1 at once, 1 threads each)" in out and len(commands) == 9
+    assert all("--train.threads 1" in line for line in commands)
