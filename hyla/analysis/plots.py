@@ -49,13 +49,16 @@ def mean_se_curve(runs: list[list[dict]], split: str, key: str) -> tuple[list[in
     return steps, means, ses
 
 
-def curves_figure(runs_by_label: dict[str, list[list[dict]]], metric: str) -> Figure | None:
+def curves_figure(
+    runs_by_label: dict[str, list[list[dict]]], metric: str, batch_size: int | None = None
+) -> Figure | None:
     """Training loss and evaluation curves, one line per label (e.g. a mixer, or a group of runs
     that differ only in the seed): the mean over that label's runs at each step, with a band of
     ± one standard error where at least two runs have the step (none for a single seed).
 
     runs_by_label: {label: [the metrics.jsonl records of one run, ...]}. Panels: the training
-    loss (log scale), then `metric` on each evaluation split found. None when there is no record.
+    loss (log scale), then `metric` on each evaluation split found. With the runs' batch size, a
+    second x axis on top counts the training examples seen. None when there is no record.
     """
     splits = {r["split"] for runs in runs_by_label.values() for records in runs for r in records if "split" in r}
     eval_splits = sorted(splits - {"train"}, key=lambda s: ((EVAL_SPLIT_ORDER + (s,)).index(s), s))
@@ -79,6 +82,10 @@ def curves_figure(runs_by_label: dict[str, list[list[dict]]], metric: str) -> Fi
         elif metric == "r2":  # early R² can be hugely negative; keep the interesting range visible
             low, high = ax.get_ylim()
             ax.set_ylim(max(low, -0.5), min(high, 1.05))
+        if batch_size:
+            scale = batch_size / 1e6  # steps -> millions of examples
+            top = ax.secondary_xaxis("top", functions=(lambda s: s * scale, lambda e: e / scale))
+            top.set_xlabel("training examples seen (millions)", fontsize=8)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
     fig.tight_layout()
@@ -93,7 +100,9 @@ def _se_band(ax, steps: list[int], means: list[float], ses: list[float | None], 
         ax.fill_between(x, [a - b for a, b in zip(m, e)], [a + b for a, b in zip(m, e)], color=color, alpha=0.2, lw=0)
 
 
-def plot_curves(path: str | Path, runs_by_label: dict[str, list[list[dict]]], metric: str) -> Path | None:
+def plot_curves(
+    path: str | Path, runs_by_label: dict[str, list[list[dict]]], metric: str, batch_size: int | None = None
+) -> Path | None:
     """`curves_figure` written to `path`; None (and nothing written) when there is no record."""
-    fig = curves_figure(runs_by_label, metric)
+    fig = curves_figure(runs_by_label, metric, batch_size)
     return None if fig is None else save_figure(fig, path)

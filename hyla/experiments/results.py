@@ -4,8 +4,10 @@ CSV/JSON exports and plots.
 Runs are grouped by every config field that varies among them and changes what a run computes
 (model, task, optimization, steps, ...): seeds are aggregated, and bookkeeping fields (name,
 folders, progress bars, threads, logging, evaluation schedule, stop_at, ...) never split a group.
-A group of one seed shows no error bar. Writes `results.md`, `results.csv`, `results.json`,
-`results_<metric>.png` (final metric per split), `curves_<metric>.png` (evaluation curves) and, for
+A group of one seed shows no error bar. Writes `results.md` (a table per main metric, and per-feature
+accuracy where the task reports it), `results.csv`, `results.json`, `results_<metric>.png` (final
+metric per split), `curves_<metric>.png` (training loss and evaluation curves against steps and
+training examples seen) and, for
 each numeric setting the groups vary (a held-out fraction, say), `<metric>_vs_<setting>.png`: the
 final metric against it, a line per group of the other settings. Several folders are read as one.
 
@@ -36,6 +38,9 @@ from hyla.train.jsonio import write_json
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
+SECONDARY_METRICS = ("feature_acc",)
+"""final metrics tabled beside the runs' main metric where a task reports them (SRAVEN: per-feature accuracy)"""
 
 
 def bookkeeping_fields() -> frozenset[str]:
@@ -262,16 +267,21 @@ def summarize(roots: str | Path | list, out: str | Path | None = None) -> str:
     out.mkdir(parents=True, exist_ok=True)
     fields, rows = aggregate(runs)
     metrics = sorted({r["summary"].get("metric_name") for r in runs if r["summary"].get("metric_name")})
-    tables = []
+    final_names = {name for r in runs for split in (r["summary"].get("final") or {}).values() for name in split}
+    tables = [
+        f"### {metric}\n\n{results_table(fields, rows, metric)}"
+        for metric in metrics + sorted(final_names & set(SECONDARY_METRICS) - set(metrics))
+    ]
+    batch_sizes = {run["config"].get("train.batch_size") for run in runs}
+    batch_size = batch_sizes.pop() if len(batch_sizes) == 1 else None  # examples seen: on a common batch
     for metric in metrics:
-        tables.append(f"### {metric}\n\n{results_table(fields, rows, metric)}")
         plot_final(out / f"results_{metric}.png", rows, metric, fields)
         for field in numeric_fields(fields, rows):
             save_figure(against_figure(rows, metric, field), out / f"{metric}_vs_{field.split('.')[-1]}.png")
         runs_by_label = defaultdict(list)
         for run in runs:
             runs_by_label[_label({f: run["config"].get(f) for f in fields})].append(run["metrics"])
-        plot_curves(out / f"curves_{metric}.png", dict(sorted(runs_by_label.items())), metric)
+        plot_curves(out / f"curves_{metric}.png", dict(sorted(runs_by_label.items())), metric, batch_size)
     text = "\n\n".join(tables)
     (out / "results.md").write_text(f"# Results for {where}\n\n{text}\n")
     write_csv(out / "results.csv", fields, rows)

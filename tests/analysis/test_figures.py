@@ -142,3 +142,14 @@ def test_curves_get_a_standard_error_band_only_with_two_seeds():
     assert not [c for c in ax.collections if isinstance(c, PolyCollection)]
     ax = curves_figure({"two seeds": [records(0.1), records(0.3)]}, "r2").axes[0]
     assert len([c for c in ax.collections if isinstance(c, PolyCollection)]) == 1
+
+
+def test_curves_count_training_examples_on_a_top_axis_given_the_batch_size():
+    records = [{"split": "valid", "step": s, "r2": s / 10} for s in (100, 200)]
+    assert not [c for c in curves_figure({"a": [records]}, "r2").axes[0].child_axes]
+    fig = curves_figure({"a": [records]}, "r2", batch_size=128)
+    fig.draw_without_rendering()  # lays out the secondary axis
+    ax = fig.axes[0]
+    (top,) = ax.child_axes
+    assert top.get_xlabel() == "training examples seen (millions)"
+    assert top.transData.transform((0.0256, 0))[0] == pytest.approx(ax.transData.transform((200, 0))[0])

@@ -165,6 +165,21 @@ def test_several_folders_read_as_one_and_a_metric_against_a_numeric_setting(tmp_
     assert lines == {"mixer=hyla": [[0.3, 0.8], [0.7, 0.7]], "mixer=softmax": [[0.3, 0.9], [0.7, 0.4]]}
 
 
+def test_a_tasks_feature_accuracy_gets_its_own_table(tmp_path):
+    """SRAVEN reports panel accuracy (its main metric) and per-feature accuracy: both are tabled."""
+    for seed, (acc, feature_acc) in enumerate([(0.3, 0.6), (0.5, 0.8)]):
+        run = tmp_path / f"s{seed}"
+        run.mkdir()
+        (run / "config.json").write_text(json.dumps({"seed": seed, "model": {"mixer": "hyla"}}))
+        final = {split: {"acc": acc, "feature_acc": feature_acc, "loss": 1.0} for split in ("valid", "ood")}
+        (run / "summary.json").write_text(json.dumps({"status": "completed", "metric_name": "acc", "final": final}))
+    text = summarize(tmp_path)
+    acc_table, feature_table = text.split("### feature_acc")
+    assert "### acc" in acc_table and "| 40.00 ± 10.00 | 40.00 ± 10.00 |" in acc_table
+    assert "ood feature_acc ×100" in feature_table and "| 70.00 ± 10.00 | 70.00 ± 10.00 |" in feature_table
+    assert not (tmp_path / "results_feature_acc.png").exists()  # plots stay with the main metric
+
+
 def test_summarize_without_runs_raises(tmp_path):
     from hyla.train import RunError
 
