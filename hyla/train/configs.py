@@ -234,8 +234,9 @@ class TrainConfig:
     stop_at: int = 0
     """> 0: end this session at that step with a checkpoint (resume later with `hyla resume`)"""
     compile: bool = False
-    """torch.compile the model (recommended on a GPU; a mode that fails falls back to default, then to eager,
-    with a warning)"""
+    """torch.compile the model (recommended on a GPU; on a CPU it helps HYLA a little and slows the SRAVEN
+    model's softmax and linear attention, docs/speed.md; a mode that fails falls back to default, then to
+    eager, with a warning)"""
     compile_mode: str = "auto"
     """auto: reduce-overhead (CUDA graphs) on CUDA, default elsewhere"""
     precision: str = "fp32"
