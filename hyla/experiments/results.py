@@ -10,6 +10,7 @@ metric per split), `curves_<metric>.png` (training loss and evaluation curves ag
 training examples seen) and, for
 each numeric setting the groups vary (a held-out fraction, say), `<metric>_vs_<setting>.png`: the
 final metric against it, a line per group of the other settings. Several folders are read as one.
+`--paper` sets the paper's Table A1 value (hyla.experiments.paper) beside each row it has.
 
 `hyla results DIR [DIR ...] --latent-structure` instead relates latent structure to generalization across
 the completed runs (`hyla.analysis.structure`): per run, the topographic similarity of its latent
@@ -110,6 +111,7 @@ def aggregate(runs: list[dict]) -> tuple[list[str], list[dict]]:
         completed = [m for m in members if m["summary"].get("status") == "completed"]
         row = {
             "group": dict(zip(fields, (json.loads(k) for k in key))),
+            "config": members[0]["config"],  # the group's shared settings (the seed aside)
             "n": len(completed),
             "seeds": sorted(m["config"].get("seed") for m in completed),
             "values": {},
@@ -132,18 +134,29 @@ def _label(group: dict) -> str:
     return ", ".join(f"{k.split('.')[-1]}={v}" for k, v in group.items()) or "all"
 
 
-def results_table(fields: list[str], rows: list[dict], metric: str) -> str:
-    """Main metric per split (×100, as in the paper's tables), training loss and speed."""
+def results_table(fields: list[str], rows: list[dict], metric: str, paper: bool = False) -> str:
+    """Main metric per split (×100, as in the paper's tables), training loss and speed; with `paper`,
+    the paper's Table A1 value beside each row it has (hyla.experiments.paper)."""
+    from hyla.experiments.paper import table_a1
+
     splits = sorted({name.split("/")[0] for row in rows for name in row["values"] if name.endswith(f"/{metric}")})
+    papers = [table_a1(row["config"], metric) if paper else None for row in rows]
+    paper_column = ["paper ood ×100 (Table A1)"] if any(papers) else []
     header = (
-        [f.split(".")[-1] for f in fields] + ["n"] + [f"{s} {metric} ×100" for s in splits] + ["train loss", "steps/s"]
+        [f.split(".")[-1] for f in fields]
+        + ["n"]
+        + [f"{s} {metric} ×100" for s in splits]
+        + paper_column
+        + ["train loss", "steps/s"]
     )
     lines = []
-    for row in rows:
+    for row, paper_value in zip(rows, papers):
         cells = [str(row["group"].get(f)) for f in fields] + [str(row["n"])]
         for split in splits:
             m = row["values"].get(f"{split}/{metric}")
             cells.append(_mean_se_text(m, scale=100, digits=".2f"))
+        if paper_column:
+            cells.append(_mean_se_text(paper_value, digits=".2f"))
         loss, speed = row["values"].get("train_loss"), row["values"].get("steps_per_second")
         cells.append(_mean_se_text(loss, digits=".4g", se_digits=".2g"))
         cells.append(f"{speed[0]:.1f}" if speed else "–")
@@ -252,9 +265,9 @@ def plot_final(path: Path, rows: list[dict], metric: str, fields: list[str] = ()
     return save_figure(final_figure(rows, metric, list(fields)), path)
 
 
-def summarize(roots: str | Path | list, out: str | Path | None = None) -> str:
+def summarize(roots: str | Path | list, out: str | Path | None = None, paper: bool = False) -> str:
     """Aggregate the runs below one or several roots; write the tables and plots into `out`
-    (default: the first root)."""
+    (default: the first root). paper: the paper's Table A1 values beside the rows it has."""
     from hyla.analysis.plots import plot_curves, save_figure
     from hyla.train.run_dir import RunError
 
@@ -269,7 +282,7 @@ def summarize(roots: str | Path | list, out: str | Path | None = None) -> str:
     metrics = sorted({r["summary"].get("metric_name") for r in runs if r["summary"].get("metric_name")})
     final_names = {name for r in runs for split in (r["summary"].get("final") or {}).values() for name in split}
     tables = [
-        f"### {metric}\n\n{results_table(fields, rows, metric)}"
+        f"### {metric}\n\n{results_table(fields, rows, metric, paper)}"
         for metric in metrics + sorted(final_names & set(SECONDARY_METRICS) - set(metrics))
     ]
     batch_sizes = {run["config"].get("train.batch_size") for run in runs}
@@ -490,6 +503,9 @@ class ResultsOptions:
     """permutation-test size of each run's topographic p-value"""
     bootstrap: int = 2000
     """bootstrap resamples of runs for the confidence interval (95%, percentile)"""
+    paper: bool = False
+    """beside each row of the tables, the paper's Table A1 value for its task and mixer (OOD R² on fuzzy
+    logic, OOD panel accuracy on SRAVEN; mean ± s.e. over 3 seeds, at the paper's budget)"""
     seed: int = 0
     """seed of the task subset and permutations of each run's topographic similarity, and of the
     bootstrap (the samples are those `hyla analyze` uses: the run's task seed, batch of step 0)"""
@@ -510,5 +526,5 @@ def main(argv: list[str]) -> int:
     from hyla.train.configs import parse_options
 
     args = parse_options(ResultsOptions, argv, "hyla results", __doc__)
-    print(latent_structure(args) if args.latent_structure else summarize(args.dirs, args.out))
+    print(latent_structure(args) if args.latent_structure else summarize(args.dirs, args.out, args.paper))
     return 0

@@ -170,14 +170,29 @@ def test_a_tasks_feature_accuracy_gets_its_own_table(tmp_path):
     for seed, (acc, feature_acc) in enumerate([(0.3, 0.6), (0.5, 0.8)]):
         run = tmp_path / f"s{seed}"
         run.mkdir()
-        (run / "config.json").write_text(json.dumps({"seed": seed, "model": {"mixer": "hyla"}}))
+        (run / "config.json").write_text(json.dumps({"seed": seed, "task": "sraven", "model": {"mixer": "hyla"}}))
         final = {split: {"acc": acc, "feature_acc": feature_acc, "loss": 1.0} for split in ("valid", "ood")}
         (run / "summary.json").write_text(json.dumps({"status": "completed", "metric_name": "acc", "final": final}))
-    text = summarize(tmp_path)
+    text = summarize(tmp_path, paper=True)
     acc_table, feature_table = text.split("### feature_acc")
-    assert "### acc" in acc_table and "| 40.00 ± 10.00 | 40.00 ± 10.00 |" in acc_table
+    assert "### acc" in acc_table and "| 40.00 ± 10.00 | 40.00 ± 10.00 | 69.13 ± 1.90 |" in acc_table
     assert "ood feature_acc ×100" in feature_table and "| 70.00 ± 10.00 | 70.00 ± 10.00 |" in feature_table
     assert not (tmp_path / "results_feature_acc.png").exists()  # plots stay with the main metric
+    assert "Table A1" not in feature_table  # the paper reports panel accuracy only
+
+
+def test_paper_option_sets_table_a1_beside_the_rows_it_has(tmp_path):
+    fake_run(tmp_path, "a0", "hyla", 0, 0.8)
+    fake_run(tmp_path, "b0", "hyla_identity", 0, 0.7)
+    fake_run(tmp_path, "c0", "softmax", 0, 0.6)
+    for run in ("a0", "b0"):  # a fuzzy-logic run; c0 names no task: no paper value
+        config = json.loads((tmp_path / run / "config.json").read_text())
+        (tmp_path / run / "config.json").write_text(json.dumps({**config, "task": "fuzzy_logic"}))
+    rows = {line.split(" | ")[0]: line for line in summarize(tmp_path, paper=True).splitlines()}
+    assert "| paper ood ×100 (Table A1) |" in rows["| mixer"]
+    assert "| 80.00 | 81.13 ± 7.77 |" in rows["| hyla"]
+    assert "| 70.00 | 84.54 ± 5.32 |" in rows["| hyla_identity"]
+    assert "| 60.00 | – |" in rows["| softmax"]
 
 
 def test_summarize_without_runs_raises(tmp_path):
