@@ -3,6 +3,8 @@ sweep, in its folder, planned as one pack per mixer."""
 
 from pathlib import Path
 
+import pytest
+
 from hyla.experiments import sweep
 
 SWEEPS = Path(__file__).resolve().parents[2] / "experiments" / "sweeps"
@@ -33,3 +35,10 @@ def test_threads_option_sets_each_runs_threads(tmp_path, capsys):
     commands = [line for line in out.splitlines() if " train " in line]
     assert "(1 at once, 1 threads each)" in out and len(commands) == 9
     assert all("--train.threads 1" in line for line in commands)
+
+
+@pytest.mark.parametrize("path", sorted(SWEEPS.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_sweep_file_builds_valid_run_configs(path):
+    spec = sweep.SweepSpec.load(path)
+    assert spec.runs()
+    sweep.check_configs(spec, threads=1)  # every run's `hyla train` arguments parse and validate
