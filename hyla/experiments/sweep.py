@@ -441,7 +441,8 @@ def run_steps(spec: SweepSpec, run: Run) -> int:
 class RunProgress:
     """One progress bar per run (steps) on a terminal. Elsewhere (a log file, CI) bars redrawn in place
     would garble the output: each run gets a line (step, elapsed time, ETA) when it first makes
-    progress, then at most every `every` seconds, and one when it finishes."""
+    progress, then at most every `every` seconds, and one when it finishes. A queued run, or one
+    waiting to resume from a checkpoint, prints nothing until its step moves."""
 
     def __init__(self, total_steps: dict[str, int], enabled: bool = True, every: float = 30.0):
         self.as_lines = enabled and not sys.stderr.isatty()
@@ -460,16 +461,20 @@ class RunProgress:
     def update(self, name: str, step: int) -> None:
         self._advance_bar(name, step)
         now = time.monotonic()
-        if self.as_lines and step > 0 and now - self.last_line.get(name, -math.inf) >= self.every:
+        first_step = self.first_seen.get(name, (now, step))[1]
+        if step <= first_step:  # not moving yet (queued, or resuming): timed from when it moves
+            self.first_seen[name] = (now, step)
+        elif self.as_lines and now - self.last_line.get(name, -math.inf) >= self.every:
             self.last_line[name] = now
             print(self._line(name, step, now), file=sys.stderr, flush=True)
 
     def _line(self, name: str, step: int, now: float) -> str:
-        """`name: step S/N, 1m05s elapsed, ETA 2m10s` (timed from the run's first progress seen here)."""
-        since, first_step = self.first_seen.setdefault(name, (now, step))
+        """`name: step S/N, 1m05s elapsed, ETA 2m10s`, timed from the last step at which the run
+        stood still here (its start, or its resumption)."""
+        since, first_step = self.first_seen[name]
         total, elapsed = self.totals[name], now - since
-        eta = f", ETA {_duration(elapsed / (step - first_step) * (total - step))}" if step > first_step else ""
-        return f"{name}: step {step}/{total}, {_duration(elapsed)} elapsed{eta}"
+        eta = _duration(elapsed / (step - first_step) * (total - step))
+        return f"{name}: step {step}/{total}, {_duration(elapsed)} elapsed, ETA {eta}"
 
     def _advance_bar(self, name: str, step: int) -> None:
         bar = self.bars.get(name)
