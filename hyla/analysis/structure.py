@@ -206,7 +206,7 @@ def structure_figure(points: list[dict], result: dict):
     mixer, rho [CI] per mixer in the legend and overall in the title."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(5.5, 4.2))
+    fig = Figure(figsize=(7.5, 4.2))
     ax = fig.subplots()
     for i, (mixer, s) in enumerate(result["per_mixer"].items()):
         members = [p for p in points if p["mixer"] == mixer]
@@ -230,6 +230,8 @@ def structure_figure(points: list[dict], result: dict):
     opts = result["options"]
     ax.set_xlabel(f"topographic similarity of latent codes ({result['codes']}, {opts['split']})")
     ax.set_ylabel(f"final {opts['split']} {result['metric_name']}")
-    ax.legend(fontsize=8, title="mixer", title_fontsize=8)
+    # beside the axes, never over a point
+    ax.legend(fontsize=8, title="mixer", title_fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
