@@ -7,9 +7,9 @@ folders, progress bars, threads, logging, evaluation schedule, stop_at, ...) nev
 A group of one seed shows no error bar. Writes `results.md` (a table per main metric, and per-feature
 accuracy where the task reports it), `results.csv`, `results.json`, `results_<metric>.png` (final
 metric per split), `curves_<metric>.png` (training loss and evaluation curves against steps and
-training examples seen) and, for
-each numeric setting the groups vary (a held-out fraction, say), `<metric>_vs_<setting>.png`: the
-final metric against it, a line per group of the other settings. Several folders are read as one.
+training examples seen) and, for each numeric setting the groups vary (a held-out fraction, say),
+`<metric>_vs_<setting>.png`: the final metric against it, a line per group of the other settings.
+Several folders are read as one.
 `--paper` sets the paper's Table A1 value (hyla.experiments.paper) beside each row it has.
 
 `hyla results DIR [DIR ...] --latent-structure` instead relates latent structure to generalization across
