@@ -134,12 +134,17 @@ def _label(group: dict) -> str:
     return ", ".join(f"{k.split('.')[-1]}={v}" for k, v in group.items()) or "all"
 
 
+def metric_splits(rows: list[dict], metric: str) -> list[str]:
+    """The evaluation splits on which some row has a final `metric`, sorted."""
+    return sorted({name.split("/")[0] for row in rows for name in row["values"] if name.endswith(f"/{metric}")})
+
+
 def results_table(fields: list[str], rows: list[dict], metric: str, paper: bool = False) -> str:
     """Main metric per split (×100, as in the paper's tables), training loss and speed; with `paper`,
     the paper's Table A1 value beside each row it has (hyla.experiments.paper)."""
     from hyla.experiments.paper import table_a1
 
-    splits = sorted({name.split("/")[0] for row in rows for name in row["values"] if name.endswith(f"/{metric}")})
+    splits = metric_splits(rows, metric)
     papers = [table_a1(row["config"], metric) if paper else None for row in rows]
     paper_column = ["paper ood ×100 (Table A1)"] if any(papers) else []
     header = (
@@ -189,7 +194,7 @@ def final_figure(rows: list[dict], metric: str, fields: list[str]) -> Figure:
     for groups of two seeds or more (a single seed has no standard error, and gets no cap)."""
     from matplotlib.figure import Figure
 
-    splits = sorted({n.split("/")[0] for row in rows for n in row["values"] if n.endswith(f"/{metric}")})
+    splits = metric_splits(rows, metric)
     fig = Figure(figsize=(max(4, 1.2 * len(rows) * max(1, len(splits)) / 2), 3.5))
     ax = fig.subplots()
     width = 0.8 / max(1, len(splits))
@@ -232,7 +237,7 @@ def against_figure(rows: list[dict], metric: str, x_field: str) -> Figure:
     and a line per group of the other fields (e.g. OOD R² against the held-out fraction, per mixer)."""
     from matplotlib.figure import Figure
 
-    splits = sorted({n.split("/")[0] for row in rows for n in row["values"] if n.endswith(f"/{metric}")})
+    splits = metric_splits(rows, metric)
     lines = defaultdict(list)  # label of the other fields -> [(x, row)]
     for row in rows:
         others = {f: v for f, v in row["group"].items() if f != x_field}
