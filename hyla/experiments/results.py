@@ -63,24 +63,43 @@ def _leaves(d: dict, prefix: str = "") -> dict:
     return out
 
 
-def find_runs(root: str | Path) -> list[dict]:
-    """Every run folder below root with a config and a summary: {path, config (flat), summary, metrics}."""
+def find_runs(roots: list[Path]) -> list[dict]:
+    """Every run with a config and a summary below the roots: run folders, then the records
+    (hyla.experiments.records) of runs whose folder is not among them; {key, path, config (flat),
+    summary, metrics, record (None for a folder)}."""
+    from hyla.experiments import records
     from hyla.train.run_dir import RunDir
 
-    runs = []
-    for summary_file in sorted(Path(root).rglob("summary.json")):
-        run = RunDir(summary_file.parent)
-        if not run.config_file.exists():
-            continue
-        runs.append(
-            {
-                "path": run.path,
-                "config": _leaves(json.loads(run.config_file.read_text())),
-                "summary": run.read_summary(),
-                "metrics": run.read_metrics(),
-            }
-        )
+    runs, seen = [], set()
+    for root in roots:
+        for summary_file in sorted(Path(root).rglob("summary.json")):
+            run = RunDir(summary_file.parent)
+            if run.config_file.exists() and records.run_key(run.path) not in seen:
+                seen.add(records.run_key(run.path))
+                config = json.loads(run.config_file.read_text())
+                runs.append(_run(records.run_key(run.path), run.path, config, run.read_summary(), run.read_metrics()))
+    for root in roots:
+        for path in records.find(root):
+            record = records.read(path)
+            if record["run"] not in seen:
+                seen.add(record["run"])
+                runs.append(_run(record["run"], path, record["config"], record["summary"], record["metrics"], record))
     return runs
+
+
+def _run(key: str, path: Path, config: dict, summary: dict, metrics: list, record: dict | None = None) -> dict:
+    config = _leaves(config)
+    return {"key": key, "path": path, "config": config, "summary": summary, "metrics": metrics, "record": record}
+
+
+def write_records(runs: list[dict], out: Path) -> int:
+    """The record of every completed run into `out/runs/`; how many."""
+    from hyla.experiments import records
+
+    completed = [run for run in runs if run["summary"].get("status") == "completed"]
+    for run in completed:
+        records.write(run["record"] or records.from_folder(run["path"]), out)
+    return len(completed)
 
 
 def mean_se(values: list[float]) -> tuple[float, float | None]:
@@ -277,10 +296,11 @@ def summarize(roots: str | Path | list, out: str | Path | None = None, paper: bo
     from hyla.train.run_dir import RunError
 
     roots = [roots] if isinstance(roots, (str, Path)) else list(roots)
-    runs = [run for root in roots for run in find_runs(root)]
+    runs = find_runs(roots)
     where = ", ".join(map(str, roots))
     if not runs:
-        raise RunError(f"no run folders (with config.json and summary.json) below {where}")
+        raise RunError(f"no run folders (with config.json and summary.json) or run records below {where}")
+    recorded = write_records(runs, Path(out)) if out is not None else 0
     out = Path(out or roots[0])
     out.mkdir(parents=True, exist_ok=True)
     fields, rows = aggregate(runs)
@@ -307,7 +327,7 @@ def summarize(roots: str | Path | list, out: str | Path | None = None, paper: bo
         out / "results.json",
         [{"group": r["group"], "n": r["n"], "seeds": r["seeds"], "values": r["values"]} for r in rows],
     )
-    return text
+    return text + (f"\n\nKept the records of {recorded} completed runs in {out / 'runs'}" if recorded else "")
 
 
 def run_folders(root: str | Path) -> list[Path]:
@@ -320,39 +340,70 @@ def run_folders(root: str | Path) -> list[Path]:
     ]
 
 
-def structure_candidates(root: str | Path, split: str) -> tuple[list[dict], list[str]]:
-    """(completed runs with a final metric on `split`: {path, name, config (flat), summary},
-    one note per folder skipped and why)."""
+def structure_candidates(roots: list[Path], split: str) -> tuple[list[dict], list[str]]:
+    """(completed runs with a final metric on `split`: {path, name, config (flat), summary, record
+    (None for a folder)}, one note per run skipped and why): run folders, then the records of runs
+    whose folder is not among them."""
+    from hyla.experiments import records
     from hyla.train.run_dir import RunDir
 
-    candidates, notes = [], []
-    for path in run_folders(root):
-        name = str(path.relative_to(root)) if path != Path(root) else path.name
-        run = RunDir(path)
-        try:
-            summary = run.read_summary() if run.summary_file.exists() else {}
-            config = _leaves(json.loads(run.config_file.read_text()))
-        except ValueError as e:
-            notes.append(f"{name}: unreadable ({' '.join(str(e).split())})")
-            continue
-        status = summary.get("status")
-        final = (summary.get("final") or {}).get(split) or {}
-        if status != "completed":
-            notes.append(
-                f"{name}: not completed ("
-                + (
-                    f"{status} at step {summary.get('step')})"
-                    if summary
-                    else "no summary.json yet: running or interrupted)"
-                )
-            )
-        elif config.get("task") not in ("fuzzy_logic", "sraven"):
-            notes.append(f"{name}: a {config.get('task')} run (latent codes: fuzzy_logic and sraven only)")
-        elif summary.get("metric_name") not in final:
-            notes.append(f"{name}: no final {summary.get('metric_name')} on split {split!r}")
-        else:
-            candidates.append({"path": path, "name": name, "config": config, "summary": summary})
+    candidates, notes, seen = [], [], set()
+    for root in roots:
+        for path in run_folders(root):
+            if records.run_key(path) in seen:
+                continue
+            seen.add(records.run_key(path))
+            name = str(path.relative_to(root)) if path != Path(root) else path.name
+            run = RunDir(path)
+            try:
+                summary = run.read_summary() if run.summary_file.exists() else {}
+                config = _leaves(json.loads(run.config_file.read_text()))
+            except ValueError as e:
+                notes.append(f"{name}: unreadable ({' '.join(str(e).split())})")
+                continue
+            run = {"path": path, "name": name, "config": config, "summary": summary, "record": None}
+            note = _structure_note(run, split)
+            candidates, notes = (candidates, notes + [note]) if note else (candidates + [run], notes)
+    for root in roots:
+        for path in records.find(root):
+            record = records.read(path)
+            if record["run"] not in seen:
+                seen.add(record["run"])
+                config, summary = _leaves(record["config"]), record["summary"]
+                run = {"path": path, "name": record["run"], "config": config, "summary": summary, "record": record}
+                note = _structure_note(run, split)
+                candidates, notes = (candidates, notes + [note]) if note else (candidates + [run], notes)
     return candidates, notes
+
+
+def _structure_note(run: dict, split: str) -> str | None:
+    """Why a run cannot be measured (not completed, not a fuzzy_logic or sraven run, no final metric
+    on `split`), or None."""
+    name, config, summary = run["name"], run["config"], run["summary"]
+    status, final = summary.get("status"), (summary.get("final") or {}).get(split) or {}
+    if status != "completed":
+        where = f"{status} at step {summary.get('step')}" if summary else "no summary.json yet: running or interrupted"
+        return f"{name}: not completed ({where})"
+    if config.get("task") not in ("fuzzy_logic", "sraven"):
+        return f"{name}: a {config.get('task')} run (latent codes: fuzzy_logic and sraven only)"
+    if summary.get("metric_name") not in final:
+        return f"{name}: no final {summary.get('metric_name')} on split {split!r}"
+    return None
+
+
+def _measure(run: dict, options: dict) -> tuple[dict, bool]:
+    """(entry, whether cached) of a run folder (measured, or read from its cache) or of a record (its
+    cached measurement with these options; RunError when it has none)."""
+    from hyla.analysis.structure import cache_name, cached_measure
+    from hyla.train.run_dir import RunError
+
+    step = run["summary"].get("step")
+    if run["record"] is None:
+        return cached_measure(run["path"], step, options)
+    entry = run["record"].get("latent_structure", {}).get(cache_name(step, options))
+    if entry is None or entry.get("options") != json.loads(json.dumps(options)):
+        raise RunError("a run record (its folder, with the checkpoint, is not here) not measured with these options")
+    return entry, True
 
 
 def measure_runs(candidates: list[dict], options: dict) -> tuple[list[dict], list[str]]:
@@ -360,7 +411,6 @@ def measure_runs(candidates: list[dict], options: dict) -> tuple[list[dict], lis
     (elapsed and ETA; a tqdm bar on a terminal). Returns (points, notes on runs left out)."""
     from tqdm.auto import tqdm
 
-    from hyla.analysis.structure import cached_measure
     from hyla.train.checkpoint import CheckpointError
     from hyla.train.run_dir import RunError
 
@@ -369,7 +419,7 @@ def measure_runs(candidates: list[dict], options: dict) -> tuple[list[dict], lis
     for i, run in enumerate(candidates, 1):
         began = time.monotonic()
         try:
-            entry, cached = cached_measure(run["path"], run["summary"].get("step"), options)
+            entry, cached = _measure(run, options)
             point, note = _structure_point(run, entry, options["split"], cached)
         except (RunError, CheckpointError) as e:  # e.g. a completed run whose checkpoints were deleted
             entry, cached, point, note = None, False, None, f"{run['name']}: left out, {' '.join(str(e).split())}"
@@ -438,12 +488,10 @@ def latent_structure(args: ResultsOptions) -> str:
     from hyla.train.run_dir import RunError
 
     where = ", ".join(map(str, args.dirs))
-    candidates, notes = [], []
     for folder in args.dirs:
         if not folder.is_dir():
             raise RunError(f"{folder} does not exist or is not a folder")
-        found, skipped = structure_candidates(folder, args.latent_split)
-        candidates, notes = candidates + found, notes + skipped
+    candidates, notes = structure_candidates(list(args.dirs), args.latent_split)
     if not candidates:
         detail = f" ({len(notes)} skipped: {'; '.join(notes)})" if notes else ""
         raise RunError(
@@ -476,11 +524,13 @@ def latent_structure(args: ResultsOptions) -> str:
     if result["skipped"]:
         text += "\nSkipped:\n" + "\n".join(f"  {note}" for note in result["skipped"])
     result["statement"] = text
+    recorded = write_records(candidates, args.out) if args.out is not None else 0  # with the measurements
     out = Path(args.out or args.dirs[0])
     write_json(out / "latent_structure.json", result)
     if points:
         save_figure(structure.structure_figure(points, result), out / "latent_structure.png")
-    return text + f"\nWrote {out / 'latent_structure.json'}" + (" and latent_structure.png" if points else "")
+    kept = f"\nKept the records of {recorded} completed runs in {out / 'runs'}" if recorded else ""
+    return text + f"\nWrote {out / 'latent_structure.json'}" + (" and latent_structure.png" if points else "") + kept
 
 
 @dataclass

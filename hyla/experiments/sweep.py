@@ -11,6 +11,7 @@ A sweep file (YAML) looks like
       model.mixer: [softmax, linear, hyla]
     parallel: 2                            # runs at once with the local launcher (default: 1)
     slurm: {timeout_min: 240, slurm_partition: gpu, gpus_per_node: 1, cpus_per_task: 8}  # optional
+    results: experiments/results/table_a1_logic_cpu  # optional: runs recorded there count as done
 
 Every run's config is built and checked before anything launches (`--dry-run` included): a bad
 key or value ends with one line naming the sweep file and the grid or overrides entry. Every run
@@ -33,6 +34,10 @@ run still writes its own run folder, and a stopped pack is packed again and resu
 
 `--threads N` gives each local run (or pack) N CPU threads instead of the cores / `parallel`, for a
 sweep that shares the machine with other work.
+
+`results` names the folder where `hyla results ... --out` keeps the sweep's tables and the records
+of its runs (hyla.experiments.records): a run recorded there as completed, with the same seed and
+settings, counts as done when its run folder is gone (another machine, a fresh checkout).
 
 `hyla sweep SPEC --status` shows each run as done, running (its owner is alive), pending (not
 started, queued, or stopped cleanly and resumable), stale (killed: its owner is gone, and it ended
@@ -63,9 +68,10 @@ from typing import Any, Literal
 import yaml
 from tyro.conf import Positional
 
+from hyla.experiments import records
 from hyla.train.run_dir import RunDir
 
-SPEC_KEYS = ("name", "preset", "out_dir", "seeds", "overrides", "grid", "parallel", "slurm")
+SPEC_KEYS = ("name", "preset", "out_dir", "seeds", "overrides", "grid", "parallel", "slurm", "results")
 
 
 @dataclass
@@ -88,6 +94,8 @@ class SweepSpec:
     grid: list[dict[str, list]] = field(default_factory=lambda: [{}])
     parallel: int = 1
     slurm: dict[str, Any] = field(default_factory=dict)
+    results: str | None = None
+    """the results folder of this sweep: runs recorded there (hyla.experiments.records) count as done"""
     threads: int | None = None
     """CPU threads of each local run or pack (`hyla sweep --threads`); None: this machine's cores / parallel"""
     source: str = "sweep"
@@ -117,6 +125,7 @@ class SweepSpec:
             grid=grids,
             parallel=int(data.get("parallel", 1)),
             slurm=dict(data.get("slurm") or {}),
+            results=data.get("results"),
             source=str(path),
         )
 
@@ -290,11 +299,17 @@ def _alive(pid: int) -> bool:
 
 
 def sweep_status(spec: SweepSpec) -> dict[str, str]:
-    """{run name: running | queued | completed | stopped | interrupted | diverged | failed | partial | started
-    | new}."""
+    """{run name: running | queued | completed | recorded | stopped | interrupted | diverged | failed | partial
+    | started | new}; recorded: no run folder, completed in the sweep's results folder."""
     out, states = Path(spec.out_dir), {}
     for run in spec.runs():
         status = run_status(out / run.name)
+        if (
+            status == "new"
+            and spec.results
+            and records.recorded_as_completed(spec.results, f"{out.name}/{run.name}", run.seed, run.overrides)
+        ):
+            status = "recorded"
         job, summary = _marker(spec, run, "job"), RunDir(out / run.name).summary_file
         if _running(_marker(spec, run, "running")):
             status = "running"
@@ -306,6 +321,7 @@ def sweep_status(spec: SweepSpec) -> dict[str, str]:
 
 STATUS_GROUPS = {
     "completed": "done",
+    "recorded": "done",
     "running": "running",
     "partial": "stale",
     "started": "stale",
@@ -391,7 +407,7 @@ def _stop(pid: int, timeout: float = 60.0) -> None:
 def _todo(spec: SweepSpec) -> list[Run]:
     """The runs to launch: not completed, not running now, not queued."""
     states = sweep_status(spec)
-    return [r for r in spec.runs() if states[r.name] not in ("completed", "running", "queued")]
+    return [r for r in spec.runs() if states[r.name] not in ("completed", "recorded", "running", "queued")]
 
 
 def run_sweep(spec: SweepSpec, dry_run: bool = False, progress: bool = True) -> dict[str, int]:

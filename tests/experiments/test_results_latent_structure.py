@@ -2,6 +2,7 @@
 its held-out metric, Spearman across runs with a seeded bootstrap interval."""
 
 import json
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -85,3 +86,21 @@ def test_no_runs_is_a_one_line_error(tmp_path, capsys):
     assert len(err.splitlines()) == 1 and "error: no completed" in err and "Traceback" not in err
     assert main(["results", str(tmp_path), "--latent-structure", "--latent-layer", "first"]) == 2
     assert "--latent-layer='first' is not valid" in capsys.readouterr().err
+
+
+def test_latent_structure_from_run_records_alone(runs, tmp_path, capsys):
+    """--out keeps each run's record with its measurement: the correlation comes back from the
+    records alone; other options need the checkpoints, and the runs are skipped, saying why."""
+    out = tmp_path / "results"
+    assert main(["results", str(runs), "--latent-structure", "--out", str(out), *OPTIONS]) == 0
+    assert "Kept the records of 4 completed runs" in capsys.readouterr().out
+    measured = json.loads((out / "latent_structure.json").read_text())
+    again = tmp_path / "again"
+    shutil.copytree(out / "runs", again / "runs")
+    assert main(["results", str(again), "--latent-structure", *OPTIONS]) == 0
+    result = json.loads((again / "latent_structure.json").read_text())
+    assert result["overall"] == measured["overall"] and all(p["cached"] for p in result["runs"])
+    assert main(["results", str(again), "--latent-structure", *OPTIONS, "--seed", "7"]) == 0
+    result = json.loads((again / "latent_structure.json").read_text())
+    assert result["runs"] == [] and len(result["skipped"]) == 4
+    assert all("not measured with these options" in note for note in result["skipped"])

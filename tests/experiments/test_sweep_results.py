@@ -117,7 +117,7 @@ def test_aggregate_groups_by_varying_fields_and_skips_unfinished(tmp_path):
     fake_run(tmp_path, "a1", "hyla", 1, 0.6)
     fake_run(tmp_path, "b0", "softmax", 0, 0.5)
     fake_run(tmp_path, "b1", "softmax", 1, 0.0, status="interrupted")
-    fields, rows = aggregate(find_runs(tmp_path))
+    fields, rows = aggregate(find_runs([tmp_path]))
     assert fields == ["model.mixer"]
     by_mixer = {row["group"]["model.mixer"]: row for row in rows}
     assert by_mixer["hyla"]["n"] == 2 and by_mixer["softmax"]["n"] == 1
@@ -133,7 +133,7 @@ def test_bookkeeping_never_splits_a_group_and_one_seed_has_no_error_bar(tmp_path
     fake_run(tmp_path, "a0", "hyla", 0, 0.8, threads=1, stop_at=0)
     fake_run(tmp_path, "a1", "hyla", 1, 0.6, threads=2, stop_at=5)
     fake_run(tmp_path, "b0", "softmax", 0, 0.5, threads=2)
-    fields, rows = aggregate(find_runs(tmp_path))
+    fields, rows = aggregate(find_runs([tmp_path]))
     assert fields == ["model.mixer"] and [row["n"] for row in rows] == [2, 1]
     text = summarize(tmp_path)
     assert "| hyla | 2 | 70.00 ± 10.00 |" in text and "| softmax | 1 | 50.00 |" in text
@@ -157,7 +157,7 @@ def test_several_folders_read_as_one_and_a_metric_against_a_numeric_setting(tmp_
     text = summarize([table_a1, held_out], out)
     assert "| 0.7 | hyla | 2 | 70.00 ± 10.00 |" in text and "| 0.3 | softmax | 1 | 90.00 |" in text
     assert (out / "r2_vs_frac_held_out.png").exists() and not (table_a1 / "results.md").exists()
-    _, rows = aggregate(find_runs(table_a1) + find_runs(held_out))
+    _, rows = aggregate(find_runs([table_a1, held_out]))
     ax = against_figure(rows, "r2", "fuzzy_logic.frac_held_out").axes[0]
     lines = {
         label: container.lines[0].get_xydata().tolist() for container, label in zip(*ax.get_legend_handles_labels())
@@ -222,5 +222,5 @@ parallel: 2
     assert codes == {"mixer-softmax__s0": 0, "mixer-hyla__s0": 0}
     assert all(run_status(tmp_path / "runs" / name) == "completed" for name in codes)
     assert run_sweep(spec) == {}  # nothing left to run
-    fields, rows = aggregate(find_runs(tmp_path / "runs"))
+    fields, rows = aggregate(find_runs([tmp_path / "runs"]))
     assert {row["group"]["model.mixer"] for row in rows} == {"softmax", "hyla"}

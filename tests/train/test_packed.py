@@ -183,7 +183,7 @@ def test_results_and_load_run_read_member_folders(packed):
     assert cfg.name == "c" and torch.equal(
         model.embed.weight, ckpt.load(packed[2] / "checkpoints" / "latest.pt")["model"]["embed.weight"]
     )
-    runs = find_runs(packed[0].parent)
+    runs = find_runs([packed[0].parent])
     fields, rows = aggregate(runs)
     assert len(runs) == 3 and "train.lr" in fields
     assert sorted(row["n"] for row in rows) == [1, 2]  # a and b differ by seed only

@@ -1,0 +1,70 @@
+"""Run records (hyla.experiments.records): `hyla results --out` keeps a compact copy of each completed
+run, the tables come back from the records alone, and a sweep counts recorded runs as done."""
+
+import json
+import shutil
+
+from test_sweep_results import fake_run, write_spec
+
+from hyla.experiments import records
+from hyla.experiments.results import summarize
+from hyla.experiments.sweep import SweepSpec, _todo, sweep_status
+
+
+def test_thin_keeps_every_evaluation_and_the_last_training_row():
+    rows = [{"step": s, "split": "train", "loss": 1.0 / s} for s in range(1, 1001)]
+    rows += [{"step": s, "split": "ood", "r2": 0.5} for s in (250, 500, 1000)]
+    kept = records.thin(rows, keep=200)
+    train = [r["step"] for r in kept if r["split"] == "train"]
+    assert len(train) == 200 and train[-1] == 1000 and train == sorted(train)
+    assert [r["step"] for r in kept if r["split"] == "ood"] == [250, 500, 1000]
+    assert records.thin(rows[:50], keep=200) == rows[:50]
+
+
+def test_tables_come_back_from_the_records_alone_and_a_folder_shadows_its_record(tmp_path):
+    runs, out = tmp_path / "runs" / "sweep", tmp_path / "results"
+    fake_run(runs, "a0", "hyla", 0, 0.8)
+    fake_run(runs, "a1", "hyla", 1, 0.6)
+    fake_run(runs, "b0", "softmax", 0, 0.5)
+    fake_run(runs, "b1", "softmax", 1, 0.0, status="interrupted")  # not completed: no record
+    first = summarize([runs], out)
+    assert "Kept the records of 3 completed runs" in first
+    assert sorted(p.name for p in (out / "runs" / "sweep").iterdir()) == [f"{n}.run.json" for n in ("a0", "a1", "b0")]
+    table = (out / "results.md").read_text().split("\n", 1)[1]  # the header names the folders read
+
+    shutil.rmtree(tmp_path / "runs")  # the machine that trained them is gone
+    summarize([out], out)
+    assert (out / "results.md").read_text().split("\n", 1)[1] == table
+
+    fake_run(runs, "b1", "softmax", 1, 0.3)  # the run finished elsewhere, a run folder again
+    fake_run(runs, "a0", "hyla", 0, 0.4)  # re-run: the folder is read, not its record
+    text = summarize([runs, out], out)
+    assert "| hyla | 2 | 50.00 ± 10.00 |" in text and "| softmax | 2 | 40.00 ± 10.00 |" in text
+    assert json.loads(records.path_of(out, "sweep/a0").read_text())["summary"]["final"]["ood"]["r2"] == 0.4
+
+
+def test_a_sweep_counts_the_runs_recorded_in_its_results_folder_as_done(tmp_path):
+    spec = SweepSpec.load(
+        write_spec(
+            tmp_path,
+            f"""
+name: sweep
+preset: logic_cpu
+out_dir: {tmp_path / "runs" / "sweep"}
+results: {tmp_path / "results"}
+seeds: [0]
+overrides: {{train.steps: 10}}
+grid: {{model.mixer: [softmax, hyla, linear]}}
+""",
+        )
+    )
+    for name, mixer, steps in (("mixer-softmax__s0", "softmax", 10), ("mixer-hyla__s0", "hyla", 20)):
+        config = {"seed": 0, "model": {"mixer": mixer}, "train": {"steps": steps}}
+        summary = {"status": "completed", "final": {}}
+        records.write(
+            {"run": f"sweep/{name}", "config": config, "summary": summary, "metrics": []}, tmp_path / "results"
+        )
+    states = sweep_status(spec)
+    # hyla's record has other settings (20 steps): it trains again
+    assert states == {"mixer-softmax__s0": "recorded", "mixer-hyla__s0": "new", "mixer-linear__s0": "new"}
+    assert [run.name for run in _todo(spec)] == ["mixer-hyla__s0", "mixer-linear__s0"]
