@@ -35,9 +35,10 @@ run still writes its own run folder, and a stopped pack is packed again and resu
 `--threads N` gives each local run (or pack) N CPU threads instead of the cores / `parallel`, for a
 sweep that shares the machine with other work.
 
-`results` names the folder where `hyla results ... --out` keeps the sweep's tables and the records
-of its runs (hyla.experiments.records): a run recorded there as completed, with the same seed and
-settings, counts as done when its run folder is gone (another machine, a fresh checkout).
+`results` names the folder of the sweep's tables (`hyla results ... --out`) and of the records of its
+runs (hyla.experiments.records): each run that completes writes its record there, and a run
+recorded there as completed, with the same seed and settings, counts as done when its run folder is
+gone (another machine, a fresh checkout).
 
 `hyla sweep SPEC --status` shows each run as done, running (its owner is alive), pending (not
 started, queued, or stopped cleanly and resumable), stale (killed: its owner is gone, and it ended
@@ -369,7 +370,9 @@ class RunJob:
                     run_command(self.spec, self.run, self.threads), stdout=log, stderr=subprocess.STDOUT
                 )
                 _write_marker(marker, pid=os.getpid(), training_pid=self.process.pid, job_id=job_id)
-                return self.process.wait()
+                code = self.process.wait()
+            keep_record(self.spec, self.run.name)
+            return code
         finally:
             marker.unlink(missing_ok=True)
 
@@ -402,6 +405,14 @@ def _stop(pid: int, timeout: float = 60.0) -> None:
         os.waitpid(pid, 0)
     except (ProcessLookupError, ChildProcessError):
         pass  # it had already exited
+
+
+def keep_record(spec: SweepSpec, name: str) -> None:
+    """A completed run's record (hyla.experiments.records) into the sweep's results folder, if it has
+    one: in the source tree, where committing it keeps the run once its folder is gone."""
+    run_dir = Path(spec.out_dir) / name
+    if spec.results and run_status(run_dir) == "completed":
+        records.write(records.from_folder(run_dir), spec.results)
 
 
 def _todo(spec: SweepSpec) -> list[Run]:
@@ -568,6 +579,8 @@ def run_packed_sweep(spec: SweepSpec, size: int, dry_run: bool = False) -> dict[
     finally:
         for marker in markers:
             marker.unlink(missing_ok=True)
+    for cfg in (cfg for pack in packs for cfg in pack):
+        keep_record(spec, cfg.name)
     return {cfg.name: 0 if run_status(out / cfg.name) == "completed" else 1 for pack in packs for cfg in pack}
 
 

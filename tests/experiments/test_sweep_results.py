@@ -2,12 +2,13 @@
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
 
 from hyla.experiments.results import against_figure, aggregate, find_runs, mean_se, summarize
-from hyla.experiments.sweep import SweepSpec, override_flags, run_command, run_status, run_sweep
+from hyla.experiments.sweep import SweepSpec, override_flags, run_command, run_status, run_sweep, sweep_status
 
 
 def write_spec(tmp_path: Path, text: str) -> Path:
@@ -210,6 +211,7 @@ def test_sweep_end_to_end_skips_completed_runs(tmp_path):
 name: tiny
 preset: logic_cpu
 out_dir: {tmp_path / "runs"}
+results: {tmp_path / "results"}
 seeds: [0]
 overrides: {{train.steps: 4, train.warmup_steps: 1, train.eval_every: 0, train.eval_samples: 64,
              train.final_eval_samples: 64, train.log_every: 2, model.num_layers: 1, model.dim: 16, model.mlp_dim: 16}}
@@ -224,3 +226,10 @@ parallel: 2
     assert run_sweep(spec) == {}  # nothing left to run
     fields, rows = aggregate(find_runs([tmp_path / "runs"]))
     assert {row["group"]["model.mixer"] for row in rows} == {"softmax", "hyla"}
+    # each completed run left its record in the results folder: gone folders are not trained again
+    assert sorted(p.name for p in (tmp_path / "results" / "runs" / "runs").iterdir()) == [
+        "mixer-hyla__s0.run.json",
+        "mixer-softmax__s0.run.json",
+    ]
+    shutil.rmtree(tmp_path / "runs")
+    assert set(sweep_status(spec).values()) == {"recorded"} and run_sweep(spec) == {}

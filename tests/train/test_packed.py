@@ -22,6 +22,7 @@ from test_exact_resume import (
     without_timing,
 )
 
+from hyla.experiments import records
 from hyla.experiments.results import aggregate, find_runs
 from hyla.experiments.sweep import SweepSpec, run_packed_sweep, run_status
 from hyla.nn.transformer import Transformer
@@ -233,10 +234,11 @@ def test_sweep_packs_compatible_runs(tmp_path, capsys):
     spec = SweepSpec(
         name="tiny",
         preset="logic_cpu",
-        out_dir=str(tmp_path),
+        out_dir=str(tmp_path / "runs"),
         seeds=[0, 1, 2],
         overrides=tiny,
         grid=[{"model.mixer": ["softmax", "hyla"]}],
+        results=str(tmp_path / "results"),
     )
     codes = run_packed_sweep(spec, 2)
     assert codes == dict.fromkeys((run.name for run in spec.runs()), 0)
@@ -247,9 +249,10 @@ def test_sweep_packs_compatible_runs(tmp_path, capsys):
         "pack: mixer-hyla__s0, mixer-hyla__s1",
         "pack: mixer-hyla__s2",
     ]
-    assert all(run_status(tmp_path / name) == "completed" for name in codes)
-    assert not list(tmp_path.glob("*.running"))
+    assert all(run_status(tmp_path / "runs" / name) == "completed" for name in codes)
+    assert not list((tmp_path / "runs").glob("*.running"))
     assert run_packed_sweep(spec, 2) == {}  # nothing left to run
+    assert [path.name for path in records.find(tmp_path / "results")] == sorted(f"{n}.run.json" for n in codes)
 
 
 def test_parallel_packed_sweep_equals_the_sequential_one(tmp_path):
