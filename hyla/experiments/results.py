@@ -9,7 +9,9 @@ accuracy where the task reports it), `results.csv`, `results.json`, `results_<me
 metric per split), `curves_<metric>.png` (training loss and evaluation curves against steps and
 training examples seen) and, for each numeric setting the groups vary (a held-out fraction, say),
 `<metric>_vs_<setting>.png`: the final metric against it, a line per group of the other settings.
-Several folders are read as one.
+Several folders are read as one. Run records (hyla.experiments.records) count as run folders, and
+`--out DIR` keeps the record of every completed run read in `DIR/runs/`, so that DIR, committed,
+regenerates its tables without the run folders.
 `--paper` sets the paper's Table A1 value (hyla.experiments.paper) beside each row it has.
 
 `hyla results DIR [DIR ...] --latent-structure` instead relates latent structure to generalization across
@@ -290,8 +292,9 @@ def plot_final(path: Path, rows: list[dict], metric: str, fields: list[str] = ()
 
 
 def summarize(roots: str | Path | list, out: str | Path | None = None, paper: bool = False) -> str:
-    """Aggregate the runs below one or several roots; write the tables and plots into `out`
-    (default: the first root). paper: the paper's Table A1 values beside the rows it has."""
+    """Aggregate the runs (folders and records) below one or several roots; write the tables and plots
+    into `out` (default: the first root) and, when `out` is given, the record of each completed run
+    into `out/runs/`. paper: the paper's Table A1 values beside the rows it has."""
     from hyla.analysis.plots import plot_curves, save_figure
     from hyla.train.run_dir import RunError
 
