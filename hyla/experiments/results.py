@@ -543,9 +543,10 @@ class ResultsOptions:
     --latent-structure, relate each run's latent-code structure to its generalization instead."""
 
     dirs: Positional[tuple[Path, ...]]
-    """folders containing run folders (searched recursively)"""
+    """folders containing run folders or run records (searched recursively)"""
     out: Path | None = None
-    """where to write the tables and plots (default: the first of DIRS)"""
+    """where to write the tables and plots (default: the first of DIRS); given, it also keeps the
+    record of every completed run read in OUT/runs/"""
     latent_structure: bool = False
     """instead of the tables: topographic similarity of each completed run's latent codes on
     --latent-split against its final metric there, Spearman across runs with a bootstrap CI, overall
