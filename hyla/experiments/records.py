@@ -1,19 +1,21 @@
 """Run records: a compact, committable copy of a finished run, so that results outlive run folders.
 
 A run folder holds checkpoints (megabytes) and lives on the machine that trained it. Its record is
-the rest, in one small JSON file: the resolved config, the environment, the summary, the metrics
-(every evaluation, the training log thinned to at most `MAX_TRAIN_ROWS` rows) and any cached
-latent-structure measurements. `hyla results DIRS --out OUT` writes one per completed run it reads
-into `OUT/runs/<sweep folder>/<run name>.run.json`, and reads records wherever it reads run
-folders, so a committed results folder can be regenerated, and extended with new runs, after the
-run folders are gone:
+the rest, in one JSON file of ~20 kB: the resolved config, the environment, the summary (exact), the
+metrics (every evaluation, the training log thinned to at most `MAX_TRAIN_ROWS` rows; numbers to
+`DIGITS` significant digits, plenty for a curve) and any cached latent-structure measurements.
+`hyla results DIRS --out OUT` writes one per completed run it reads into
+`OUT/runs/<sweep folder>/<run name>.run.json`, and reads records wherever it reads run folders, so
+a committed results folder can be regenerated, and extended with new runs, after the run folders
+are gone:
 
     hyla results runs/table_a1_logic_50k_cpu experiments/results/table_a1_logic_50k_cpu \\
         --out experiments/results/table_a1_logic_50k_cpu
 
 A run is known by `<sweep folder>/<run name>` (its folder's parent and name); where a run folder
-and a record share that key, the folder is read. A sweep file's `results: OUT` counts the runs
-recorded there as done (`hyla.experiments.sweep`).
+and a record share that key, the folder is read. A sweep file's `results: OUT` has each of its runs
+write its record there as it completes, and counts the runs recorded there as done
+(`hyla.experiments.sweep`).
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ from pathlib import Path
 from hyla.train.jsonio import write_json
 
 SUFFIX = ".run.json"
-MAX_TRAIN_ROWS = 200
+MAX_TRAIN_ROWS = 100
 """training-log rows kept in a record (evenly spaced, the last included); evaluations are all kept"""
+DIGITS = 6
+"""significant digits of the numbers in a record's metrics rows"""
 STRUCTURE_CACHE = "latent_structure-*.json"
 """the per-run latent-structure measurements `hyla results --latent-structure` caches in a run folder"""
 
@@ -38,11 +42,16 @@ def run_key(run_dir: str | Path) -> str:
 
 def thin(rows: list[dict], keep: int = MAX_TRAIN_ROWS) -> list[dict]:
     """The metrics rows with the training rows thinned to at most `keep`, evenly spaced, the last
-    one kept; evaluation rows (any other split) all kept, in order."""
+    one kept, and their floats rounded to `DIGITS` significant digits; evaluation rows (any other
+    split) all kept, in order."""
     train = [i for i, row in enumerate(rows) if row.get("split") == "train"]
     stride = max(1, -(-len(train) // keep))  # ceil: at most `keep` rows
     kept = set(train[::-1][::stride])
-    return [row for i, row in enumerate(rows) if row.get("split") != "train" or i in kept]
+    return [_rounded(row) for i, row in enumerate(rows) if row.get("split") != "train" or i in kept]
+
+
+def _rounded(row: dict) -> dict:
+    return {k: float(f"{v:.{DIGITS}g}") if isinstance(v, float) else v for k, v in row.items()}
 
 
 def from_folder(run_dir: str | Path) -> dict:
@@ -67,7 +76,7 @@ def path_of(out: str | Path, key: str) -> Path:
 
 def write(record: dict, out: str | Path) -> Path:
     path = path_of(out, record["run"])
-    write_json(path, record, indent=1)
+    write_json(path, record, indent=None)
     return path
 
 
