@@ -5,7 +5,7 @@ the rest, in one JSON file of ~20 kB: the resolved config, the environment, the 
 metrics (every evaluation, the training log thinned to at most `MAX_TRAIN_ROWS` rows; numbers to
 `DIGITS` significant digits, plenty for a curve) and any cached latent-structure measurements.
 `hyla results DIRS --out OUT` writes one per completed run it reads into
-`OUT/runs/<sweep folder>/<run name>.run.json`, and reads records wherever it reads run folders, so
+`OUT/records/<sweep folder>/<run name>.run.json`, and reads records wherever it reads run folders, so
 a committed results folder can be regenerated, and extended with new runs, after the run folders
 are gone:
 
@@ -71,7 +71,7 @@ def from_folder(run_dir: str | Path) -> dict:
 
 def path_of(out: str | Path, key: str) -> Path:
     """Where the record of run `key` goes in results folder `out`."""
-    return Path(out) / "runs" / f"{key}{SUFFIX}"
+    return Path(out) / "records" / f"{key}{SUFFIX}"
 
 
 def write(record: dict, out: str | Path) -> Path:

@@ -10,7 +10,7 @@ metric per split), `curves_<metric>.png` (training loss and evaluation curves ag
 training examples seen) and, for each numeric setting the groups vary (a held-out fraction, say),
 `<metric>_vs_<setting>.png`: the final metric against it, a line per group of the other settings.
 Several folders are read as one. Run records (hyla.experiments.records) count as run folders, and
-`--out DIR` keeps the record of every completed run read in `DIR/runs/`, so that DIR, committed,
+`--out DIR` keeps the record of every completed run read in `DIR/records/`, so that DIR, committed,
 regenerates its tables without the run folders.
 `--paper` sets the paper's Table A1 value (hyla.experiments.paper) beside each row it has.
 
@@ -95,7 +95,7 @@ def _run(key: str, path: Path, config: dict, summary: dict, metrics: list, recor
 
 
 def write_records(runs: list[dict], out: Path) -> int:
-    """The record of every completed run into `out/runs/`; how many."""
+    """The record of every completed run into `out/records/`; how many."""
     from hyla.experiments import records
 
     completed = [run for run in runs if run["summary"].get("status") == "completed"]
@@ -294,7 +294,7 @@ def plot_final(path: Path, rows: list[dict], metric: str, fields: list[str] = ()
 def summarize(roots: str | Path | list, out: str | Path | None = None, paper: bool = False) -> str:
     """Aggregate the runs (folders and records) below one or several roots; write the tables and plots
     into `out` (default: the first root) and, when `out` is given, the record of each completed run
-    into `out/runs/`. paper: the paper's Table A1 values beside the rows it has."""
+    into `out/records/`. paper: the paper's Table A1 values beside the rows it has."""
     from hyla.analysis.plots import plot_curves, save_figure
     from hyla.train.run_dir import RunError
 
@@ -330,7 +330,7 @@ def summarize(roots: str | Path | list, out: str | Path | None = None, paper: bo
         out / "results.json",
         [{"group": r["group"], "n": r["n"], "seeds": r["seeds"], "values": r["values"]} for r in rows],
     )
-    return text + (f"\n\nKept the records of {recorded} completed runs in {out / 'runs'}" if recorded else "")
+    return text + (f"\n\nKept the records of {recorded} completed runs in {out / 'records'}" if recorded else "")
 
 
 def run_folders(root: str | Path) -> list[Path]:
@@ -532,7 +532,7 @@ def latent_structure(args: ResultsOptions) -> str:
     write_json(out / "latent_structure.json", result)
     if points:
         save_figure(structure.structure_figure(points, result), out / "latent_structure.png")
-    kept = f"\nKept the records of {recorded} completed runs in {out / 'runs'}" if recorded else ""
+    kept = f"\nKept the records of {recorded} completed runs in {out / 'records'}" if recorded else ""
     return text + f"\nWrote {out / 'latent_structure.json'}" + (" and latent_structure.png" if points else "") + kept
 
 
@@ -546,7 +546,7 @@ class ResultsOptions:
     """folders containing run folders or run records (searched recursively)"""
     out: Path | None = None
     """where to write the tables and plots (default: the first of DIRS); given, it also keeps the
-    record of every completed run read in OUT/runs/"""
+    record of every completed run read in OUT/records/"""
     latent_structure: bool = False
     """instead of the tables: topographic similarity of each completed run's latent codes on
     --latent-split against its final metric there, Spearman across runs with a bootstrap CI, overall

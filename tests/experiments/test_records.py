@@ -3,7 +3,10 @@ run, the tables come back from the records alone, and a sweep counts recorded ru
 
 import json
 import shutil
+import subprocess
+from pathlib import Path
 
+import pytest
 from test_sweep_results import fake_run, write_spec
 
 from hyla.experiments import records
@@ -29,7 +32,8 @@ def test_tables_come_back_from_the_records_alone_and_a_folder_shadows_its_record
     fake_run(runs, "b1", "softmax", 1, 0.0, status="interrupted")  # not completed: no record
     first = summarize([runs], out)
     assert "Kept the records of 3 completed runs" in first
-    assert sorted(p.name for p in (out / "runs" / "sweep").iterdir()) == [f"{n}.run.json" for n in ("a0", "a1", "b0")]
+    kept = sorted(p.name for p in (out / "records" / "sweep").iterdir())
+    assert kept == [f"{n}.run.json" for n in ("a0", "a1", "b0")]
     table = (out / "results.md").read_text().split("\n", 1)[1]  # the header names the folders read
 
     shutil.rmtree(tmp_path / "runs")  # the machine that trained them is gone
@@ -68,3 +72,16 @@ grid: {{model.mixer: [softmax, hyla, linear]}}
     # hyla's record has other settings (20 steps): it trains again
     assert states == {"mixer-softmax__s0": "recorded", "mixer-hyla__s0": "new", "mixer-linear__s0": "new"}
     assert [run.name for run in _todo(spec)] == ["mixer-hyla__s0", "mixer-linear__s0"]
+
+
+def test_records_in_the_source_tree_are_not_git_ignored():
+    """A record is meant to be committed (and kept as an uncommitted change when a machine is lost):
+    run folders are ignored (`runs/`), records must not be."""
+    repo = Path(__file__).resolve().parents[2]
+    if shutil.which("git") is None or not (repo / ".git").exists():
+        pytest.skip("not a git checkout")
+    record = records.path_of(repo / "experiments" / "results" / "table", "sweep/mixer-hyla__s0")
+    check = subprocess.run(["git", "-C", str(repo), "check-ignore", "-q", str(record)], check=False)
+    assert check.returncode == 1  # 1: not ignored (0: ignored)
+    run_folder = repo / "runs" / "sweep" / "mixer-hyla__s0" / "config.json"
+    assert subprocess.run(["git", "-C", str(repo), "check-ignore", "-q", str(run_folder)], check=False).returncode == 0

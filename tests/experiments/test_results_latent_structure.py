@@ -96,7 +96,7 @@ def test_latent_structure_from_run_records_alone(runs, tmp_path, capsys):
     assert "Kept the records of 4 completed runs" in capsys.readouterr().out
     measured = json.loads((out / "latent_structure.json").read_text())
     again = tmp_path / "again"
-    shutil.copytree(out / "runs", again / "runs")
+    shutil.copytree(out / "records", again / "records")
     assert main(["results", str(again), "--latent-structure", *OPTIONS]) == 0
     result = json.loads((again / "latent_structure.json").read_text())
     assert result["overall"] == measured["overall"] and all(p["cached"] for p in result["runs"])

@@ -227,7 +227,7 @@ parallel: 2
     fields, rows = aggregate(find_runs([tmp_path / "runs"]))
     assert {row["group"]["model.mixer"] for row in rows} == {"softmax", "hyla"}
     # each completed run left its record in the results folder: gone folders are not trained again
-    assert sorted(p.name for p in (tmp_path / "results" / "runs" / "runs").iterdir()) == [
+    assert sorted(p.name for p in (tmp_path / "results" / "records" / "runs").iterdir()) == [
         "mixer-hyla__s0.run.json",
         "mixer-softmax__s0.run.json",
     ]
