@@ -330,7 +330,7 @@ def summarize(roots: str | Path | list, out: str | Path | None = None, paper: bo
         out / "results.json",
         [{"group": r["group"], "n": r["n"], "seeds": r["seeds"], "values": r["values"]} for r in rows],
     )
-    return text + (f"\n\nKept the records of {recorded} completed runs in {out / 'records'}" if recorded else "")
+    return text + (f"\n\nKept the record of each completed run ({recorded}) in {out / 'records'}" if recorded else "")
 
 
 def run_folders(root: str | Path) -> list[Path]:
@@ -532,7 +532,7 @@ def latent_structure(args: ResultsOptions) -> str:
     write_json(out / "latent_structure.json", result)
     if points:
         save_figure(structure.structure_figure(points, result), out / "latent_structure.png")
-    kept = f"\nKept the records of {recorded} completed runs in {out / 'records'}" if recorded else ""
+    kept = f"\nKept the record of each completed run ({recorded}) in {out / 'records'}" if recorded else ""
     return text + f"\nWrote {out / 'latent_structure.json'}" + (" and latent_structure.png" if points else "") + kept
 
 

@@ -31,7 +31,7 @@ def test_tables_come_back_from_the_records_alone_and_a_folder_shadows_its_record
     fake_run(runs, "b0", "softmax", 0, 0.5)
     fake_run(runs, "b1", "softmax", 1, 0.0, status="interrupted")  # not completed: no record
     first = summarize([runs], out)
-    assert "Kept the records of 3 completed runs" in first
+    assert "Kept the record of each completed run (3)" in first
     kept = sorted(p.name for p in (out / "records" / "sweep").iterdir())
     assert kept == [f"{n}.run.json" for n in ("a0", "a1", "b0")]
     table = (out / "results.md").read_text().split("\n", 1)[1]  # the header names the folders read

@@ -93,7 +93,7 @@ def test_latent_structure_from_run_records_alone(runs, tmp_path, capsys):
     records alone; other options need the checkpoints, and the runs are skipped, saying why."""
     out = tmp_path / "results"
     assert main(["results", str(runs), "--latent-structure", "--out", str(out), *OPTIONS]) == 0
-    assert "Kept the records of 4 completed runs" in capsys.readouterr().out
+    assert "Kept the record of each completed run (4)" in capsys.readouterr().out
     measured = json.loads((out / "latent_structure.json").read_text())
     again = tmp_path / "again"
     shutil.copytree(out / "records", again / "records")
