@@ -80,13 +80,22 @@ def find_runs(roots: list[Path]) -> list[dict]:
                 seen.add(records.run_key(run.path))
                 config = json.loads(run.config_file.read_text())
                 runs.append(_run(records.run_key(run.path), run.path, config, run.read_summary(), run.read_metrics()))
+    for path, record in unshadowed_records(roots, seen):
+        runs.append(_run(record["run"], path, record["config"], record["summary"], record["metrics"], record))
+    return runs
+
+
+def unshadowed_records(roots: list[Path], seen: set[str]):
+    """(path, record) of every run record below the roots whose run is not in `seen` (the keys of the
+    run folders read), each run once; adds their keys to `seen`."""
+    from hyla.experiments import records
+
     for root in roots:
         for path in records.find(root):
             record = records.read(path)
             if record["run"] not in seen:
                 seen.add(record["run"])
-                runs.append(_run(record["run"], path, record["config"], record["summary"], record["metrics"], record))
-    return runs
+                yield path, record
 
 
 def _run(key: str, path: Path, config: dict, summary: dict, metrics: list, record: dict | None = None) -> dict:
@@ -350,7 +359,7 @@ def structure_candidates(roots: list[Path], split: str) -> tuple[list[dict], lis
     from hyla.experiments import records
     from hyla.train.run_dir import RunDir
 
-    candidates, notes, seen = [], [], set()
+    runs, notes, seen = [], [], set()
     for root in roots:
         for path in run_folders(root):
             if records.run_key(path) in seen:
@@ -364,19 +373,12 @@ def structure_candidates(roots: list[Path], split: str) -> tuple[list[dict], lis
             except ValueError as e:
                 notes.append(f"{name}: unreadable ({' '.join(str(e).split())})")
                 continue
-            run = {"path": path, "name": name, "config": config, "summary": summary, "record": None}
-            note = _structure_note(run, split)
-            candidates, notes = (candidates, notes + [note]) if note else (candidates + [run], notes)
-    for root in roots:
-        for path in records.find(root):
-            record = records.read(path)
-            if record["run"] not in seen:
-                seen.add(record["run"])
-                config, summary = _leaves(record["config"]), record["summary"]
-                run = {"path": path, "name": record["run"], "config": config, "summary": summary, "record": record}
-                note = _structure_note(run, split)
-                candidates, notes = (candidates, notes + [note]) if note else (candidates + [run], notes)
-    return candidates, notes
+            runs.append({"path": path, "name": name, "config": config, "summary": summary, "record": None})
+    for path, record in unshadowed_records(roots, seen):
+        config, summary = _leaves(record["config"]), record["summary"]
+        runs.append({"path": path, "name": record["run"], "config": config, "summary": summary, "record": record})
+    verdicts = [(run, _structure_note(run, split)) for run in runs]
+    return [run for run, note in verdicts if note is None], notes + [note for _, note in verdicts if note]
 
 
 def _structure_note(run: dict, split: str) -> str | None:
