@@ -75,7 +75,15 @@ def path_of(out: str | Path, key: str) -> Path:
 
 
 def write(record: dict, out: str | Path) -> Path:
+    """Write a record into results folder `out`. Latent-structure measurements that the record it
+    replaces holds for the same run (same config, same final step) and this one lacks are kept: a
+    record rewritten from a run folder without those caches does not lose them."""
     path = path_of(out, record["run"])
+    if path.exists():
+        old = read(path)
+        if old["config"] == record["config"] and old["summary"].get("step") == record["summary"].get("step"):
+            measured = {**old.get("latent_structure", {}), **record.get("latent_structure", {})}
+            record = {**record, "latent_structure": measured}
     write_json(path, record, indent=None)
     return path
 

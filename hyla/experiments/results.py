@@ -130,8 +130,9 @@ def varying_fields(runs: list[dict]) -> list[str]:
 
 
 def aggregate(runs: list[dict]) -> tuple[list[str], list[dict]]:
-    """(group fields, one row per group): {group values, n, seeds, <split>/<metric>: (mean, se),
-    train_loss, steps_per_second}."""
+    """(group fields, one row per group): {group values, n (completed runs), unfinished (runs not
+    completed: running, interrupted or failed), seeds, <split>/<metric>: (mean, se), train_loss,
+    steps_per_second}."""
     fields = varying_fields(runs)
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for run in runs:
@@ -143,6 +144,7 @@ def aggregate(runs: list[dict]) -> tuple[list[str], list[dict]]:
             "group": dict(zip(fields, (json.loads(k) for k in key))),
             "config": members[0]["config"],  # the group's shared settings (the seed aside)
             "n": len(completed),
+            "unfinished": len(members) - len(completed),
             "seeds": sorted(m["config"].get("seed") for m in completed),
             "values": {},
         }
@@ -186,7 +188,7 @@ def results_table(fields: list[str], rows: list[dict], metric: str, paper: bool 
     )
     lines = []
     for row, paper_value in zip(rows, papers):
-        cells = [str(row["group"].get(f)) for f in fields] + [str(row["n"])]
+        cells = [str(row["group"].get(f)) for f in fields] + [_count_text(row)]
         for split in splits:
             m = row["values"].get(f"{split}/{metric}")
             cells.append(_mean_se_text(m, scale=100, digits=".2f"))
@@ -197,6 +199,11 @@ def results_table(fields: list[str], rows: list[dict], metric: str, paper: bool 
         cells.append(f"{speed[0]:.1f}" if speed else "–")
         lines.append(cells)
     return tables.markdown_table(header, lines)
+
+
+def _count_text(row: dict) -> str:
+    """The n cell: completed runs, and those not completed beside them ("1 (+2 unfinished)")."""
+    return f"{row['n']} (+{row['unfinished']} unfinished)" if row["unfinished"] else str(row["n"])
 
 
 def _mean_se_text(value: tuple | None, scale: float = 1.0, digits: str = ".2f", se_digits: str | None = None) -> str:
@@ -337,7 +344,7 @@ def summarize(roots: str | Path | list, out: str | Path | None = None, paper: bo
     write_csv(out / "results.csv", fields, rows)
     write_json(
         out / "results.json",
-        [{"group": r["group"], "n": r["n"], "seeds": r["seeds"], "values": r["values"]} for r in rows],
+        [{k: r[k] for k in ("group", "n", "unfinished", "seeds", "values")} for r in rows],
     )
     return text + (f"\n\nKept the record of each completed run ({recorded}) in {out / 'records'}" if recorded else "")
 

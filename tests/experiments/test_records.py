@@ -38,13 +38,30 @@ def test_tables_come_back_from_the_records_alone_and_a_folder_shadows_its_record
 
     shutil.rmtree(tmp_path / "runs")  # the machine that trained them is gone
     summarize([out], out)
-    assert (out / "results.md").read_text().split("\n", 1)[1] == table
+    assert (out / "results.md").read_text().split("\n", 1)[1] == table.replace(" (+1 unfinished)", "")  # b1 unrecorded
 
     fake_run(runs, "b1", "softmax", 1, 0.3)  # the run finished elsewhere, a run folder again
     fake_run(runs, "a0", "hyla", 0, 0.4)  # re-run: the folder is read, not its record
     text = summarize([runs, out], out)
     assert "| hyla | 2 | 50.00 ± 10.00 |" in text and "| softmax | 2 | 40.00 ± 10.00 |" in text
     assert json.loads(records.path_of(out, "sweep/a0").read_text())["summary"]["final"]["ood"]["r2"] == 0.4
+
+
+def test_a_record_rewritten_from_a_folder_without_latent_caches_keeps_its_measurements(tmp_path):
+    runs, out = tmp_path / "runs" / "sweep", tmp_path / "results"
+    fake_run(runs, "a0", "hyla", 0, 0.8)
+    cache = runs / "a0" / "latent_structure-step5-ood.json"
+    cache.write_text(json.dumps({"similarity": 0.25}))
+    records.write(records.from_folder(runs / "a0"), out)
+    cache.unlink()  # e.g. measured on another machine, or the cache deleted
+    records.write(records.from_folder(runs / "a0"), out)
+    kept = json.loads(records.path_of(out, "sweep/a0").read_text())["latent_structure"]
+    assert kept == {cache.name: {"similarity": 0.25}}
+
+    shutil.rmtree(runs / "a0")
+    fake_run(runs, "a0", "hyla", 1, 0.4)  # another run under the same name: its measurements are not these
+    records.write(records.from_folder(runs / "a0"), out)
+    assert json.loads(records.path_of(out, "sweep/a0").read_text())["latent_structure"] == {}
 
 
 def test_a_sweep_counts_the_runs_recorded_in_its_results_folder_as_done(tmp_path):

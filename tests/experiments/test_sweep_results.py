@@ -125,7 +125,7 @@ def test_aggregate_groups_by_varying_fields_and_skips_unfinished(tmp_path):
     mean, se = by_mixer["hyla"]["values"]["ood/r2"]
     assert math.isclose(mean, 0.7) and math.isclose(se, 0.1)
     text = summarize(tmp_path)
-    assert "70.00 ± 10.00" in text
+    assert "| hyla | 2 | 70.00 ± 10.00 |" in text and "| softmax | 1 (+1 unfinished) | 50.00 |" in text
     for name in ("results.md", "results.csv", "results.json", "results_r2.png", "curves_r2.png"):
         assert (tmp_path / name).exists(), name
 
