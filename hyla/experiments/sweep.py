@@ -335,9 +335,13 @@ def print_status(spec: SweepSpec) -> dict[str, int]:
     """A line per run and the counts of done / running / pending / failed runs; returns the counts."""
     states = sweep_status(spec)
     width = max(map(len, states), default=0)
+    steps = {run.name: run_steps(spec, run) for run in spec.runs()}
     for name, state in states.items():
         summary = RunDir(Path(spec.out_dir) / name).read_summary()
-        progress = f"step {summary['step']}/{summary['steps']}" if "step" in summary and state != "running" else ""
+        if state == "running":  # its summary is a past session's: the step it logged last
+            progress = f"step {last_train_step(Path(spec.out_dir) / name)}/{steps[name]}"
+        else:
+            progress = f"step {summary['step']}/{summary['steps']}" if "step" in summary else ""
         print(f"{name:<{width}}  {STATUS_GROUPS.get(state, 'pending'):<8} {state:<12} {progress}".rstrip())
     counts = {group: 0 for group in ("done", "running", "pending", "stale", "failed")}
     for state in states.values():

@@ -108,7 +108,8 @@ def test_status_groups_runs(tmp_path, capsys):
     dead = subprocess.Popen(["true"])
     dead.wait()
     (tmp_path / f"{names[6]}.running").write_text(json.dumps({"host": socket.gethostname(), "pid": dead.pid}))
-    (tmp_path / names[7]).mkdir()  # the same, with a live owner
+    (tmp_path / names[7]).mkdir()  # the same, with a live owner, at step 40 of 6,500
+    (tmp_path / names[7] / "metrics.jsonl").write_text(json.dumps({"step": 40, "split": "train", "loss": 1.0}) + "\n")
     (tmp_path / f"{names[7]}.running").write_text(
         json.dumps({"host": socket.gethostname(), "pid": dead.pid, "training_pid": os.getpid()})
     )
@@ -125,7 +126,8 @@ def test_status_groups_runs(tmp_path, capsys):
     ]
     assert print_status(spec) == {"done": 1, "running": 1, "pending": 3, "stale": 2, "failed": 1}
     out = capsys.readouterr().out
-    assert "step 3/9" in out and "1 done, 1 running, 3 pending, 2 stale, 1 failed" in out
+    assert "step 3/9" in out and f"{names[7]}  running  running      step 40/6500" in out
+    assert "1 done, 1 running, 3 pending, 2 stale, 1 failed" in out
 
 
 def test_slurm_launcher_without_slurm_is_a_clear_error(tmp_path, capsys):
