@@ -124,9 +124,15 @@ def mean_se(values: list[float]) -> tuple[float, float | None]:
 
 
 def varying_fields(runs: list[dict]) -> list[str]:
+    """The settings the runs differ in (the seed and bookkeeping aside), and the mixer always: a table
+    names the attention it measures even while one mixer's runs are done."""
     keys = sorted(set().union(*(r["config"] for r in runs)))
     bookkeeping = bookkeeping_fields()
-    return [k for k in keys if k not in bookkeeping and len({json.dumps(r["config"].get(k)) for r in runs}) > 1]
+    return [
+        k
+        for k in keys
+        if k not in bookkeeping and (k == "model.mixer" or len({json.dumps(r["config"].get(k)) for r in runs}) > 1)
+    ]
 
 
 def aggregate(runs: list[dict]) -> tuple[list[str], list[dict]]:

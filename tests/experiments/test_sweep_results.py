@@ -140,6 +140,12 @@ def test_bookkeeping_never_splits_a_group_and_one_seed_has_no_error_bar(tmp_path
     assert "| hyla | 2 | 70.00 ± 10.00 |" in text and "| softmax | 1 | 50.00 |" in text
 
 
+def test_a_table_of_one_mixer_names_it(tmp_path):
+    fake_run(tmp_path, "a0", "softmax", 0, 0.5)
+    fake_run(tmp_path, "a1", "softmax", 1, 0.3)
+    assert "| mixer | n |" in summarize(tmp_path) and "| softmax | 2 | 40.00 ± 10.00 |" in summarize(tmp_path)
+
+
 def fake_held_out_run(root: Path, name: str, mixer: str, seed: int, fraction: float, r2: float) -> None:
     fake_run(root, name, mixer, seed, r2)
     config = json.loads((root / name / "config.json").read_text())
