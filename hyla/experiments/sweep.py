@@ -335,14 +335,14 @@ def print_status(spec: SweepSpec) -> dict[str, int]:
     """A line per run and the counts of done / running / pending / failed runs; returns the counts."""
     states = sweep_status(spec)
     width = max(map(len, states), default=0)
-    steps = {run.name: run_steps(spec, run) for run in spec.runs()}
-    for name, state in states.items():
-        summary = RunDir(Path(spec.out_dir) / name).read_summary()
+    for run in spec.runs():
+        state, run_dir = states[run.name], Path(spec.out_dir) / run.name
         if state == "running":  # its summary is a past session's: the step it logged last
-            progress = f"step {last_train_step(Path(spec.out_dir) / name)}/{steps[name]}"
+            progress = f"step {last_train_step(run_dir)}/{run_steps(spec, run)}"
         else:
+            summary = RunDir(run_dir).read_summary()
             progress = f"step {summary['step']}/{summary['steps']}" if "step" in summary else ""
-        print(f"{name:<{width}}  {STATUS_GROUPS.get(state, 'pending'):<8} {state:<12} {progress}".rstrip())
+        print(f"{run.name:<{width}}  {STATUS_GROUPS.get(state, 'pending'):<8} {state:<12} {progress}".rstrip())
     counts = {group: 0 for group in ("done", "running", "pending", "stale", "failed")}
     for state in states.values():
         counts[STATUS_GROUPS.get(state, "pending")] += 1
