@@ -4,6 +4,7 @@ backward, AdamW update, schedule) for the paper presets x mixers x {eager, compi
     python benchmarks/bench_training.py                      # full grid, JSON into benchmarks/results/
     python benchmarks/bench_training.py --presets logic_4var_2term --mixers hyla --modes eager --threads 1 2
     python benchmarks/bench_training.py --device cuda --out benchmarks/results/training_cuda.json
+    python benchmarks/bench_training.py --presets logic_4var_2term --set fuzzy_logic.seq_len=32  # a sweep's setting
 
 Timing: after warm-up (compilation included, reported separately), `--repeats` windows of
 `--steps` steps each; reported are the median window and the best window (wall clock), and the
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from hyla.train.configs import build_task, get_preset, resolve_model
+from hyla.train.configs import ConfigError, ExperimentConfig, build_task, get_preset, parse_overrides, resolve_model
 from hyla.train.distributed import DistContext
 from hyla.train.loop import Trainer, build_model, process_settings
 from hyla.train.run_dir import cpu_name, git_commit
@@ -47,9 +48,10 @@ def measure(
     repeats: int,
     compile_mode: str,
     device: str = "cpu",
+    overrides: tuple[str, ...] = (),
 ) -> dict:
     torch._dynamo.reset()  # every case compiles afresh (and stays below dynamo's recompile limit)
-    cfg = get_preset(preset)
+    cfg = preset_with(preset, overrides)
     cfg = replace(
         cfg,
         model=replace(cfg.model, mixer=mixer),
@@ -64,8 +66,24 @@ def measure(
         "device": device,
         "mode": "compiled" if compiled else "eager",
         "threads": threads,
+        "overrides": list(overrides),
         **row,
     }
+
+
+def preset_with(preset: str, overrides: tuple[str, ...]) -> ExperimentConfig:
+    """The preset with `section.field=value` overrides, read as `hyla train --section.field value`
+    reads them; a bad one exits with a one-line message."""
+    args = []
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"bench_training.py: --set {item!r}: expected SECTION.FIELD=VALUE")
+        args += [f"--{key}", value]
+    try:
+        return parse_overrides(get_preset(preset), args, "bench_training.py --set", None)
+    except ConfigError as e:
+        raise SystemExit(f"bench_training.py: --set: {e}") from None
 
 
 def _measure(cfg, ctx: DistContext, steps: int, repeats: int) -> dict:
@@ -125,12 +143,17 @@ def table(rows: list[dict]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        target = TARGETS.get((r["preset"], r["mixer"])) if r.get("device", "cpu") == "cpu" else None
+        overrides = r.get("overrides", [])
+        # the targets and the authors' rate are for the preset as it is, on a CPU
+        as_preset = not overrides and r.get("device", "cpu") == "cpu"
+        target = TARGETS.get((r["preset"], r["mixer"])) if as_preset else None
+        authors = AUTHORS_JAX.get(r["preset"], "") if as_preset else ""
+        mode = r["mode"] + (" (fell back)" if r["compile_fell_back"] else "")
         lines.append(
-            f"| {r['preset']} | {r['mixer']} | {r['mode']}{' (fell back)' if r['compile_fell_back'] else ''} "
+            f"| {' '.join([r['preset'], *overrides])} | {r['mixer']} | {mode} "
             f"| {r['threads']} | {r['steps_per_second']:.1f} | {r['best_steps_per_second']:.1f} "
             f"| {r['steps_per_cpu_second']:.1f} "
-            f"| {r['warmup_s']:.1f} | {f'≥ {target:g}' if target else ''} | {AUTHORS_JAX.get(r['preset'], '')} |"
+            f"| {r['warmup_s']:.1f} | {f'≥ {target:g}' if target else ''} | {authors} |"
         )
     return "\n".join(lines)
 
@@ -144,6 +167,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=None, help="steps per window (default: ~2 s worth)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--compile-mode", default="default")
+    parser.add_argument(
+        "--set",
+        nargs="+",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help="config overrides on every preset, as `hyla train --SECTION.FIELD VALUE` (e.g. fuzzy_logic.seq_len=32)",
+    )
     parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
     parser.add_argument("--out", default=str(RESULTS), help="JSON output ('' to skip)")
     parser.add_argument(
@@ -151,7 +181,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="keep the other rows already in --out (replace only the measured preset/mixer/mode/threads combinations)",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    for preset in args.presets:
+        preset_with(preset, tuple(args.set))  # a bad override fails here, before any measurement
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,7 +221,15 @@ def measure_grid(args: argparse.Namespace) -> list[dict]:
                 for threads in args.threads:
                     steps = args.steps or (20 if preset.startswith("logic") else 5)
                     row = measure(
-                        preset, mixer, mode == "compiled", threads, steps, args.repeats, args.compile_mode, args.device
+                        preset,
+                        mixer,
+                        mode == "compiled",
+                        threads,
+                        steps,
+                        args.repeats,
+                        args.compile_mode,
+                        args.device,
+                        tuple(args.set),
                     )
                     rows.append(row)
                     print(
@@ -203,9 +244,14 @@ def measure_grid(args: argparse.Namespace) -> list[dict]:
 def merge_previous(previous: dict, rows: list[dict], runs: list[dict]) -> tuple[list[dict], list[dict]]:
     """--update: the previous results' rows of the combinations not measured now, then the new rows;
     the previous runs, then this one."""
-    measured = {(r["preset"], r["mixer"], r["mode"], r["threads"]) for r in rows}
-    rows = [r for r in previous["rows"] if (r["preset"], r["mixer"], r["mode"], r["threads"]) not in measured] + rows
+    measured = {case(r) for r in rows}
+    rows = [r for r in previous["rows"] if case(r) not in measured] + rows
     return rows, previous.get("runs", []) + runs
+
+
+def case(row: dict) -> tuple:
+    """What a row measured: preset, overrides, mixer, mode and threads."""
+    return row["preset"], tuple(row.get("overrides", ())), row["mixer"], row["mode"], row["threads"]
 
 
 def sort_rows(rows: list[dict]) -> None:
