@@ -35,6 +35,10 @@ run still writes its own run folder, and a stopped pack is packed again and resu
 `--threads N` gives each local run (or pack) N CPU threads instead of the cores / `parallel`, for a
 sweep that shares the machine with other work.
 
+`--only PATTERN ...` makes the sweep the runs whose names match one of the glob patterns (the names
+`--status` lists: `--only 'mixer-hyla__*'`, `--only mixer-hyla__s0`), to train one cell first; the
+others stay as they are for the next run of the whole sweep.
+
 `results` names the folder of the sweep's tables (`hyla results ... --out`) and of the records of its
 runs (hyla.experiments.records): each run that completes writes its record there, and a run
 recorded there as completed, with the same seed and settings, counts as done when its run folder is
@@ -49,6 +53,7 @@ and of its training) and `<run name>.job` (a queued Slurm job).
 
 from __future__ import annotations
 
+import fnmatch
 import itertools
 import json
 import math
@@ -101,6 +106,8 @@ class SweepSpec:
     """CPU threads of each local run or pack (`hyla sweep --threads`); None: this machine's cores / parallel"""
     source: str = "sweep"
     """the sweep file (named in error messages)"""
+    only: list[str] = field(default_factory=list)
+    """glob patterns of run names (`hyla sweep --only`): the sweep is the runs that match one; empty: all"""
 
     @staticmethod
     def load(path: str | Path) -> SweepSpec:
@@ -141,7 +148,18 @@ class SweepSpec:
                 if name not in seen:
                     seen.add(name)
                     runs.append(Run(name, seed, {**self.overrides, **point}, point))
+        if self.only:
+            runs = [r for r in runs if any(fnmatch.fnmatchcase(r.name, pattern) for pattern in self.only)]
         return runs
+
+    def select(self, patterns: list[str]) -> None:
+        """Restrict the sweep to the runs whose names match one of the glob `patterns`; a pattern that
+        matches no run is a ValueError naming the runs there are."""
+        names = [r.name for r in self.runs()]
+        for pattern in patterns:
+            if not fnmatch.filter(names, pattern):
+                raise ValueError(f"--only {pattern!r} matches no run; the runs: {', '.join(names)}")
+        self.only = list(patterns)
 
     def local_threads(self) -> int:
         """CPU threads of each run (or pack) the local launcher starts."""
@@ -660,6 +678,9 @@ class SweepOptions:
     pack: int | None = None
     """train runs that share an architecture as packs of up to N (one batched model each), --parallel packs at
     a time, local launcher"""
+    only: list[str] = field(default_factory=list)
+    """train (or with --status, show) only the runs whose names match one of these glob patterns, e.g.
+    'mixer-hyla__*' or mixer-hyla__s0 (the names --status lists)"""
     dry_run: bool = False
     """print the commands, run nothing"""
 
@@ -675,6 +696,7 @@ def main(argv: list[str]) -> int:
     args = parse_options(SweepOptions, argv, "hyla sweep")
     try:
         spec = SweepSpec.load(args.spec)
+        spec.select(args.only)
     except (OSError, ValueError, yaml.YAMLError) as e:
         raise ConfigError(f"{args.spec}: {e}") from None
     if args.parallel:

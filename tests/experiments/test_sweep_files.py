@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from hyla.experiments import sweep
+from hyla.train.configs import ConfigError
 
 SWEEPS = Path(__file__).resolve().parents[2] / "experiments" / "sweeps"
 
@@ -44,3 +45,13 @@ def test_every_sweep_file_builds_valid_run_configs(path):
     spec = sweep.SweepSpec.load(path)
     assert spec.runs()
     sweep.check_configs(spec, threads=1)  # every run's `hyla train` arguments parse and validate
+
+
+def test_only_selects_runs_by_name_and_a_pattern_matching_none_is_one_line(tmp_path, capsys):
+    spec = [str(SWEEPS / "table_a1_raven_40k.yaml"), "--dry-run", "--out-dir", str(tmp_path), "--parallel", "1"]
+    assert sweep.main(spec + ["--only", "mixer-hyla__s0", "mixer-softmax__*"]) == 0
+    commands = [line for line in capsys.readouterr().out.splitlines() if " train " in line]
+    names = [line.split("--name ")[1].split()[0] for line in commands]
+    assert names == ["mixer-softmax__s0", "mixer-hyla__s0", "mixer-softmax__s1", "mixer-softmax__s2"]
+    with pytest.raises(ConfigError, match=r"--only 'mixer-hyla__s3' matches no run; the runs: mixer-softmax__s0, "):
+        sweep.main(spec + ["--only", "mixer-hyla__*", "mixer-hyla__s3"])
