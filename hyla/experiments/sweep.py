@@ -48,7 +48,8 @@ gone (another machine, a fresh checkout).
 started, queued, or stopped cleanly and resumable), stale (killed: its owner is gone, and it ended
 without a summary; a re-run resumes or restarts it) or failed, from the run folders:
 summary.json's status, and `<run name>.running` (written while a job trains: the pids of the job
-and of its training) and `<run name>.job` (a queued Slurm job).
+and of its training) and `<run name>.job` (a queued Slurm job). It ends with the training left: the
+steps the runs not done still need, at the mean seconds per step of the runs completed in the folder.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ import re
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -365,7 +367,39 @@ def print_status(spec: SweepSpec) -> dict[str, int]:
     for state in states.values():
         counts[STATUS_GROUPS.get(state, "pending")] += 1
     print(f"sweep {spec.name}: " + ", ".join(f"{n} {group}" for group, n in counts.items()) + f" ({spec.out_dir})")
+    left = training_left(spec, states)
+    if left:
+        seconds, paced_by = left
+        at_once = f" ({_hours(seconds / spec.parallel)} with {spec.parallel} at once)" if spec.parallel > 1 else ""
+        print(
+            f"training left: about {_hours(seconds)} one run at a time{at_once}, at the mean pace of the "
+            f"{paced_by} run{'s' if paced_by > 1 else ''} completed in {spec.out_dir}"
+        )
     return counts
+
+
+def training_left(spec: SweepSpec, states: dict[str, str]) -> tuple[float, int] | None:
+    """(seconds of training the runs not done or failed still need, one after another, at the mean
+    seconds per step of the runs completed in the sweep's folder; how many completed runs set that
+    pace), or None when none has completed there or nothing is left."""
+    out, paces = Path(spec.out_dir), []
+    for name, state in states.items():
+        summary = RunDir(out / name).read_summary() if state == "completed" else {}
+        if summary.get("wall_time_s") and summary.get("step"):
+            paces.append(summary["wall_time_s"] / summary["step"])
+    steps_left = 0
+    for run in spec.runs():
+        group = STATUS_GROUPS.get(states[run.name], "pending")
+        if group not in ("done", "failed"):
+            from_scratch = states[run.name] in ("new", "queued", "started")  # started: killed before a checkpoint
+            steps_left += run_steps(spec, run) - (0 if from_scratch else last_train_step(out / run.name))
+    if not paces or steps_left <= 0:
+        return None
+    return statistics.fmean(paces) * steps_left, len(paces)
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{math.ceil(seconds / 60)} min"
 
 
 class RunJob:

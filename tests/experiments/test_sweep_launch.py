@@ -130,6 +130,24 @@ def test_status_groups_runs(tmp_path, capsys):
     assert "1 done, 1 running, 3 pending, 2 stale, 1 failed" in out
 
 
+def test_status_estimates_the_training_left_from_the_completed_runs_pace(tmp_path, capsys):
+    spec = SweepSpec(name="s", preset="logic_cpu", out_dir=str(tmp_path), seeds=list(range(5)), parallel=2)
+    spec.overrides = {"train.steps": 100}
+    names = [r.name for r in spec.runs()]
+    for name, status, wall_time in zip(names, ["completed", "completed", "interrupted", "failed"], [200, 400, 0, 0]):
+        (tmp_path / name).mkdir()
+        summary = {"status": status, "step": 100 if status == "completed" else 40, "steps": 100}
+        (tmp_path / name / "summary.json").write_text(json.dumps({**summary, "wall_time_s": wall_time}))
+    (tmp_path / names[2] / "metrics.jsonl").write_text(json.dumps({"step": 40, "split": "train", "loss": 1.0}) + "\n")
+    print_status(spec)  # left: 60 steps of the interrupted run and 100 of the new one (not the failed one's)
+    out = capsys.readouterr().out  # at 3 s a step: 8 minutes, 4 with two at once
+    assert "training left: about 8 min one run at a time (4 min with 2 at once), at the mean pace of the 2 runs" in out
+    for name in names[:2]:
+        (tmp_path / name / "summary.json").unlink()
+    print_status(spec)  # no completed run: no pace, no estimate
+    assert "training left" not in capsys.readouterr().out
+
+
 def test_slurm_launcher_without_slurm_is_a_clear_error(tmp_path, capsys):
     spec_file = tmp_path / "s.yaml"
     spec_file.write_text(f"name: s\npreset: logic_cpu\nout_dir: {tmp_path / 'runs'}\nslurm: {{timeout_min: 5}}\n")
