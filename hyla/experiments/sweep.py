@@ -380,12 +380,12 @@ def print_status(spec: SweepSpec) -> dict[str, int]:
 
 def training_left(spec: SweepSpec, states: dict[str, str]) -> tuple[float, int] | None:
     """(seconds of training the runs not done or failed still need, one after another, at the mean
-    seconds per step of the runs completed in the sweep's folder; how many completed runs set that
-    pace), or None when none has completed there or nothing is left."""
+    seconds per step of the sweep's runs completed in its folder, those left out by --only included;
+    how many completed runs set that pace), or None when none has completed there or nothing is left."""
     out, paces = Path(spec.out_dir), []
-    for name, state in states.items():
-        summary = RunDir(out / name).read_summary() if state == "completed" else {}
-        if summary.get("wall_time_s") and summary.get("step"):
+    for run in replace(spec, only=[]).runs():
+        summary = RunDir(out / run.name).read_summary()
+        if summary.get("status") == "completed" and summary.get("wall_time_s") and summary.get("step"):
             paces.append(summary["wall_time_s"] / summary["step"])
     steps_left = 0
     for run in spec.runs():

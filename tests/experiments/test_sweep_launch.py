@@ -142,6 +142,10 @@ def test_status_estimates_the_training_left_from_the_completed_runs_pace(tmp_pat
     print_status(spec)  # left: 60 steps of the interrupted run and 100 of the new one (not the failed one's)
     out = capsys.readouterr().out  # at 3 s a step: 8 minutes, 4 with two at once
     assert "training left: about 8 min one run at a time (4 min with 2 at once), at the mean pace of the 2 runs" in out
+    spec.only = [names[2]]  # the pace of the runs --only leaves out still counts
+    print_status(spec)
+    assert "training left: about 3 min one run at a time (2 min with 2 at once)" in capsys.readouterr().out
+    spec.only = []
     for name in names[:2]:
         (tmp_path / name / "summary.json").unlink()
     print_status(spec)  # no completed run: no pace, no estimate
