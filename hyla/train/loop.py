@@ -93,12 +93,31 @@ def resolve_compile_mode(mode: str, device: torch.device) -> str:
     return "reduce-overhead" if device.type == "cuda" else "default"
 
 
+# Compiled on CUDA, the paper's SRAVEN HYLA model did not learn on an H100 (3 of 3 seeds at chance
+# after 40k steps, gradient norms a third of the eager run's from step 300) while softmax and
+# linear attention compiled the same way learned, and an eager HYLA run tracked the CPU run
+# (experiments/RESULTS.md, 2026-11-25). Until a GPU shows what differs, such models train eagerly.
+COMPILED_HYLA_ON_CUDA = (
+    "train.compile is ignored for a model with HYLA's value network on CUDA: compiled, the SRAVEN "
+    "HYLA model did not learn on an H100 (docs/gpu.md); training eagerly"
+)
+
+
 def compile_fallbacks(cfg: ExperimentConfig, device: torch.device) -> list[str | None]:
     """The compile modes to try in turn until one trains the first step: the configured mode, then
-    "default", then eager (None)."""
+    "default", then eager (None). Only eager, with a warning, for HYLA's value network on CUDA."""
     if not cfg.train.compile:
         return [None]
+    if device.type == "cuda" and generates_value_network(cfg):
+        warnings.warn(COMPILED_HYLA_ON_CUDA, RuntimeWarning, stacklevel=3)
+        return [None]
     return [*dict.fromkeys([resolve_compile_mode(cfg.train.compile_mode, device), "default"]), None]
+
+
+def generates_value_network(cfg: ExperimentConfig) -> bool:
+    """Whether the model's mixer is of the HYLA family (the attention generates a value network)."""
+    m = cfg.model
+    return resolve_mixer(m.mixer, value_network=m.value_network).value_network == "mlp"
 
 
 def autocast(precision: str, device: torch.device):
@@ -299,14 +318,7 @@ def numerics(cfg: ExperimentConfig, ctx: DistContext, compile_mode: str | None, 
     }
     if packed:
         return {**settings, "packed": True}
-    m = cfg.model
-    if (
-        ctx.device.type == "cpu"
-        and resolve_mixer(
-            m.mixer, normalization=m.normalization, value_network=m.value_network, activation=m.activation
-        ).value_network
-        == "mlp"
-    ):
+    if ctx.device.type == "cpu" and generates_value_network(cfg):
         settings["cpp_kernel"] = cpp.available()  # HYLA's C++ kernel, or (without a compiler) PyTorch forms
     return settings
 

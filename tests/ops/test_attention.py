@@ -349,6 +349,39 @@ def test_compiled_attention_records_what_ran_without_recompiling():
     assert counters["stats"]["unique_graphs"] == 1
 
 
+@pytest.mark.parametrize(
+    "device",
+    ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))],
+)
+def test_compiled_hyla_uses_the_dropout_mask_it_draws_in_forward_and_backward(device, monkeypatch):
+    """A compiled step that draws its attention-dropout mask inside the graph, as a training step of
+    MultiHeadAttention does (inductor's own random numbers), computes HYLA's output and gradients
+    with that one mask: both equal the float64 reference given the mask the graph returns. SRAVEN's
+    shapes (H=16, Dk=Dv=4) with the relative-position bias. (Compiled HYLA runs with attention
+    dropout did not learn SRAVEN on an H100: experiments/RESULTS.md.)"""
+    monkeypatch.setenv(cpp.DISABLE_ENV, "0")  # the form CUDA compiles: pointwise
+    g = torch.Generator().manual_seed(0)
+    B, T, H, D = 64, 36, 16, 4  # a SRAVEN batch of 64: inductor tiles by size
+    q, k, v, grad = (torch.randn(B, T, H, D, generator=g, dtype=torch.float64) for _ in range(4))
+    bias = torch.randn(1, H, T, T, generator=g, dtype=torch.float64)
+    inputs = [t.to(device, torch.float32).requires_grad_() for t in (q, k, v, bias)]
+
+    def step(q, k, v, bias):
+        keep = torch.bernoulli(torch.full((T, T), 0.9, device=q.device)) / 0.9  # as draw_dropout_mask
+        return attention(q, k, v, **axes("hyla"), bias=bias, dropout_mask=keep), keep
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    out, keep = torch.compile(step, fullgraph=True)(*inputs)
+    got = torch.autograd.grad(out, inputs, grad.to(device, torch.float32))
+    assert 0 < (keep == 0).sum() < keep.numel()  # the graph dropped some pairs, not all
+    leaves = [t.requires_grad_() for t in (q, k, v, bias)]
+    want, _ = attention_naive(*leaves[:3], **axes("hyla"), bias=leaves[3], dropout_mask=keep.double().cpu())
+    assert_close(out.double().cpu(), want, rtol=2e-4, atol=2e-4)
+    for got_grad, want_grad in zip(got, torch.autograd.grad(want, leaves, grad)):
+        assert_close(got_grad.double().cpu(), want_grad, rtol=2e-4, atol=2e-4)
+
+
 # --- 5. every mixer: latent shapes, masks and extreme scores, dtypes ------------------------------
 
 

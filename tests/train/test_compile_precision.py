@@ -66,10 +66,18 @@ def test_auto_is_cuda_graphs_on_cuda_and_default_elsewhere():
     assert resolve_compile_mode("auto", torch.device("cuda", 0)) == "reduce-overhead"
     assert resolve_compile_mode("auto", torch.device("cpu")) == "default"
     assert resolve_compile_mode("max-autotune", torch.device("cuda")) == "max-autotune"
-    cfg = tiny_config(None, compile=True)
+    cfg = tiny_config(None, mixer="linear", compile=True)
     assert compile_fallbacks(cfg, torch.device("cuda")) == ["reduce-overhead", "default", None]
     assert compile_fallbacks(cfg, torch.device("cpu")) == ["default", None]
     assert compile_fallbacks(replace(cfg, train=replace(cfg.train, compile=False)), torch.device("cuda")) == [None]
+
+
+@pytest.mark.parametrize("mixer", ["hyla", "softmax_hyla", "hyla_identity"])
+def test_hyla_family_models_train_eagerly_on_cuda_with_a_warning(mixer):
+    cfg = tiny_config(None, mixer=mixer, compile=True)
+    with pytest.warns(RuntimeWarning, match="train.compile is ignored for a model with HYLA's value network on CUDA"):
+        assert compile_fallbacks(cfg, torch.device("cuda")) == [None]
+    assert compile_fallbacks(cfg, torch.device("cpu")) == ["default", None]
 
 
 def test_auto_on_cpu_is_default_exactly(tmp_path, monkeypatch):
