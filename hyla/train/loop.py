@@ -65,7 +65,8 @@ class NonFiniteLossError(RuntimeError):
 
 
 def build_model(cfg: ExperimentConfig) -> Transformer:
-    """The model of a resolved config, initialized from the seed on the CPU (same on every device)."""
+    """The model of a resolved config, initialized from the seed on the CPU (same on every device;
+    not across torch versions: docs/paper_fidelity.md)."""
     devices = [torch.cuda.current_device()] if torch.cuda.is_available() and torch.cuda.is_initialized() else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(stable_seed(cfg.seed, "init"))

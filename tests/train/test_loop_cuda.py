@@ -4,18 +4,18 @@ value network: eager, train.compile set or not); with attention dropout (the GPU
 eager and CUDA-graph runs reach the CPU run's loss; a resumed run (deterministic mode) reaches
 exactly the weights of an uninterrupted one.
 
-Batches and initial weights are bit for bit the same on every device (counter-based random numbers,
-initialization on the CPU), so without attention dropout a float32 run on the GPU differs from the
-CPU run by rounding alone. Measured on a 2-core CPU (seed 3, 60 steps, a loss logged every 5 steps):
-other summation orders and attention implementations (2 threads; the PyTorch path instead of the C++
-kernel; compiled instead of eager) move a logged loss by at most 6e-7 relative; bfloat16 moves the
-mean loss of steps 31-60 by 1e-3 (by 0.2 for the most sensitive of 8 seeds), and other dropout masks
-(8 mask streams, or a compiled graph's own) by at most 3.8%. The tolerances leave wide margins for
-the GPU's rounding. A 1% change of the learning rate fails the float32 comparison, half the
-learning rate the late-loss ones; the late loss is about the targets' variance (0.045) whatever
-the details, so those catch a run that does not learn rather than a subtly wrong one (the math is
-checked against the reference path in tests/train/test_reference_path_curve.py and the kernels in
-tests/ops)."""
+Batches and initial weights are bit for bit the same on every device with one torch version
+(counter-based random numbers, initialization on the CPU), so without attention dropout a float32
+run on the GPU differs from the CPU run by rounding alone. Measured on a 2-core CPU (seed 3, 60
+steps, a loss logged every 5 steps): other summation orders and attention implementations (2
+threads; the PyTorch path instead of the C++ kernel; compiled instead of eager) move a logged loss
+by at most 6e-7 relative; bfloat16 moves the mean loss of steps 31-60 by 1e-3 (by 0.2 for the most
+sensitive of 8 seeds), and other dropout masks (8 mask streams, or a compiled graph's own) by at
+most 3.8%. The tolerances leave wide margins for the GPU's rounding. A 1% change of the learning
+rate fails the float32 comparison, half the learning rate the late-loss ones; the late loss is about
+the targets' variance (0.045) whatever the details, so those catch a run that does not learn rather
+than a subtly wrong one (the math is checked against the reference path in
+tests/train/test_reference_path_curve.py and the kernels in tests/ops)."""
 
 import json
 import warnings
@@ -61,7 +61,8 @@ def cpu_runs(tmp_path_factory) -> dict[tuple[str, float], list[float]]:
         for dropout in (0.0, 0.1)
     }
     # the reference learns: from above 0.06 to about the targets' variance (0.045). Its first loss
-    # depends on the torch version (0.29 with torch 2.13, 0.15 with 2.11 on the H100 machine's CPU)
+    # depends on the torch version, whose trunc_normal_ draws other initial weights (0.29 with torch
+    # 2.13, 0.15 with 2.11: docs/paper_fidelity.md)
     for losses in runs.values():
         assert len(losses) == 12 and late_mean(losses) < 0.06 < losses[0]
     return runs
