@@ -273,4 +273,17 @@ _TRUNCATED_NORMAL_STD = 0.87962566103423978
 def _lecun_normal_(weight: torch.Tensor) -> None:
     """weight [out, in]: truncated at 2 std, std rescaled so the truncated variance is 1/fan_in."""
     std = 1.0 / math.sqrt(weight.shape[1]) / _TRUNCATED_NORMAL_STD
-    nn.init.trunc_normal_(weight, std=std, a=-2 * std, b=2 * std)
+    truncated_normal_(weight, std)
+
+
+@torch.no_grad()
+def truncated_normal_(weight: torch.Tensor, std: float) -> torch.Tensor:
+    """Normal(0, std) truncated to [-2 std, 2 std]: out-of-range entries are replaced from whole fresh
+    draws until none is left. The numbers `nn.init.trunc_normal_` draws since torch 2.13, on every
+    torch version, because only `normal_` draws (torch 2.11's trunc_normal_ drew others, through
+    an inverse CDF); so a seed gives the same initial weights under any torch version."""
+    low, high = (weight.new_tensor(bound, device="cpu").item() for bound in (-2 * std, 2 * std))
+    weight.normal_(0.0, std)
+    while (outside := (weight < low) | (weight > high)).any():
+        weight.copy_(torch.where(outside, torch.empty_like(weight).normal_(0.0, std), weight))
+    return weight

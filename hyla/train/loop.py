@@ -65,8 +65,8 @@ class NonFiniteLossError(RuntimeError):
 
 
 def build_model(cfg: ExperimentConfig) -> Transformer:
-    """The model of a resolved config, initialized from the seed on the CPU (same on every device;
-    not across torch versions: docs/paper_fidelity.md)."""
+    """The model of a resolved config, initialized from the seed on the CPU (same on every device
+    and torch version: docs/paper_fidelity.md)."""
     devices = [torch.cuda.current_device()] if torch.cuda.is_available() and torch.cuda.is_initialized() else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(stable_seed(cfg.seed, "init"))
@@ -96,7 +96,7 @@ def resolve_compile_mode(mode: str, device: torch.device) -> str:
 
 # Compiled on CUDA, the paper's SRAVEN HYLA model did not learn on an H100 (3 of 3 seeds at chance
 # after 40k steps, gradient norms a third of the eager run's from step 300) while softmax and
-# linear attention compiled the same way learned, and an eager HYLA run tracked the CPU run
+# linear attention compiled the same way learned, and an eager HYLA run kept the CPU runs' pace
 # (experiments/RESULTS.md, 2026-11-25). Until a GPU shows what differs, such models train eagerly.
 COMPILED_HYLA_ON_CUDA = (
     "train.compile is ignored for a model with HYLA's value network on CUDA: compiled, the SRAVEN "

@@ -4,7 +4,7 @@ value network: eager, train.compile set or not); with attention dropout (the GPU
 eager and CUDA-graph runs reach the CPU run's loss; a resumed run (deterministic mode) reaches
 exactly the weights of an uninterrupted one.
 
-Batches and initial weights are bit for bit the same on every device with one torch version
+Batches and initial weights are bit for bit the same on every device and torch version
 (counter-based random numbers, initialization on the CPU), so without attention dropout a float32
 run on the GPU differs from the CPU run by rounding alone. Measured on a 2-core CPU (seed 3, 60
 steps, a loss logged every 5 steps): other summation orders and attention implementations (2
@@ -60,9 +60,7 @@ def cpu_runs(tmp_path_factory) -> dict[tuple[str, float], list[float]]:
         for mixer in ("hyla", "linear")
         for dropout in (0.0, 0.1)
     }
-    # the reference learns: from above 0.06 to about the targets' variance (0.045). Its first loss
-    # depends on the torch version, whose trunc_normal_ draws other initial weights (0.29 with torch
-    # 2.13, 0.15 with 2.11: docs/paper_fidelity.md)
+    # the reference learns: from above 0.06 to about the targets' variance (0.045)
     for losses in runs.values():
         assert len(losses) == 12 and late_mean(losses) < 0.06 < losses[0]
     return runs
