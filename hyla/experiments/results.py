@@ -306,6 +306,42 @@ def against_figure(rows: list[dict], metric: str, x_field: str) -> Figure:
     return fig
 
 
+def fitted_runs(runs: list[dict], fields: list[str]) -> dict[str, list[tuple[float, dict]]]:
+    """Each completed run's (final training loss, final metrics {split: {name: value}}), by the label
+    of its group; every group is a key (in the order, and so the colours, of the curves)."""
+    points = defaultdict(list)
+    for run in runs:
+        summary = run["summary"]
+        group = points[_label({f: run["config"].get(f) for f in fields})]
+        if summary.get("status") == "completed" and summary.get("train_loss") is not None:
+            group.append((summary["train_loss"], summary.get("final") or {}))
+    return dict(sorted(points.items()))
+
+
+def fit_figure(runs: list[dict], metric: str, fields: list[str]) -> Figure:
+    """Each completed run's final `metric` against its final training loss, a panel per split and a
+    colour per group (the colours of the curves): at the same training loss, a higher held-out
+    score is better generalization; groups that differ along one line differ in how well they fit."""
+    from matplotlib.figure import Figure
+
+    points = fitted_runs(runs, fields)
+    splits = sorted(
+        {split for group in points.values() for _, final in group for split in final if metric in final[split]}
+    )
+    fig = Figure(figsize=(3.2 * max(1, len(splits)) + 2.2, 3.4), layout="constrained")
+    handles = {}  # one legend entry a group, to the right of the panels
+    for ax, split in zip(fig.subplots(1, max(1, len(splits)), squeeze=False)[0], splits):
+        for i, (label, group) in enumerate(points.items()):
+            xy = [(loss, final[split][metric]) for loss, final in group if final.get(split, {}).get(metric) is not None]
+            if xy:
+                handles[label] = ax.scatter([x for x, _ in xy], [y for _, y in xy], s=20, color=f"C{i % 10}")
+        ax.set_xscale("log")
+        ax.set_xlabel("final training loss (a point a run)")
+        ax.set_ylabel(f"{split} {metric}")
+    fig.legend(handles.values(), handles.keys(), loc="outside right upper", fontsize=7)
+    return fig
+
+
 def plot_final(path: Path, rows: list[dict], metric: str, fields: list[str] = ()) -> Path:
     """`final_figure` written to `path`."""
     from hyla.analysis.plots import save_figure
@@ -345,6 +381,8 @@ def summarize(roots: str | Path | list, out: str | Path | None = None, paper: bo
         for run in runs:
             runs_by_label[_label({f: run["config"].get(f) for f in fields})].append(run["metrics"])
         plot_curves(out / f"curves_{metric}.png", dict(sorted(runs_by_label.items())), metric, batch_size)
+        if sum(len(group) for group in fitted_runs(runs, fields).values()) >= 2:
+            save_figure(fit_figure(runs, metric, fields), out / f"{metric}_vs_train_loss.png")
     text = "\n\n".join(tables)
     (out / "results.md").write_text(f"# Results for {where}\n\n{text}\n")
     write_csv(out / "results.csv", fields, rows)

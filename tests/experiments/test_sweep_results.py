@@ -5,9 +5,10 @@ import math
 import shutil
 from pathlib import Path
 
+import matplotlib.colors
 import pytest
 
-from hyla.experiments.results import against_figure, aggregate, find_runs, mean_se, summarize
+from hyla.experiments.results import against_figure, aggregate, find_runs, fit_figure, mean_se, summarize
 from hyla.experiments.sweep import SweepSpec, override_flags, run_command, run_status, run_sweep, sweep_status
 
 
@@ -80,6 +81,7 @@ def fake_run(
     status: str = "completed",
     threads: int = 1,
     stop_at: int = 0,
+    train_loss: float = 0.1,
 ) -> None:
     run = root / name
     run.mkdir(parents=True)
@@ -99,7 +101,7 @@ def fake_run(
                 "status": status,
                 "metric_name": "r2",
                 "final": {"ood": {"r2": r2}},
-                "train_loss": 0.1,
+                "train_loss": train_loss,
                 "steps_per_second": 10.0,
             }
         )
@@ -170,6 +172,34 @@ def test_several_folders_read_as_one_and_a_metric_against_a_numeric_setting(tmp_
         label: container.lines[0].get_xydata().tolist() for container, label in zip(*ax.get_legend_handles_labels())
     }
     assert lines == {"mixer=hyla": [[0.3, 0.8], [0.7, 0.7]], "mixer=softmax": [[0.3, 0.9], [0.7, 0.4]]}
+
+
+def test_each_completed_run_is_a_point_of_its_metric_against_its_training_loss(tmp_path):
+    """Generalization or fit: one point a completed run, coloured as its group's curves."""
+    fake_run(tmp_path, "h0", "hyla", 0, 0.8, train_loss=0.02)
+    fake_run(tmp_path, "h1", "hyla", 1, 0.6, train_loss=0.03)
+    fake_run(tmp_path, "l0", "linear", 0, 0.3, status="interrupted")
+    fake_run(tmp_path, "s0", "softmax", 0, 0.5, train_loss=0.01)
+    summarize(tmp_path)
+    assert (tmp_path / "r2_vs_train_loss.png").exists()
+    fig = fit_figure(find_runs([tmp_path]), "r2", ["model.mixer"])
+    [ax], [legend] = fig.axes, fig.legends
+    assert ax.get_ylabel() == "ood r2" and ax.get_xscale() == "log"
+    points = {
+        text.get_text(): (c.get_offsets().tolist(), c.get_facecolor()[0].tolist())
+        for c, text in zip(ax.collections, legend.get_texts(), strict=True)
+    }
+    assert points["mixer=hyla"][0] == [[0.02, 0.8], [0.03, 0.6]] and points["mixer=softmax"][0] == [[0.01, 0.5]]
+    assert "mixer=linear" not in points
+    # the colours of the curves: C0, C1, C2 for the sorted groups, the unfinished linear run's included
+    assert points["mixer=softmax"][1] == list(matplotlib.colors.to_rgba("C2"))
+
+
+def test_one_completed_run_draws_no_fit_figure(tmp_path):
+    fake_run(tmp_path, "h0", "hyla", 0, 0.8)
+    fake_run(tmp_path, "s0", "softmax", 0, 0.5, status="interrupted")
+    summarize(tmp_path)
+    assert not (tmp_path / "r2_vs_train_loss.png").exists()
 
 
 def test_a_tasks_feature_accuracy_gets_its_own_table(tmp_path):
