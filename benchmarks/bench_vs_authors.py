@@ -61,22 +61,16 @@ AUTHORS_MIXERS = {"hyla": "linear_hypatt", "softmax": "softmax_attention", "line
 # training, long enough that a burst of load on a shared machine does not decide a measurement
 DEFAULT_STEPS = {"logic_4var_2term": 1000, "raven_3x3_4features": 100}
 
-# The authors' side, run by --jax-python with the authors' checkout as working directory. Their
-# run.py imports wandb, TensorFlow and the WikiText pipeline at the top, none of which a logic or
-# SRAVEN run uses: empty stand-ins let it import without them.
+# The authors' side, run by --jax-python with the authors' checkout as working directory: their run
+# module, imported as experiments/authors_curve.py does (empty stand-ins for the wandb, TensorFlow
+# and WikiText imports that a logic or SRAVEN run does not use).
 AUTHORS_DRIVER = r"""
-import json, sys, time, types
-authors, config_arg, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
-sys.path.insert(0, authors)
-for name in ("wandb", "tensorflow", "hyla.data.wiki"):
-    sys.modules.setdefault(name, types.ModuleType(name))
-sys.modules["hyla.data.wiki"].create_wikitext_datasets = None
-sys.argv = ["run.py"]
+import json, sys, time
+authors, config_arg, steps, experiments = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+sys.path.insert(0, experiments)
+from authors_curve import import_authors
+run = import_authors(authors)
 import flax, jax, optax
-import hyla
-if not hyla.__file__.startswith(authors):
-    sys.exit(f"imported {hyla.__file__}, not the authors' package under {authors}")
-import run
 from absl import flags
 
 flags.FLAGS(["run.py", "--config=" + config_arg])
@@ -299,7 +293,14 @@ def pack_worker(argv: list[str]) -> int:
 def measure_authors(args: argparse.Namespace, preset: str, steps: int, driver: Path) -> dict:
     config_file, data = AUTHORS_CONFIGS[preset]
     config_arg = f"{config_file}:{data};{AUTHORS_MIXERS[args.mixer]}"
-    command = [args.jax_python, str(driver), str(args.authors.resolve()), config_arg, str(steps)]
+    command = [
+        args.jax_python,
+        str(driver),
+        str(args.authors.resolve()),
+        config_arg,
+        str(steps),
+        str(ROOT / "experiments"),
+    ]
     platform_env = {"JAX_PLATFORMS": "cuda" if args.device == "cuda" else "cpu"}
     stdout, wall = run_child(command, args.threads, args.authors, platform_env)
     result = json.loads(stdout.strip().splitlines()[-1])
