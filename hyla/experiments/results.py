@@ -318,13 +318,13 @@ def fitted_runs(runs: list[dict], fields: list[str]) -> dict[str, list[tuple[flo
     return dict(sorted(points.items()))
 
 
-def fit_figure(runs: list[dict], metric: str, fields: list[str]) -> Figure:
-    """Each completed run's final `metric` against its final training loss, a panel per split and a
-    colour per group (the colours of the curves): at the same training loss, a higher held-out
-    score is better generalization; groups that differ along one line differ in how well they fit."""
+def fit_figure(points: dict[str, list[tuple[float, dict]]], metric: str) -> Figure:
+    """Each completed run's final `metric` against its final training loss (points: `fitted_runs`), a
+    panel per split and a colour per group (the colours of the curves): at the same training loss, a
+    higher held-out score is better generalization; groups that differ along one line differ in how
+    well they fit."""
     from matplotlib.figure import Figure
 
-    points = fitted_runs(runs, fields)
     splits = sorted(
         {split for group in points.values() for _, final in group for split in final if metric in final[split]}
     )
@@ -373,6 +373,7 @@ def summarize(roots: str | Path | list, out: str | Path | None = None, paper: bo
     ]
     batch_sizes = {run["config"].get("train.batch_size") for run in runs}
     batch_size = batch_sizes.pop() if len(batch_sizes) == 1 else None  # examples seen: on a common batch
+    fitted = fitted_runs(runs, fields)
     for metric in metrics:
         plot_final(out / f"results_{metric}.png", rows, metric, fields)
         for field in numeric_fields(fields, rows):
@@ -381,8 +382,8 @@ def summarize(roots: str | Path | list, out: str | Path | None = None, paper: bo
         for run in runs:
             runs_by_label[_label({f: run["config"].get(f) for f in fields})].append(run["metrics"])
         plot_curves(out / f"curves_{metric}.png", dict(sorted(runs_by_label.items())), metric, batch_size)
-        if sum(len(group) for group in fitted_runs(runs, fields).values()) >= 2:
-            save_figure(fit_figure(runs, metric, fields), out / f"{metric}_vs_train_loss.png")
+        if sum(len(group) for group in fitted.values()) >= 2:
+            save_figure(fit_figure(fitted, metric), out / f"{metric}_vs_train_loss.png")
     text = "\n\n".join(tables)
     (out / "results.md").write_text(f"# Results for {where}\n\n{text}\n")
     write_csv(out / "results.csv", fields, rows)

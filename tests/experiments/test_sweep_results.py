@@ -8,7 +8,7 @@ from pathlib import Path
 import matplotlib.colors
 import pytest
 
-from hyla.experiments.results import against_figure, aggregate, find_runs, fit_figure, mean_se, summarize
+from hyla.experiments.results import against_figure, aggregate, find_runs, fit_figure, fitted_runs, mean_se, summarize
 from hyla.experiments.sweep import SweepSpec, override_flags, run_command, run_status, run_sweep, sweep_status
 
 
@@ -182,7 +182,7 @@ def test_each_completed_run_is_a_point_of_its_metric_against_its_training_loss(t
     fake_run(tmp_path, "s0", "softmax", 0, 0.5, train_loss=0.01)
     summarize(tmp_path)
     assert (tmp_path / "r2_vs_train_loss.png").exists()
-    fig = fit_figure(find_runs([tmp_path]), "r2", ["model.mixer"])
+    fig = fit_figure(fitted_runs(find_runs([tmp_path]), ["model.mixer"]), "r2")
     [ax], [legend] = fig.axes, fig.legends
     assert ax.get_ylabel() == "ood r2" and ax.get_xscale() == "log"
     points = {
