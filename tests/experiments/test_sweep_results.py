@@ -184,7 +184,7 @@ def test_each_completed_run_is_a_point_of_its_metric_against_its_training_loss(t
     assert (tmp_path / "r2_vs_train_loss.png").exists()
     fig = fit_figure(fitted_runs(find_runs([tmp_path]), ["model.mixer"]), "r2")
     [ax], [legend] = fig.axes, fig.legends
-    assert ax.get_ylabel() == "ood r2" and ax.get_xscale() == "log"
+    assert ax.get_ylabel() == "ood r2" and ax.get_xscale() == "linear"  # losses within a decade
     points = {
         text.get_text(): (c.get_offsets().tolist(), c.get_facecolor()[0].tolist())
         for c, text in zip(ax.collections, legend.get_texts(), strict=True)
@@ -193,6 +193,9 @@ def test_each_completed_run_is_a_point_of_its_metric_against_its_training_loss(t
     assert "mixer=linear" not in points
     # the colours of the curves: C0, C1, C2 for the sorted groups, the unfinished linear run's included
     assert points["mixer=softmax"][1] == list(matplotlib.colors.to_rgba("C2"))
+    fake_run(tmp_path, "s1", "softmax", 1, 0.1, train_loss=0.5)  # a run that did not fit: losses span decades
+    [ax] = fit_figure(fitted_runs(find_runs([tmp_path]), ["model.mixer"]), "r2").axes
+    assert ax.get_xscale() == "log"
 
 
 def test_one_completed_run_draws_no_fit_figure(tmp_path):
