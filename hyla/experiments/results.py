@@ -329,6 +329,7 @@ def fit_figure(points: dict[str, list[tuple[float, dict]]], metric: str) -> Figu
         {split for group in points.values() for _, final in group for split in final if metric in final[split]}
     )
     losses = [loss for group in points.values() for loss, _ in group]
+    log_axis = max(losses) > 10 * min(losses)  # only where the losses span decades: a log axis's labels crowd
     fig = Figure(figsize=(3.2 * max(1, len(splits)) + 2.2, 3.4), layout="constrained")
     handles = {}  # one legend entry a group, to the right of the panels
     for ax, split in zip(fig.subplots(1, max(1, len(splits)), squeeze=False)[0], splits):
@@ -336,7 +337,7 @@ def fit_figure(points: dict[str, list[tuple[float, dict]]], metric: str) -> Figu
             xy = [(loss, final[split][metric]) for loss, final in group if final.get(split, {}).get(metric) is not None]
             if xy:
                 handles[label] = ax.scatter([x for x, _ in xy], [y for _, y in xy], s=20, color=f"C{i % 10}")
-        if max(losses) > 10 * min(losses):  # a log axis only where the losses span decades: its labels crowd
+        if log_axis:
             ax.set_xscale("log")
         ax.set_xlabel("final training loss (a point a run)")
         ax.set_ylabel(f"{split} {metric}")
