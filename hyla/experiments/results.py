@@ -13,6 +13,8 @@ Several folders are read as one. Run records (hyla.experiments.records) count as
 `--out DIR` keeps the record of every completed run read in `DIR/records/`, so that DIR, committed,
 regenerates its tables without the run folders.
 `--paper` sets the paper's Table A1 value (hyla.experiments.paper) beside each row it has.
+`--only PATTERN ...` reads only the runs whose names match one of the glob patterns (the names `hyla
+sweep --status` lists), e.g. the softmax, linear and HYLA runs of a folder that holds more mixers.
 
 `hyla results DIR [DIR ...] --latent-structure` instead relates latent structure to generalization across
 the completed runs (`hyla.analysis.structure`): per run, the topographic similarity of its latent
@@ -24,6 +26,7 @@ across runs with a bootstrap interval, overall and per mixer. Writes `latent_str
 from __future__ import annotations
 
 import csv
+import fnmatch
 import json
 import math
 import sys
@@ -65,35 +68,51 @@ def _leaves(d: dict, prefix: str = "") -> dict:
     return out
 
 
-def find_runs(roots: list[Path]) -> list[dict]:
-    """Every run with a config and a summary below the roots: run folders, then the records
-    (hyla.experiments.records) of runs whose folder is not among them; {key, path, config (flat),
-    summary, metrics, record (None for a folder)}."""
+def selected(key: str, only: tuple[str, ...]) -> bool:
+    """Whether the run `<sweep folder>/<run name>` is read: its name matches one of the glob
+    patterns `only` (`hyla sweep --only`), or `only` is empty."""
+    name = key.rsplit("/", 1)[-1]
+    return not only or any(fnmatch.fnmatchcase(name, pattern) for pattern in only)
+
+
+def check_only(keys: list[str], only: tuple[str, ...], where: str) -> None:
+    """A RunError naming the first pattern of `only` that matches none of the runs read."""
+    from hyla.train.run_dir import RunError
+
+    for pattern in only:
+        if not any(selected(key, (pattern,)) for key in keys):
+            raise RunError(f"--only {pattern!r} matches none of the runs read below {where} (it matches run names)")
+
+
+def find_runs(roots: list[Path], only: tuple[str, ...] = ()) -> list[dict]:
+    """Every run with a config and a summary below the roots (those `selected` by `only`): run
+    folders, then the records (hyla.experiments.records) of runs whose folder is not among them;
+    {key, path, config (flat), summary, metrics, record (None for a folder)}."""
     from hyla.experiments import records
     from hyla.train.run_dir import RunDir
 
     runs, seen = [], set()
     for root in roots:
         for summary_file in sorted(Path(root).rglob("summary.json")):
-            run = RunDir(summary_file.parent)
-            if run.config_file.exists() and records.run_key(run.path) not in seen:
-                seen.add(records.run_key(run.path))
+            run, key = RunDir(summary_file.parent), records.run_key(summary_file.parent)
+            if run.config_file.exists() and key not in seen and selected(key, only):
+                seen.add(key)
                 config = json.loads(run.config_file.read_text())
-                runs.append(_run(records.run_key(run.path), run.path, config, run.read_summary(), run.read_metrics()))
-    for path, record in unshadowed_records(roots, seen):
+                runs.append(_run(key, run.path, config, run.read_summary(), run.read_metrics()))
+    for path, record in unshadowed_records(roots, seen, only):
         runs.append(_run(record["run"], path, record["config"], record["summary"], record["metrics"], record))
     return runs
 
 
-def unshadowed_records(roots: list[Path], seen: set[str]):
-    """(path, record) of every run record below the roots whose run is not in `seen` (the keys of the
-    run folders read), each run once; adds their keys to `seen`."""
+def unshadowed_records(roots: list[Path], seen: set[str], only: tuple[str, ...] = ()):
+    """(path, record) of every run record below the roots (those `selected` by `only`) whose run is
+    not in `seen` (the keys of the run folders read), each run once; adds their keys to `seen`."""
     from hyla.experiments import records
 
     for root in roots:
         for path in records.find(root):
             record = records.read(path)
-            if record["run"] not in seen:
+            if record["run"] not in seen and selected(record["run"], only):
                 seen.add(record["run"])
                 yield path, record
 
@@ -352,16 +371,20 @@ def plot_final(path: Path, rows: list[dict], metric: str, fields: list[str] = ()
     return save_figure(final_figure(rows, metric, list(fields)), path)
 
 
-def summarize(roots: str | Path | list, out: str | Path | None = None, paper: bool = False) -> str:
-    """Aggregate the runs (folders and records) below one or several roots; write the tables and plots
-    into `out` (default: the first root) and, when `out` is given, the record of each completed run
-    into `out/records/`. paper: the paper's Table A1 values beside the rows it has."""
+def summarize(
+    roots: str | Path | list, out: str | Path | None = None, paper: bool = False, only: tuple[str, ...] = ()
+) -> str:
+    """Aggregate the runs (folders and records) below one or several roots, those whose names match
+    one of the glob patterns `only` if given; write the tables and plots into `out` (default: the
+    first root) and, when `out` is given, the record of each completed run into `out/records/`.
+    paper: the paper's Table A1 values beside the rows it has."""
     from hyla.analysis.plots import plot_curves, save_figure
     from hyla.train.run_dir import RunError
 
     roots = [roots] if isinstance(roots, (str, Path)) else list(roots)
-    runs = find_runs(roots)
+    runs = find_runs(roots, only)
     where = ", ".join(map(str, roots))
+    check_only([run["key"] for run in runs], only, where)
     if not runs:
         raise RunError(f"no run folders (with config.json and summary.json) or run records below {where}")
     recorded = write_records(runs, Path(out)) if out is not None else 0
@@ -407,17 +430,17 @@ def run_folders(root: str | Path) -> list[Path]:
     ]
 
 
-def structure_candidates(roots: list[Path], split: str) -> tuple[list[dict], list[str]]:
+def structure_candidates(roots: list[Path], split: str, only: tuple[str, ...] = ()) -> tuple[list[dict], list[str]]:
     """(completed runs with a final metric on `split`: {path, name, config (flat), summary, record
-    (None for a folder)}, one note per run skipped and why): run folders, then the records of runs
-    whose folder is not among them."""
+    (None for a folder)}, one note per run skipped and why), of the runs `selected` by `only`: run
+    folders, then the records of runs whose folder is not among them."""
     from hyla.experiments import records
     from hyla.train.run_dir import RunDir
 
     runs, notes, seen = [], [], set()
     for root in roots:
         for path in run_folders(root):
-            if records.run_key(path) in seen:
+            if records.run_key(path) in seen or not selected(records.run_key(path), only):
                 continue
             seen.add(records.run_key(path))
             name = str(path.relative_to(root)) if path != Path(root) else path.name
@@ -429,7 +452,7 @@ def structure_candidates(roots: list[Path], split: str) -> tuple[list[dict], lis
                 notes.append(f"{name}: unreadable ({' '.join(str(e).split())})")
                 continue
             runs.append({"path": path, "name": name, "config": config, "summary": summary, "record": None})
-    for path, record in unshadowed_records(roots, seen):
+    for path, record in unshadowed_records(roots, seen, only):
         config, summary = _leaves(record["config"]), record["summary"]
         runs.append({"path": path, "name": record["run"], "config": config, "summary": summary, "record": record})
     verdicts = [(run, _structure_note(run, split)) for run in runs]
@@ -551,7 +574,8 @@ def latent_structure(args: ResultsOptions) -> str:
     for folder in args.dirs:
         if not folder.is_dir():
             raise RunError(f"{folder} does not exist or is not a folder")
-    candidates, notes = structure_candidates(list(args.dirs), args.latent_split)
+    candidates, notes = structure_candidates(list(args.dirs), args.latent_split, args.only)
+    check_only([run["name"] for run in candidates], args.only, where)
     if not candidates:
         detail = f" ({len(notes)} skipped: {'; '.join(notes)})" if notes else ""
         raise RunError(
@@ -619,6 +643,8 @@ class ResultsOptions:
     """permutation-test size of each run's topographic p-value"""
     bootstrap: int = 2000
     """bootstrap resamples of runs for the confidence interval (95%, percentile)"""
+    only: tuple[str, ...] = ()
+    """read only the runs whose names match one of these glob patterns, e.g. 'mixer-hyla__s*' (hyla sweep --status)"""
     paper: bool = False
     """beside each row of the tables, the paper's Table A1 value for its task and mixer (OOD R² on fuzzy
     logic, OOD panel accuracy on SRAVEN; mean ± s.e. over 3 seeds, at the paper's budget)"""
@@ -642,5 +668,5 @@ def main(argv: list[str]) -> int:
     from hyla.train.configs import parse_options
 
     args = parse_options(ResultsOptions, argv, "hyla results", __doc__)
-    print(latent_structure(args) if args.latent_structure else summarize(args.dirs, args.out, args.paper))
+    print(latent_structure(args) if args.latent_structure else summarize(args.dirs, args.out, args.paper, args.only))
     return 0

@@ -100,6 +100,9 @@ def test_latent_structure_from_run_records_alone(runs, tmp_path, capsys):
     assert main(["results", str(again), "--latent-structure", *OPTIONS]) == 0
     result = json.loads((again / "latent_structure.json").read_text())
     assert result["overall"] == measured["overall"] and all(p["cached"] for p in result["runs"])
+    assert main(["results", str(again), "--latent-structure", *OPTIONS, "--only", "hyla_s*"]) == 0
+    result = json.loads((again / "latent_structure.json").read_text())
+    assert sorted(p["name"].rsplit("/", 1)[-1] for p in result["runs"]) == ["hyla_s0", "hyla_s1"]
     assert main(["results", str(again), "--latent-structure", *OPTIONS, "--seed", "7"]) == 0
     result = json.loads((again / "latent_structure.json").read_text())
     assert result["runs"] == [] and len(result["skipped"]) == 4

@@ -10,6 +10,7 @@ import pytest
 
 from hyla.experiments.results import against_figure, aggregate, find_runs, fit_figure, fitted_runs, mean_se, summarize
 from hyla.experiments.sweep import SweepSpec, override_flags, run_command, run_status, run_sweep, sweep_status
+from hyla.train.run_dir import RunError
 
 
 def write_spec(tmp_path: Path, text: str) -> Path:
@@ -172,6 +173,27 @@ def test_several_folders_read_as_one_and_a_metric_against_a_numeric_setting(tmp_
         label: container.lines[0].get_xydata().tolist() for container, label in zip(*ax.get_legend_handles_labels())
     }
     assert lines == {"mixer=hyla": [[0.3, 0.8], [0.7, 0.7]], "mixer=softmax": [[0.3, 0.9], [0.7, 0.4]]}
+
+
+def test_only_reads_the_runs_whose_names_match_from_folders_and_records(tmp_path):
+    """--only: Fig. 2C's softmax and HYLA rows from a folder that holds other mixers too; a
+    pattern that matches no run is a one-line error."""
+    runs, out = tmp_path / "runs" / "table_a1", tmp_path / "out"
+    for name, mixer, r2 in (("mixer-hyla__s0", "hyla", 0.9), ("mixer-hyla_identity__s0", "hyla_identity", 0.8)):
+        fake_run(runs, name, mixer, 0, r2)
+    fake_run(runs, "mixer-softmax__s0", "softmax", 0, 0.6)
+    only = ("mixer-hyla__s*", "mixer-softmax__s*")
+    text = summarize(runs, out, only=only)
+    assert "| hyla | 1 | 90.00 |" in text and "| softmax | 1 | 60.00 |" in text and "hyla_identity" not in text
+    assert sorted(p.name for p in (out / "records").rglob("*.run.json")) == [
+        "mixer-hyla__s0.run.json",
+        "mixer-softmax__s0.run.json",
+    ]
+    shutil.rmtree(runs)
+    text = summarize(out, tmp_path / "again", only=("mixer-softmax__s*",))
+    assert "| softmax | 1 | 60.00 |" in text and "| hyla |" not in text
+    with pytest.raises(RunError, match=r"--only 'mixer-linear__s\*' matches none of the runs read below"):
+        summarize(out, only=("mixer-softmax__s*", "mixer-linear__s*"))
 
 
 def test_each_completed_run_is_a_point_of_its_metric_against_its_training_loss(tmp_path):
