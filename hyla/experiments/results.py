@@ -440,9 +440,10 @@ def structure_candidates(roots: list[Path], split: str, only: tuple[str, ...] = 
     runs, notes, seen = [], [], set()
     for root in roots:
         for path in run_folders(root):
-            if records.run_key(path) in seen or not selected(records.run_key(path), only):
+            key = records.run_key(path)
+            if key in seen or not selected(key, only):
                 continue
-            seen.add(records.run_key(path))
+            seen.add(key)
             name = str(path.relative_to(root)) if path != Path(root) else path.name
             run = RunDir(path)
             try:
