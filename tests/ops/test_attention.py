@@ -349,19 +349,35 @@ def test_compiled_attention_records_what_ran_without_recompiling():
     assert counters["stats"]["unique_graphs"] == 1
 
 
-@pytest.mark.parametrize("q_len", [36, 4], ids=["every-query", "last-queries"])
-@pytest.mark.parametrize(
-    "device",
-    ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))],
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+# Measured on an H100 and an H200 (torch 2.11): inductor's backward of the pointwise form is wrong
+# there for every query at SRAVEN's sizes; `auto` keeps HYLA out of the graph on CUDA (naive_eager).
+POINTWISE_ON_CUDA = pytest.mark.xfail(
+    torch.cuda.is_available(), reason="compiled pointwise HYLA gradients are wrong on CUDA", strict=True
 )
-def test_compiled_hyla_uses_the_dropout_mask_it_draws_in_forward_and_backward(device, q_len, monkeypatch):
+
+
+@pytest.mark.parametrize(
+    "device, implementation, q_len",
+    [
+        ("cpu", "auto", 36),
+        ("cpu", "auto", 4),
+        pytest.param("cuda", "auto", 36, marks=CUDA),
+        pytest.param("cuda", "auto", 4, marks=CUDA),
+        pytest.param("cuda", "pointwise", 36, marks=[CUDA, POINTWISE_ON_CUDA]),
+        pytest.param("cuda", "pointwise", 4, marks=CUDA),
+    ],
+)
+def test_compiled_hyla_uses_the_dropout_mask_it_draws_in_forward_and_backward(
+    device, implementation, q_len, monkeypatch
+):
     """A compiled step that draws its attention-dropout mask inside the graph, as a training step of
     MultiHeadAttention does (inductor's own random numbers), computes HYLA's output and gradients
     with that one mask: both equal the float64 reference given the mask the graph returns. SRAVEN's
     shapes (H=16, Dk=Dv=4, 36 keys) with the relative-position bias, for every query and for the
-    last few only (the model's last block). (Compiled HYLA runs with attention dropout did not learn
-    SRAVEN on an H100: experiments/RESULTS.md.)"""
-    monkeypatch.setenv(cpp.DISABLE_ENV, "0")  # the form CUDA compiles: pointwise
+    last few only (the model's last block). `auto` compiles the pointwise form on the CPU (the C++
+    kernel off) and runs naive_eager on CUDA."""
+    monkeypatch.setenv(cpp.DISABLE_ENV, "0")
     g = torch.Generator().manual_seed(0)
     B, T, H, D = 64, 36, 16, 4  # a SRAVEN batch of 64: inductor tiles by size
     q, grad = (torch.randn(B, q_len, H, D, generator=g, dtype=torch.float64) for _ in range(2))
@@ -371,11 +387,11 @@ def test_compiled_hyla_uses_the_dropout_mask_it_draws_in_forward_and_backward(de
 
     def step(q, k, v, bias):
         keep = torch.bernoulli(torch.full((q_len, T), 0.9, device=q.device)) / 0.9  # as draw_dropout_mask
-        return attention(q, k, v, **axes("hyla"), bias=bias, dropout_mask=keep), keep
+        return attention(q, k, v, **axes("hyla"), bias=bias, dropout_mask=keep, implementation=implementation), keep
 
     torch._dynamo.reset()
     torch.manual_seed(0)
-    out, keep = torch.compile(step, fullgraph=True)(*inputs)
+    out, keep = torch.compile(step)(*inputs)
     got = torch.autograd.grad(out, inputs, grad.to(device, torch.float32))
     assert 0 < (keep == 0).sum() < keep.numel()  # the graph dropped some pairs, not all
     leaves = [t.requires_grad_() for t in (q, k, v, bias)]
@@ -383,6 +399,37 @@ def test_compiled_hyla_uses_the_dropout_mask_it_draws_in_forward_and_backward(de
     assert_close(out.double().cpu(), want, rtol=2e-4, atol=2e-4)
     for got_grad, want_grad in zip(got, torch.autograd.grad(want, leaves, grad)):
         assert_close(got_grad.double().cpu(), want_grad, rtol=2e-4, atol=2e-4)
+
+
+@pytest.mark.parametrize("value_network, expected", [("mlp", "naive_eager"), ("linear", "pointwise")])
+def test_compiled_auto_keeps_hyla_out_of_the_graph_off_the_cpu(value_network, expected, monkeypatch):
+    """Under torch.compile on a device other than the CPU (here meta tensors), `auto` runs HYLA's
+    value network eagerly and compiles the linear one in the pointwise form."""
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    q = torch.empty(2, 9, 3, 4, device="meta")
+    assert choose_implementation(q, q, 9, value_network, None, "rms_head") == expected
+
+
+def test_naive_eager_runs_outside_the_compiled_graph():
+    """naive_eager inside a compiled function is a graph break: attention_naive runs eagerly there,
+    and outputs and gradients equal the reference's."""
+    module = sys.modules["hyla.ops.attention.naive"]
+    compiling = []
+    naive = module.attention_naive
+
+    def spy(*args, **kwargs):
+        compiling.append(torch.compiler.is_compiling())
+        return naive(*args, **kwargs)
+
+    q, k, v, b, _, d, grad = seeded_case((3, 8, 8, 4, 2, 2), torch.float32, True, False, True)
+    kwargs = dict(**axes("hyla"), bias=b, dropout_mask=d)
+    torch._dynamo.reset()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(module, "attention_naive", spy)
+        out = torch.compile(lambda q, k, v: attention(q, k, v, **kwargs, implementation="naive_eager") * 2)(q, k, v)
+    assert compiling == [False]
+    reference, _ = attention_naive(q, k, v, **kwargs)
+    assert_same_outputs_and_grads(out / 2, reference, [q, k, v, b], grad, rtol=1e-6, atol=1e-6)
 
 
 # --- 5. every mixer: latent shapes, masks and extreme scores, dtypes ------------------------------
@@ -459,5 +506,5 @@ def test_streamed_needs_the_mlp_value_network():
 
 
 def test_unknown_implementation_lists_valid_choices():
-    with pytest.raises(ValueError, match="auto, naive, pointwise, cpp, streamed, fused"):
+    with pytest.raises(ValueError, match="auto, naive, naive_eager, pointwise, cpp, streamed, fused"):
         attention(*qkv(), normalization="softmax", value_network="mlp", implementation="flash")

@@ -21,12 +21,19 @@ the same function and is tested against it on outputs AND gradients in float64
                     relu/identity, float32/64), kernel built   pair in registers
     `streamed`      mlp, B·Tq·Tk·Dv > STREAM_THRESHOLD         memory: [B, Tq, Tk, Dv] exists
                                                                one key block at a time
+    `naive_eager`   mlp, under torch.compile, not on the CPU   compiled on CUDA, the pointwise
+                                                               form's gradients were wrong
     `pointwise`     under torch.compile, Dv <=                 inductor fuses it; tiny heads
                     POINTWISE_MAX_HEAD_DIM                     make matmuls slow
     `fused`         mlp, eager, CPU, a dropout mask shared     hand-written backward: fewer
                     by the heads, no autocast                  passes over memory
     `naive`         otherwise (e.g. the linear value network   the reference; fast enough there
                     eagerly, CUDA)
+
+`naive_eager` is `naive` kept out of the compiled graph (a graph break). Inductor compiled the
+pointwise form's backward wrongly on an H100 and an H200 (torch 2.11) at SRAVEN's sizes, while
+eager `naive` trained there as on the CPU (docs/gpu.md); compiled HYLA runs only where it was
+checked, the CPU.
 
 What each fast path gains is measured in the speed ledger, docs/speed.md.
 
@@ -57,13 +64,13 @@ from hyla.ops.attention.common import (
     scores,
 )
 from hyla.ops.attention.fused import fusable, hyla_fused
-from hyla.ops.attention.naive import attention_naive
+from hyla.ops.attention.naive import attention_naive, attention_naive_eager
 from hyla.ops.attention.pointwise import attention_pointwise
 from hyla.ops.attention.streamed import hyla_streamed
 from hyla.ops.torch_internals import constant_under_compile
 
 # Implementations of any value network: return (output, latent codes).
-GENERAL = {"naive": attention_naive, "pointwise": attention_pointwise}
+GENERAL = {"naive": attention_naive, "naive_eager": attention_naive_eager, "pointwise": attention_pointwise}
 
 
 def hyla_triton(q, k, v, **kwargs):
@@ -90,7 +97,7 @@ TRITON_INSTALLED = importlib.util.find_spec("triton") is not None
 # kernels were faster than the PyTorch forms: `auto` takes them there only. The suite: the CUDA and
 # Triton tests and benchmarks/bench_triton_attention.py (docs/speed.md). Elsewhere opt in with
 # implementation="triton" or HYLA_TRITON=1.
-TRITON_VALIDATED = {(9, 0): "NVIDIA H100 80GB HBM3, torch 2.11, Triton 3.6, 2026-11-24"}
+TRITON_VALIDATED = {(9, 0): "NVIDIA H100 80GB HBM3, 2026-11-24 (tests also on an H200, 11-26); torch 2.11, Triton 3.6"}
 TRITON_ENV = "HYLA_TRITON"
 # `auto` streams HYLA once its hidden tensor [B, Tq, Tk, Dv] would exceed this many elements.
 STREAM_THRESHOLD = 1 << 24
@@ -124,7 +131,7 @@ def attention(
         mask: bool, broadcastable to [B, H, Tq, Tk], True = attend. Fully masked rows give 0.
         return_scores: also return the latent codes a [B, H, Tq, Tk] (normalized, no dropout).
         dropout_mask: multiplies a after normalization (attention dropout: keep-mask / keep).
-        implementation: "auto" | "naive" | "pointwise" | "cpp" | "streamed" | "fused" | "triton"
+        implementation: "auto" | "naive" | "naive_eager" | "pointwise" | "cpp" | "streamed" | "fused" | "triton"
             (cpp, streamed, fused, triton: mlp only; cpp: CPU, see `cpp.covers`; triton:
             normalization none or rms_head, CUDA or Triton's interpreter); the module docstring's
             table says what auto picks.
@@ -205,6 +212,8 @@ def choose_implementation(
     if value_network == "mlp" and hidden_elements > STREAM_THRESHOLD:
         return "streamed"
     if torch.compiler.is_compiling():
+        if value_network == "mlp" and q.device.type != "cpu":
+            return "naive_eager"
         return "pointwise" if v.shape[-1] <= POINTWISE_MAX_HEAD_DIM else "naive"
     # (the fused backward computes in its inputs' dtype: under autocast they mix bfloat16 and float32)
     if (

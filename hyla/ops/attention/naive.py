@@ -1,7 +1,8 @@
 """The plain reference: every normalization and value network as einsums, short enough to check
 against the paper by eye (docs/math.md): multi-head attention as a hypernetwork (Eq. 4-5) for the
 linear value network, HYLA (Eq. 6-7) for the mlp one. Materializes the [B, Tq, Tk, Dv] tensor of
-HYLA's first layer; the other implementations in this folder are tested against it."""
+HYLA's first layer; the other implementations in this folder are tested against it.
+`attention_naive_eager` is the same function kept out of torch.compile's graphs."""
 
 from __future__ import annotations
 
@@ -34,3 +35,14 @@ def attention_naive(
     # HYLA (Eq. 6-7): the code generates layer 1 (sum over heads) and layer 2 (sum over keys).
     hidden = ACTIVATION_FNS[activation](torch.einsum("bhqk,bkhd->bqkd", weights, v))  # [B, Tq, Tk, Dv]
     return torch.einsum("bhqk,bqkd->bqhd", weights, hidden), a
+
+
+def attention_naive_eager(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`attention_naive`, run eagerly also inside a function that torch.compile compiles: a graph
+    break there (which fullgraph=True refuses), so inductor never compiles it. Same arguments and
+    results."""
+    if not torch.compiler.is_compiling():
+        return attention_naive(q, k, v, **kwargs)
+    return torch.compiler.disable(attention_naive)(q, k, v, **kwargs)
