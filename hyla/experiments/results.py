@@ -26,7 +26,6 @@ across runs with a bootstrap interval, overall and per mixer. Writes `latent_str
 from __future__ import annotations
 
 import csv
-import fnmatch
 import json
 import math
 import sys
@@ -40,6 +39,7 @@ from tyro.conf import Positional
 
 from hyla.analysis import tables
 from hyla.analysis.tables import format_duration
+from hyla.experiments.sweep import name_matches, unmatched_pattern
 from hyla.train.jsonio import write_json
 
 if TYPE_CHECKING:
@@ -68,20 +68,24 @@ def _leaves(d: dict, prefix: str = "") -> dict:
     return out
 
 
+def run_name(key: str) -> str:
+    """The run name of the key `<sweep folder>/<run name>`."""
+    return key.rsplit("/", 1)[-1]
+
+
 def selected(key: str, only: tuple[str, ...]) -> bool:
     """Whether the run `<sweep folder>/<run name>` is read: its name matches one of the glob
     patterns `only` (`hyla sweep --only`), or `only` is empty."""
-    name = key.rsplit("/", 1)[-1]
-    return not only or any(fnmatch.fnmatchcase(name, pattern) for pattern in only)
+    return not only or name_matches(run_name(key), only)
 
 
 def check_only(keys: list[str], only: tuple[str, ...], where: str) -> None:
     """A RunError naming the first pattern of `only` that matches none of the runs read."""
     from hyla.train.run_dir import RunError
 
-    for pattern in only:
-        if not any(selected(key, (pattern,)) for key in keys):
-            raise RunError(f"--only {pattern!r} matches none of the runs read below {where} (it matches run names)")
+    pattern = unmatched_pattern([run_name(key) for key in keys], only)
+    if pattern is not None:
+        raise RunError(f"--only {pattern!r} matches none of the runs read below {where} (it matches run names)")
 
 
 def find_runs(roots: list[Path], only: tuple[str, ...] = ()) -> list[dict]:

@@ -82,6 +82,16 @@ from hyla.train.run_dir import RunDir
 SPEC_KEYS = ("name", "preset", "out_dir", "seeds", "overrides", "grid", "parallel", "slurm", "results")
 
 
+def name_matches(name: str, patterns) -> bool:
+    """Whether the run name matches one of the glob `patterns` (`--only`)."""
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
+def unmatched_pattern(names: list[str], patterns) -> str | None:
+    """The first of the glob `patterns` that matches none of the run `names`, or None."""
+    return next((pattern for pattern in patterns if not any(name_matches(n, (pattern,)) for n in names)), None)
+
+
 @dataclass
 class Run:
     name: str
@@ -151,16 +161,16 @@ class SweepSpec:
                     seen.add(name)
                     runs.append(Run(name, seed, {**self.overrides, **point}, point))
         if self.only:
-            runs = [r for r in runs if any(fnmatch.fnmatchcase(r.name, pattern) for pattern in self.only)]
+            runs = [r for r in runs if name_matches(r.name, self.only)]
         return runs
 
     def select(self, patterns: list[str]) -> None:
         """Restrict the sweep to the runs whose names match one of the glob `patterns`; a pattern that
         matches no run is a ValueError naming the runs there are."""
         names = [r.name for r in self.runs()]
-        for pattern in patterns:
-            if not fnmatch.filter(names, pattern):
-                raise ValueError(f"--only {pattern!r} matches no run; the runs: {', '.join(names)}")
+        pattern = unmatched_pattern(names, patterns)
+        if pattern is not None:
+            raise ValueError(f"--only {pattern!r} matches no run; the runs: {', '.join(names)}")
         self.only = list(patterns)
 
     def local_threads(self) -> int:
