@@ -131,9 +131,12 @@ class MultiHeadAttention(nn.Module):
             )
 
     def draw_dropout_mask(self, q_len: int, k_len: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-        """The attention-dropout keep-mask [q_len, k_len], scaled by 1 / keep, from the global generator."""
+        """The attention-dropout keep-mask [q_len, k_len] on `device`, scaled by 1 / keep, from the
+        CPU's global generator, so that a seed gives the same masks on every device. (Inside compiled
+        code it is drawn on `device`, from that device's generator: a CUDA graph holds no CPU work.)"""
         keep = 1.0 - self.dropout
-        return torch.bernoulli(torch.full((q_len, k_len), keep, device=device, dtype=dtype)) / keep
+        drawn_on = device if torch.compiler.is_compiling() else "cpu"
+        return (torch.bernoulli(torch.full((q_len, k_len), keep, device=drawn_on, dtype=dtype)) / keep).to(device)
 
     def extra_repr(self) -> str:
         m = self.mixer

@@ -178,13 +178,13 @@ class Trainer:
         return batch.to(self.ctx.device)
 
     def seed_dropout(self, step: int) -> None:
-        """Attention dropout draws from the global generator: seed it from the step, so the masks do
-        not depend on what ran before (train() restores the generator's state when it returns)."""
+        """Attention dropout draws from the CPU's global generator (a compiled step on CUDA, from the
+        GPU's): seed them from the step, so the masks do not depend on what ran before (train()
+        restores the generators' states when it returns)."""
         seed = stable_seed(self.cfg.seed, "step", step)
+        torch.default_generator.manual_seed(seed)  # the CPU generator only: cheaper than manual_seed
         if self.ctx.device.type == "cuda":
             torch.cuda.manual_seed(seed)
-        else:
-            torch.default_generator.manual_seed(seed)  # the CPU generator only: cheaper than manual_seed
 
     def _update(self, step: int, batch):
         self.seed_dropout(step)

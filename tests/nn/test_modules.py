@@ -102,6 +102,21 @@ def test_attention_dropout_drops_whole_latent_codes():
     assert_close(y_eval.view(batch, q_len, heads, k_len).permute(0, 2, 1, 3), latents_eval)
 
 
+def test_dropout_masks_are_the_same_on_every_device():
+    """A keep-mask for another device (here meta) is drawn from the CPU's generator, as a CPU
+    mask is: a seed gives the same masks on a CPU and a GPU."""
+    mha = readout_module(4, 8, 0.5)
+    torch.manual_seed(0)
+    on_cpu = mha.draw_dropout_mask(6, 8, torch.device("cpu"), torch.float32)
+    torch.manual_seed(0)
+    state = torch.get_rng_state()
+    elsewhere = mha.draw_dropout_mask(6, 8, torch.device("meta"), torch.float32)
+    assert elsewhere.device.type == "meta" and elsewhere.shape == on_cpu.shape
+    assert not torch.equal(torch.get_rng_state(), state)  # drawn from the CPU generator
+    torch.set_rng_state(state)
+    assert torch.equal(mha.draw_dropout_mask(6, 8, torch.device("cpu"), torch.float32), on_cpu)
+
+
 @pytest.mark.parametrize("normalization", ["softmax", "none", "rms_head"])
 def test_return_latents_gives_the_normalized_scores(normalization):
     mha = MultiHeadAttention(12, 3, "hyla", normalization=normalization, qk_dim=6)
