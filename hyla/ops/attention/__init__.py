@@ -31,9 +31,9 @@ the same function and is tested against it on outputs AND gradients in float64
                     eagerly, CUDA)
 
 `naive_eager` is `naive` kept out of the compiled graph (a graph break). Inductor compiled the
-pointwise form's backward wrongly on an H100 and an H200 (torch 2.11) at SRAVEN's sizes, while
-eager `naive` trained there as on the CPU (docs/gpu.md); compiled HYLA runs only where it was
-checked, the CPU.
+pointwise form's backward wrongly on an H200 (torch 2.11) at SRAVEN's sizes, and the SRAVEN HYLA
+model compiled on an H100 did not learn, while eager `naive` did (docs/gpu.md): compiled HYLA runs
+only where it was checked, the CPU.
 
 What each fast path gains is measured in the speed ledger, docs/speed.md.
 
