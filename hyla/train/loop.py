@@ -96,10 +96,10 @@ def resolve_compile_mode(mode: str, device: torch.device) -> str:
 
 # Compiled on CUDA, the paper's SRAVEN HYLA model did not learn on an H100 (3 of 3 seeds at chance
 # after 40k steps) while softmax and linear attention compiled the same way learned, and eager HYLA
-# runs on an H200 learned, if less well than on the CPU (experiments/RESULTS.md). The fault: inductor's backward of
-# HYLA's pointwise form on CUDA (tests/ops/test_attention.py); `auto` now keeps HYLA out of the
-# graph there (naive_eager). A compiled model around it has not trained on a GPU yet: until one
-# has, such models train eagerly.
+# runs on an H200 learned, if less well than on the CPU (experiments/RESULTS.md). The fault:
+# inductor's backward of HYLA's pointwise form on CUDA (tests/ops/test_attention.py); `auto` now
+# keeps HYLA out of the graph there (naive_eager). A compiled model around it has not trained on a
+# GPU yet: until one has, such models train eagerly.
 COMPILED_HYLA_ON_CUDA = (
     "train.compile is ignored for a model with HYLA's value network on CUDA: compiled, the SRAVEN "
     "HYLA model did not learn on an H100 (docs/gpu.md); training eagerly"
