@@ -8,7 +8,8 @@ A group of one seed shows no error bar. Writes `results.md` (a table per main me
 accuracy where the task reports it), `results.csv`, `results.json`, `results_<metric>.png` (final
 metric per split), `curves_<metric>.png` (training loss and evaluation curves against steps and
 training examples seen) and, for each numeric setting the groups vary (a held-out fraction, say),
-`<metric>_vs_<setting>.png`: the final metric against it, a line per group of the other settings.
+`<metric>_vs_<setting>.png`: the final metric against it, a line per group of the other settings
+(on a log axis where the values span a factor of 10 or more, as 1 and 16 heads).
 Several folders are read as one. Run records (hyla.experiments.records) count as run folders, and
 `--out DIR` keeps the record of every completed run read in `DIR/records/`, so that DIR, committed,
 regenerates its tables without the run folders.
@@ -308,8 +309,13 @@ def against_figure(rows: list[dict], metric: str, x_field: str) -> Figure:
     for row in rows:
         others = {f: v for f, v in row["group"].items() if f != x_field}
         lines[_label(others)].append((row["group"][x_field], row))
+    xs = sorted({row["group"][x_field] for row in rows})
+    log_axis = xs[0] > 0 and xs[-1] >= 10 * xs[0]  # e.g. 1 and 16 heads: evenly spaced doublings
     fig = Figure(figsize=(3.6 * max(1, len(splits)), 3.4))
     for ax, split in zip(fig.subplots(1, max(1, len(splits)), squeeze=False)[0], splits):
+        if log_axis:
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(xs, [f"{x:g}" for x in xs])
         for i, (label, points) in enumerate(sorted(lines.items())):
             points = sorted((x, row["values"].get(f"{split}/{metric}")) for x, row in points)
             points = [(x, stat) for x, stat in points if stat is not None]

@@ -173,6 +173,20 @@ def test_several_folders_read_as_one_and_a_metric_against_a_numeric_setting(tmp_
         label: container.lines[0].get_xydata().tolist() for container, label in zip(*ax.get_legend_handles_labels())
     }
     assert lines == {"mixer=hyla": [[0.3, 0.8], [0.7, 0.7]], "mixer=softmax": [[0.3, 0.9], [0.7, 0.4]]}
+    assert ax.get_xscale() == "linear"  # fractions within a factor of 10
+
+
+def test_a_setting_that_spans_a_factor_of_ten_is_drawn_on_a_log_axis(tmp_path):
+    """Fig. 5C: 1 head against 16 on a log axis, ticked at the values swept."""
+    for heads, r2 in ((1, 0.2), (16, 0.6)):
+        fake_run(tmp_path, f"h{heads}", "hyla", 0, r2)
+        config = json.loads((tmp_path / f"h{heads}" / "config.json").read_text())
+        config["model"]["num_heads"] = heads
+        (tmp_path / f"h{heads}" / "config.json").write_text(json.dumps(config))
+    _, rows = aggregate(find_runs([tmp_path]))
+    ax = against_figure(rows, "r2", "model.num_heads").axes[0]
+    assert ax.get_xscale() == "log" and list(ax.get_xticks()) == [1, 16]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "16"]
 
 
 def test_only_reads_the_runs_whose_names_match_from_folders_and_records(tmp_path):
