@@ -189,7 +189,13 @@ def aggregate(runs: list[dict]) -> tuple[list[str], list[dict]]:
                     values[name].append(s[name])
         row["values"] = {name: mean_se(v) for name, v in values.items() if len(v) == len(completed)}
         rows.append(row)
-    return fields, rows
+    return fields, sorted(rows, key=lambda row: [_sort_key(row["group"][f]) for f in fields])
+
+
+def _sort_key(value) -> tuple:
+    """Numbers in numeric order (1 head before 16), before anything else in the order of its JSON text."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return (0, value, "") if number else (1, 0, json.dumps(value))
 
 
 def _label(group: dict) -> str:

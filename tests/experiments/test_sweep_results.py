@@ -176,14 +176,16 @@ def test_several_folders_read_as_one_and_a_metric_against_a_numeric_setting(tmp_
     assert ax.get_xscale() == "linear"  # fractions within a factor of 10
 
 
-def test_a_setting_that_spans_a_factor_of_ten_is_drawn_on_a_log_axis(tmp_path):
-    """Fig. 5C: 1 head against 16 on a log axis, ticked at the values swept."""
-    for heads, r2 in ((1, 0.2), (16, 0.6)):
-        fake_run(tmp_path, f"h{heads}", "hyla", 0, r2)
-        config = json.loads((tmp_path / f"h{heads}" / "config.json").read_text())
+def test_a_setting_that_spans_a_factor_of_ten_is_drawn_on_a_log_axis_and_sorted(tmp_path):
+    """Fig. 5C: 1 head against 16 on a log axis, ticked at the values swept; the table's rows in the
+    numbers' order, whatever the order of the run names."""
+    for name, heads, r2 in (("a", 16, 0.6), ("b", 1, 0.2)):
+        fake_run(tmp_path, name, "hyla", 0, r2)
+        config = json.loads((tmp_path / name / "config.json").read_text())
         config["model"]["num_heads"] = heads
-        (tmp_path / f"h{heads}" / "config.json").write_text(json.dumps(config))
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
     _, rows = aggregate(find_runs([tmp_path]))
+    assert [row["group"]["model.num_heads"] for row in rows] == [1, 16]
     ax = against_figure(rows, "r2", "model.num_heads").axes[0]
     assert ax.get_xscale() == "log" and list(ax.get_xticks()) == [1, 16]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "16"]
