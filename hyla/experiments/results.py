@@ -160,9 +160,9 @@ def varying_fields(runs: list[dict]) -> list[str]:
 
 
 def aggregate(runs: list[dict]) -> tuple[list[str], list[dict]]:
-    """(group fields, one row per group): {group values, n (completed runs), unfinished (runs not
-    completed: running, interrupted or failed), seeds, <split>/<metric>: (mean, se), train_loss,
-    steps_per_second}."""
+    """(group fields, one row per group, in the order of the groups' values): {group values, n
+    (completed runs), unfinished (runs not completed: running, interrupted or failed), seeds,
+    <split>/<metric>: (mean, se), train_loss, steps_per_second}."""
     fields = varying_fields(runs)
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for run in runs:
