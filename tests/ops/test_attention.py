@@ -350,8 +350,9 @@ def test_compiled_attention_records_what_ran_without_recompiling():
 
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-# Measured on an H200 (torch 2.11): inductor's backward of the pointwise form is wrong there for
-# every query at SRAVEN's sizes; `auto` keeps HYLA out of the graph on CUDA (naive_eager).
+# Measured on an H200 and an H100 (torch 2.11; with inductor's mix-order reduction on or off):
+# inductor's backward of the pointwise form is wrong there for every query at SRAVEN's sizes;
+# `auto` keeps HYLA out of the graph on CUDA (naive_eager).
 POINTWISE_ON_CUDA = pytest.mark.xfail(
     torch.cuda.is_available(), reason="compiled pointwise HYLA gradients are wrong on CUDA", strict=True
 )
