@@ -97,7 +97,7 @@ TRITON_INSTALLED = importlib.util.find_spec("triton") is not None
 # kernels were faster than the PyTorch forms: `auto` takes them there only. The suite: the CUDA and
 # Triton tests and benchmarks/bench_triton_attention.py (docs/speed.md). Elsewhere opt in with
 # implementation="triton" or HYLA_TRITON=1.
-TRITON_VALIDATED = {(9, 0): "NVIDIA H100 80GB HBM3, 2026-11-24 (tests again on an H100 and an H200, 11-26); torch 2.11, Triton 3.6"}
+TRITON_VALIDATED = {(9, 0): "NVIDIA H100 80GB HBM3, 2026-11-24 (tests again 11-26: H100, H200); torch 2.11, Triton 3.6"}
 TRITON_ENV = "HYLA_TRITON"
 # `auto` streams HYLA once its hidden tensor [B, Tq, Tk, Dv] would exceed this many elements.
 STREAM_THRESHOLD = 1 << 24
