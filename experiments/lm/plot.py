@@ -61,7 +61,8 @@ def plot(runs: list[dict], out: Path) -> None:
 
 def table(runs: list[dict]) -> str:
     """One row per run, then the mean over seeds of every mixer with finished runs."""
-    lines = ["| mixer | seed | parameters | valid NLL | valid ppl | train loss (last 100 steps) | steps | wall time | steps/s |",
+    lines = ["| mixer | seed | parameters | valid NLL | valid ppl | train loss (last 100 steps)"
+             " | steps | wall time | steps/s |",
              "|---|---|---|---|---|---|---|---|---|"]
     finished: dict[str, list[tuple[float, float]]] = {}
     for run in runs:
