@@ -202,8 +202,8 @@ def summary_text(result: dict) -> str:
 
 
 def structure_figure(points: list[dict], result: dict):
-    """Scatter of the runs: topographic similarity (x) against the final metric (y), coloured by
-    mixer, rho [CI] per mixer in the legend and overall in the title."""
+    """Scatter of the runs: topographic similarity (x) against the final metric (y), coloured (then
+    marked) by mixer, rho [CI] per mixer in the legend and overall in the title."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(7.5, 4.2))
@@ -215,6 +215,7 @@ def structure_figure(points: list[dict], result: dict):
             [p["topographic_similarity"] for p in members],
             [p["metric"] for p in members],
             color=f"C{i % 10}",
+            marker="os^D"[i // 10 % 4],  # past 10 groups the colours repeat: the marker tells them apart
             label=f"{mixer} (n={s['n']}{rho})",
             s=30,
             alpha=0.85,

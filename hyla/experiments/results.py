@@ -566,7 +566,7 @@ def _structure_point(run: dict, entry: dict, split: str, cached: bool) -> tuple[
         "name": run["name"],
         "path": str(Path(run["path"]).resolve()),
         "task": entry["task"],
-        "mixer": entry["mixer"],
+        "mixer": _mixer_label(run["config"]),
         "seed": entry["seed"],
         "steps": summary.get("step"),
         "metric_name": metric_name,
@@ -577,6 +577,13 @@ def _structure_point(run: dict, entry: dict, split: str, cached: bool) -> tuple[
         "codes": entry["codes"],
         "cached": cached,
     }, None
+
+
+def _mixer_label(config: dict) -> str:
+    """A run's group in the latent-structure correlation: its mixer, with " + MoE" where a mixture of
+    experts replaces the feed-forward layer (`config` flat, as `_leaves` gives it)."""
+    mixer = config["model.mixer"]
+    return f"{mixer} + MoE" if config.get("model.num_experts") else mixer
 
 
 def latent_structure(args: ResultsOptions) -> str:

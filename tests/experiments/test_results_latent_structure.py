@@ -107,3 +107,40 @@ def test_latent_structure_from_run_records_alone(runs, tmp_path, capsys):
     result = json.loads((again / "latent_structure.json").read_text())
     assert result["runs"] == [] and len(result["skipped"]) == 4
     assert all("not measured with these options" in note for note in result["skipped"])
+
+
+def test_mixture_of_experts_runs_are_a_group_of_their_own(runs, tmp_path):
+    """A HYLA run with experts in place of the feed-forward layer is correlated within "hyla + MoE",
+    not pooled with the HYLA runs."""
+    cfg = tiny_config(tmp_path / "moe", name="hyla_moe_s0", steps=6, eval_every=0)
+    train(replace(cfg, model=replace(cfg.model, num_experts=3, experts_top_k=2)))
+    assert (
+        main(
+            ["results", str(runs), str(tmp_path / "moe"), "--latent-structure", "--out", str(tmp_path / "a"), *OPTIONS]
+        )
+        == 0
+    )
+    result = json.loads((tmp_path / "a" / "latent_structure.json").read_text())
+    assert {p["name"]: p["mixer"] for p in result["runs"]}["hyla_moe_s0"] == "hyla + MoE"
+    assert {m: s["n"] for m, s in result["per_mixer"].items()} == {"hyla": 2, "hyla + MoE": 1, "softmax": 2}
+    assert result["overall"]["n"] == 5
+
+
+def test_scatter_tells_more_than_ten_mixers_apart():
+    """Eleven groups (Table A1's rows) outnumber the ten colours: no two share colour and marker."""
+    from hyla.analysis.structure import structure_figure
+
+    mixers = [f"mixer{i}" for i in range(11)]
+    points = [{"mixer": m, "topographic_similarity": 0.1 * i, "metric": 0.5} for i, m in enumerate(mixers)]
+    stats = {"n": 1, "rho": None, "ci_low": None, "ci_high": None}
+    result = {
+        "per_mixer": {m: stats for m in mixers},
+        "overall": {**stats, "n": 11},
+        "confidence": 0.95,
+        "options": {"split": "ood"},
+        "codes": "last layer",
+        "metric_name": "r2",
+    }
+    groups = structure_figure(points, result).axes[0].collections
+    looks = {(tuple(g.get_facecolor()[0]), g.get_paths()[0].vertices.tobytes()) for g in groups}
+    assert len(groups) == 11 and len(looks) == 11
