@@ -42,9 +42,16 @@ def main() -> None:
     names = register()
     print(f"registered attention implementations: {', '.join(names)}")
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=64,
-                         attn_implementation=args.attn)
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=8,
+        max_position_embeddings=64,
+        attn_implementation=args.attn,
+    )
     model = LlamaForCausalLM(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
     generator = torch.Generator().manual_seed(1)
@@ -62,9 +69,14 @@ def main() -> None:
     ids, _ = copy_batch(4, args.length, torch.Generator().manual_seed(2))
     prompt = ids[:, : args.length + 1]
     with torch.no_grad():
-        out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=args.length,
-                             do_sample=False, pad_token_id=SEPARATOR)  # uses the KV cache
-    copied = out[:, args.length + 1:]
+        out = model.generate(
+            prompt,
+            attention_mask=torch.ones_like(prompt),
+            max_new_tokens=args.length,
+            do_sample=False,
+            pad_token_id=SEPARATOR,
+        )  # uses the KV cache
+    copied = out[:, args.length + 1 :]
     accuracy = (copied == prompt[:, : args.length]).float().mean().item()
     print(f"{args.attn}: generated copies match the prefix on {accuracy:.0%} of the tokens")
     print("prefix   ", prompt[0, : args.length].tolist())

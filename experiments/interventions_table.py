@@ -39,8 +39,11 @@ def cell(values: list[float]) -> str:
 
 def main(root: str, site: str) -> None:
     values = scores(root, site)
-    print("| run | split | unpatched | " + " | ".join(f"{layer}: patched / random task / shuffled heads"
-                                                       for layer in LAYERS) + " |")
+    print(
+        "| run | split | unpatched | "
+        + " | ".join(f"{layer}: patched / random task / shuffled heads" for layer in LAYERS)
+        + " |"
+    )
     print("|---" * (3 + len(LAYERS)) + "|")
     for run in sorted({key[0] for key in values}):
         for split in ("valid", "ood"):

@@ -30,8 +30,11 @@ def package_docstrings(package: str) -> list[str]:
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         return []
-    return [doc for root in spec.submodule_search_locations
-            for doc in source_docstrings(Path(root), {"tests", "test", "testing"})]
+    return [
+        doc
+        for root in spec.submodule_search_locations
+        for doc in source_docstrings(Path(root), {"tests", "test", "testing"})
+    ]
 
 
 def main(argv=None):

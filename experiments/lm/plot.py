@@ -28,8 +28,16 @@ def read_runs(folder: Path) -> list[dict]:
         summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").exists() else {}
         env = json.loads((run / "env.json").read_text()) if (run / "env.json").exists() else {}
         config = json.loads((run / "config.json").read_text())
-        runs.append({"name": run.name, "mixer": config["model"]["mixer"], "records": records,
-                     "summary": summary, "env": env, "config": config})
+        runs.append(
+            {
+                "name": run.name,
+                "mixer": config["model"]["mixer"],
+                "records": records,
+                "summary": summary,
+                "env": env,
+                "config": config,
+            }
+        )
     order = {m: i for i, m in enumerate(MIXER_ORDER)}
     return sorted(runs, key=lambda r: (order.get(r["mixer"], len(order)), r["name"]))
 
@@ -61,9 +69,11 @@ def plot(runs: list[dict], out: Path) -> None:
 
 def table(runs: list[dict]) -> str:
     """One row per run, then the mean over seeds of every mixer with finished runs."""
-    lines = ["| mixer | seed | parameters | valid NLL | valid ppl | train loss (last 100 steps)"
-             " | steps | wall time | steps/s |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| mixer | seed | parameters | valid NLL | valid ppl | train loss (last 100 steps)"
+        " | steps | wall time | steps/s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     finished: dict[str, list[tuple[float, float]]] = {}
     for run in runs:
         s = run["summary"]
@@ -73,15 +83,21 @@ def table(runs: list[dict]) -> str:
         lines.append(
             f"| {run['mixer']} | {run['config']['seed']} | {s.get('num_parameters', 0):,} | {nll:.3f} | "
             f"{math.exp(nll):.1f} | {s.get('train_loss') or math.nan:.3f} | {s.get('step')} | "
-            f"{s.get('wall_time_s', 0) / 60:.1f} min | {s.get('steps_per_second') or math.nan:.2f} |")
-    lines += ["", "| mixer | runs | valid NLL (mean ± s.e.) | valid ppl (of the mean NLL) | train loss (mean) |",
-              "|---|---|---|---|---|"]
+            f"{s.get('wall_time_s', 0) / 60:.1f} min | {s.get('steps_per_second') or math.nan:.2f} |"
+        )
+    lines += [
+        "",
+        "| mixer | runs | valid NLL (mean ± s.e.) | valid ppl (of the mean NLL) | train loss (mean) |",
+        "|---|---|---|---|---|",
+    ]
     for mixer, values in finished.items():
         nlls = [v[0] for v in values]
         mean = sum(nlls) / len(nlls)
         se = (sum((x - mean) ** 2 for x in nlls) / (len(nlls) - 1) / len(nlls)) ** 0.5 if len(nlls) > 1 else math.nan
-        lines.append(f"| {mixer} | {len(nlls)} | {mean:.3f} ± {se:.3f} | {math.exp(mean):.1f} | "
-                     f"{sum(v[1] for v in values) / len(values):.3f} |")
+        lines.append(
+            f"| {mixer} | {len(nlls)} | {mean:.3f} ± {se:.3f} | {math.exp(mean):.1f} | "
+            f"{sum(v[1] for v in values) / len(values):.3f} |"
+        )
     return "\n".join(lines)
 
 
