@@ -8,8 +8,9 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Annotated
 
-from tyro.conf import Positional
+from tyro.conf import Positional, arg
 
 from hyla.train.configs import (
     PRESETS,
@@ -88,12 +89,12 @@ class EvalOptions:
 
     run: Positional[Path]
     """run folder"""
-    split: list[str] | None = None
-    """splits to evaluate (default: the task's evaluation splits)"""
-    samples: int | None = None
-    """samples per split (default: the run's train.final_eval_samples)"""
-    batch_size: int | None = None
-    """default: the run's train.eval_batch_size"""
+    split: Annotated[list[str] | None, arg(help_behavior_hint="(default: the task's evaluation splits)")] = None
+    """splits to evaluate"""
+    samples: Annotated[int | None, arg(help_behavior_hint="(default: the run's train.final_eval_samples)")] = None
+    """samples per split"""
+    batch_size: Annotated[int | None, arg(help_behavior_hint="(default: the run's train.eval_batch_size)")] = None
+    """evaluation batch size"""
     device: str = "cpu"
     """cpu | cuda | cuda:N"""
 
@@ -155,8 +156,8 @@ class ExportOptions:
 
     run: Positional[Path]
     """run folder"""
-    out: Path | None = None
-    """output folder (default: RUN/export); one that is not empty is refused"""
+    out: Annotated[Path | None, arg(help_behavior_hint="(default: RUN/export)")] = None
+    """output folder; one that is not empty is refused"""
 
 
 def export_main(argv: list[str]) -> int:

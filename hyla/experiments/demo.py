@@ -12,7 +12,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from tyro.conf import arg
 
 from hyla.analysis.plots import plot_curves
 from hyla.analysis.tables import markdown_table
@@ -37,22 +39,22 @@ class DemoOptions:
     preset: str = DEFAULT_PRESET
     mixers: list[str] = field(default_factory=lambda: list(DEFAULT_MIXERS))
     """mixer names (hyla or authors')"""
-    steps: int | None = None
-    """training steps per model (default: the preset's)"""
+    steps: Annotated[int | None, arg(help_behavior_hint="(default: the preset's)")] = None
+    """training steps per model"""
     seed: int = 0
-    out: Path | None = None
-    """output folder (default: runs/demo-<timestamp>)"""
+    out: Annotated[Path | None, arg(help_behavior_hint="(default: runs/demo-<timestamp>)")] = None
+    """output folder"""
     parallel: int = 0
     """runs trained at the same time, as separate processes (0: all of them; on 2 cores this beats one run at a
     time with 2 threads)"""
-    threads: int | None = None
-    """threads per run (default: the cores divided by the runs at a time)"""
+    threads: Annotated[int | None, arg(help_behavior_hint="(default: the cores divided by the runs at a time)")] = None
+    """threads per run"""
     compile: bool = False
     """torch.compile the models"""
-    eval_samples: int | None = None
-    """samples per split at periodic evaluations (default: the preset's)"""
-    final_eval_samples: int | None = None
-    """default: the preset's"""
+    eval_samples: Annotated[int | None, arg(help_behavior_hint="(default: the preset's)")] = None
+    """samples per split at periodic evaluations"""
+    final_eval_samples: Annotated[int | None, arg(help_behavior_hint="(default: the preset's)")] = None
+    """samples per split at the final evaluation"""
     progress: bool = True
     """progress bars (--no-progress: none; not on a terminal: a line per run every 30 s and at its end)"""
 

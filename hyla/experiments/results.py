@@ -34,9 +34,9 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
-from tyro.conf import Positional
+from tyro.conf import Positional, arg
 
 from hyla.analysis import tables
 from hyla.analysis.tables import format_duration
@@ -649,9 +649,9 @@ class ResultsOptions:
 
     dirs: Positional[tuple[Path, ...]]
     """folders containing run folders or run records (searched recursively)"""
-    out: Path | None = None
-    """where to write the tables and plots (default: the first of DIRS); given, it also keeps the
-    record of every completed run read in OUT/records/"""
+    out: Annotated[Path | None, arg(help_behavior_hint="(default: the first of DIRS)")] = None
+    """where to write the tables and plots; given, it also keeps the record of every completed run read
+    in OUT/records/"""
     latent_structure: bool = False
     """instead of the tables: topographic similarity of each completed run's latent codes on
     --latent-split against its final metric there, Spearman across runs with a bootstrap CI, overall

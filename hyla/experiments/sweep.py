@@ -71,10 +71,10 @@ import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from tyro.conf import Positional
+from tyro.conf import Positional, arg
 
 from hyla.experiments import records
 from hyla.train.run_dir import RunDir
@@ -714,9 +714,8 @@ class SweepOptions:
     parallel: int | None = None
     """runs at once with the local launcher, or with --pack packs at once, each in its own process (overrides
     the file)"""
-    threads: int | None = None
-    """CPU threads of each run or pack (default: this machine's cores / parallel); lower it when other work
-    shares the machine"""
+    threads: Annotated[int | None, arg(help_behavior_hint="(default: this machine's cores / parallel)")] = None
+    """CPU threads of each run or pack; lower it when other work shares the machine"""
     out_dir: str | None = None
     """overrides the file's out_dir"""
     pack: int | None = None

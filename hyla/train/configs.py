@@ -273,7 +273,7 @@ class ExperimentConfig:
     out_dir: str = "runs"
     """parent folder of run folders"""
     name: str = ""
-    """run folder name (default: <preset>-<mixer>-s<seed>-<timestamp>)"""
+    """run folder name (empty: <preset>-<mixer>-s<seed>-<timestamp>)"""
     preset: tyro.conf.Suppress[str] = ""
     """the preset this config started from (recorded by `hyla train --preset`, informative only)"""
     resume: bool = False
