@@ -5,11 +5,12 @@ Runs are grouped by every config field that varies among them and changes what a
 (model, task, optimization, steps, ...): seeds are aggregated, and bookkeeping fields (name,
 folders, progress bars, threads, logging, evaluation schedule, stop_at, ...) never split a group.
 A group of one seed shows no error bar. Writes `results.md` (a table per main metric, and per-feature
-accuracy where the task reports it), `results.csv`, `results.json`, `results_<metric>.png` (final
-metric per split), `curves_<metric>.png` (training loss and evaluation curves against steps and
-training examples seen) and, for each numeric setting the groups vary (a held-out fraction, say),
-`<metric>_vs_<setting>.png`: the final metric against it, a line per group of the other settings
-(on a log axis where the values span a factor of 10 or more, as 1 and 16 heads).
+accuracy where the task reports it; then the main metric along training, a table per split),
+`results.csv`, `results.json`, `results_<metric>.png` (final metric per split), `curves_<metric>.png`
+(training loss and evaluation curves against steps and training examples seen) and, for each numeric
+setting the groups vary (a held-out fraction, say), `<metric>_vs_<setting>.png`: the final metric
+against it, a line per group of the other settings (on a log axis where the values span a factor of 10
+or more, as 1 and 16 heads).
 Several folders are read as one. Run records (hyla.experiments.records) count as run folders, and
 `--out DIR` keeps the record of every completed run read in `DIR/records/`, so that DIR, committed,
 regenerates its tables without the run folders.
@@ -250,6 +251,28 @@ def _mean_se_text(value: tuple | None, scale: float = 1.0, digits: str = ".2f", 
     return text if se is None else f"{text} ± {scale * se:{se_digits or digits}}"
 
 
+def curve_table(
+    runs_by_label: dict[str, list[list[dict]]], metric: str, split: str, max_columns: int = 10
+) -> str | None:
+    """`metric` on `split` along training, ×100: the mean ± s.e. over each label's runs that reached an
+    evaluated step (as the curves figure draws it), at most `max_columns` steps evenly spaced back from
+    the last one; a Markdown table, or None where no run evaluated `split`.
+
+    runs_by_label: {label: [the metrics.jsonl records of one run, ...]}."""
+    from hyla.analysis.plots import mean_se_curve
+
+    curves = {label: mean_se_curve(runs, split, metric) for label, runs in runs_by_label.items()}
+    steps = sorted({step for curve_steps, _, _ in curves.values() for step in curve_steps})
+    if not steps:
+        return None
+    shown = steps[::-1][:: math.ceil(len(steps) / max_columns)][::-1]
+    lines = []
+    for label, (curve_steps, means, ses) in curves.items():
+        at = {step: (mean, se) for step, mean, se in zip(curve_steps, means, ses)}
+        lines.append([label] + [_mean_se_text(at.get(step), scale=100, digits=".1f") for step in shown])
+    return tables.markdown_table(["group"] + [f"{step:,}" for step in shown], lines)
+
+
 def write_csv(path: Path, fields: list[str], rows: list[dict]) -> None:
     names = sorted({n for row in rows for n in row["values"]})
     with open(path, "w", newline="") as f:
@@ -416,6 +439,7 @@ def summarize(
     batch_sizes = {run["config"].get("train.batch_size") for run in runs}
     batch_size = batch_sizes.pop() if len(batch_sizes) == 1 else None  # examples seen: on a common batch
     fitted = fitted_runs(runs, fields)
+    curve_tables = []
     for metric in metrics:
         plot_final(out / f"results_{metric}.png", rows, metric, fields)
         for field in numeric_fields(fields, rows):
@@ -423,10 +447,16 @@ def summarize(
         runs_by_label = defaultdict(list)
         for run in runs:
             runs_by_label[_label({f: run["config"].get(f) for f in fields})].append(run["metrics"])
-        plot_curves(out / f"curves_{metric}.png", dict(sorted(runs_by_label.items())), metric, batch_size)
+        runs_by_label = dict(sorted(runs_by_label.items()))
+        plot_curves(out / f"curves_{metric}.png", runs_by_label, metric, batch_size)
+        for split in metric_splits(rows, metric):
+            table = curve_table(runs_by_label, metric, split)
+            if table:
+                title = f"### {split} {metric} ×100 along training (columns: steps; mean ± s.e. over the runs there)"
+                curve_tables.append(f"{title}\n\n{table}")
         if sum(len(group) for group in fitted.values()) >= 2:
             save_figure(fit_figure(fitted, metric), out / f"{metric}_vs_train_loss.png")
-    text = "\n\n".join(tables)
+    text = "\n\n".join(tables + curve_tables)
     (out / "results.md").write_text(f"# Results for {where}\n\n{text}\n")
     write_csv(out / "results.csv", fields, rows)
     write_json(

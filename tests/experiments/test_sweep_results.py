@@ -273,6 +273,23 @@ def test_paper_option_sets_table_a1_beside_the_rows_it_has(tmp_path):
     assert "| 60.00 | – |" in rows["| softmax"]
 
 
+def test_the_main_metric_along_training_is_tabled_per_split_at_most_ten_steps(tmp_path):
+    """Mean ± s.e. over the runs at each evaluated step (as the curves figure), the last step always
+    shown; a group of one run has no error bar, and a step it did not reach is a dash."""
+    curves = {"a0": ("hyla", 0, 0.1), "a1": ("hyla", 1, 0.3), "b0": ("softmax", 0, 0.5)}
+    for name, (mixer, seed, start) in curves.items():
+        fake_run(tmp_path, name, mixer, seed, r2=start + 0.12)
+        last = 12 if mixer == "hyla" else 10
+        records = [{"step": step, "split": "ood", "r2": start + step / 100} for step in range(1, last + 1)]
+        (tmp_path / name / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    text = summarize(tmp_path)
+    table = text.split("### ood r2 ×100 along training")[1]
+    assert "| group | 2 | 4 | 6 | 8 | 10 | 12 |" in table  # 12 steps: every second, back from the last
+    assert "| mixer=hyla | 22.0 ± 10.0 | 24.0 ± 10.0 | 26.0 ± 10.0 | 28.0 ± 10.0 | 30.0 ± 10.0 | 32.0 ± 10.0 |" in table
+    assert "| mixer=softmax | 52.0 | 54.0 | 56.0 | 58.0 | 60.0 | – |" in table
+    assert "along training" in (tmp_path / "results.md").read_text()
+
+
 def test_summarize_without_runs_raises(tmp_path):
     from hyla.train import RunError
 
