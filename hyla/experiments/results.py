@@ -251,6 +251,14 @@ def _mean_se_text(value: tuple | None, scale: float = 1.0, digits: str = ".2f", 
     return text if se is None else f"{text} ± {scale * se:{se_digits or digits}}"
 
 
+def metrics_by_label(runs: list[dict], fields: list[str]) -> dict[str, list[list[dict]]]:
+    """{group label: [the metrics.jsonl records of each of its runs]}, in the order of the labels."""
+    by_label = defaultdict(list)
+    for run in runs:
+        by_label[_label({f: run["config"].get(f) for f in fields})].append(run["metrics"])
+    return dict(sorted(by_label.items()))
+
+
 def curve_table(
     runs_by_label: dict[str, list[list[dict]]], metric: str, split: str, max_columns: int = 10
 ) -> str | None:
@@ -444,15 +452,12 @@ def summarize(
         plot_final(out / f"results_{metric}.png", rows, metric, fields)
         for field in numeric_fields(fields, rows):
             save_figure(against_figure(rows, metric, field), out / f"{metric}_vs_{field.split('.')[-1]}.png")
-        runs_by_label = defaultdict(list)
-        for run in runs:
-            runs_by_label[_label({f: run["config"].get(f) for f in fields})].append(run["metrics"])
-        runs_by_label = dict(sorted(runs_by_label.items()))
-        plot_curves(out / f"curves_{metric}.png", runs_by_label, metric, batch_size)
+        plot_curves(out / f"curves_{metric}.png", metrics_by_label(runs, fields), metric, batch_size)
+        completed = metrics_by_label([run for run in runs if run["summary"].get("status") == "completed"], fields)
         for split in metric_splits(rows, metric):
-            table = curve_table(runs_by_label, metric, split)
+            table = curve_table(completed, metric, split)
             if table:
-                title = f"### {split} {metric} ×100 along training (columns: steps; mean ± s.e. over the runs there)"
+                title = f"### {split} {metric} ×100 along training (columns: steps; mean ± s.e. over the completed runs)"
                 curve_tables.append(f"{title}\n\n{table}")
         if sum(len(group) for group in fitted.values()) >= 2:
             save_figure(fit_figure(fitted, metric), out / f"{metric}_vs_train_loss.png")
