@@ -457,7 +457,7 @@ def summarize(
         for split in metric_splits(rows, metric):
             table = curve_table(completed, metric, split)
             if table:
-                title = f"### {split} {metric} ×100 along training (columns: steps; mean ± s.e. over the completed runs)"
+                title = f"### {split} {metric} ×100 along training (columns: steps; mean ± s.e. of the completed runs)"
                 curve_tables.append(f"{title}\n\n{table}")
         if sum(len(group) for group in fitted.values()) >= 2:
             save_figure(fit_figure(fitted, metric), out / f"{metric}_vs_train_loss.png")
