@@ -23,9 +23,10 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import torch
-from tyro.conf import Positional
+from tyro.conf import Positional, arg
 
 from hyla.analysis.collect import FUZZY_LOGIC, SRAVEN, task_kind
 from hyla.nn.attention import MultiHeadAttention
@@ -585,8 +586,8 @@ class InterventionsOptions:
 
     run: Positional[Path]
     """run folder (written by `hyla train`; fuzzy logic or SRAVEN)"""
-    out: Path | None = None
-    """output folder (default RUN/interventions); file names carry --tasks, --samples and --seed"""
+    out: Annotated[Path | None, arg(help_behavior_hint="(default: RUN/interventions)")] = None
+    """output folder; file names carry --tasks, --samples and --seed"""
     tasks: int = 16
     """task pairs per split (fuzzy logic); SRAVEN: tasks x samples grids per split"""
     samples: int = 32

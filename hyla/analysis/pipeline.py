@@ -19,10 +19,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 from threadpoolctl import threadpool_limits
-from tyro.conf import Positional, UseAppendAction
+from tyro.conf import Positional, UseAppendAction, arg
 
 from hyla.analysis import figures
 from hyla.analysis.collect import FUZZY_LOGIC, SRAVEN, collect_latents, save_latents, task_kind
@@ -647,8 +648,8 @@ class AnalyzeOptions:
     seed: int = 0
     device: str = "cpu"
     """cpu | cuda | cuda:N | auto (where the codes are collected)"""
-    feature: int | None = None
-    """SRAVEN: probe only this underlying feature (the paper: the last); default all"""
+    feature: Annotated[int | None, arg(help_behavior_hint="(default: all)")] = None
+    """SRAVEN: probe only this underlying feature (the paper: the last)"""
 
     def __post_init__(self):
         check_positive(

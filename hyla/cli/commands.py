@@ -223,7 +223,7 @@ class SampleOptions:
     """tokens to generate"""
     temperature: float = 0.8
     """0 = greedy"""
-    top_k: int | None = None
+    top_k: Annotated[int | None, arg(help_behavior_hint="(default: all tokens)")] = None
     """sample among the k most likely tokens"""
     seed: int = 0
     device: str = "cpu"

@@ -711,14 +711,13 @@ class SweepOptions:
     """where runs train"""
     status: bool = False
     """show which runs are done, running, pending and failed, and exit"""
-    parallel: int | None = None
-    """runs at once with the local launcher, or with --pack packs at once, each in its own process (overrides
-    the file)"""
+    parallel: Annotated[int | None, arg(help_behavior_hint="(default: the file's)")] = None
+    """runs at once with the local launcher, or with --pack packs at once, each in its own process"""
     threads: Annotated[int | None, arg(help_behavior_hint="(default: this machine's cores / parallel)")] = None
     """CPU threads of each run or pack; lower it when other work shares the machine"""
-    out_dir: str | None = None
-    """overrides the file's out_dir"""
-    pack: int | None = None
+    out_dir: Annotated[str | None, arg(help_behavior_hint="(default: the file's)")] = None
+    """parent folder of the sweep's run folders"""
+    pack: Annotated[int | None, arg(help_behavior_hint="(default: no packs)")] = None
     """train runs that share an architecture as packs of up to N (one batched model each), --parallel packs at
     a time, local launcher"""
     only: list[str] = field(default_factory=list)

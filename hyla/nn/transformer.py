@@ -31,8 +31,11 @@ class ModelConfig:
     mixer: str = "softmax"
     """a mixer name (hyla or authors' name); the three fields below override its axes"""
     normalization: str | None = None
+    """None: the mixer's"""
     value_network: str | None = None
+    """None: the mixer's"""
     activation: str | None = None
+    """None: the mixer's"""
     feedforward: str = "gelu_mlp"
     """gelu_mlp | swiglu"""
     num_experts: int = 0

@@ -166,3 +166,23 @@ def test_tensorboard_without_the_package_is_a_clear_error(tmp_path, capsys, monk
     ] + TINY
     assert main(args) == 2
     assert "pip install tensorboard" in capsys.readouterr().err
+
+
+def test_help_says_once_what_an_unset_option_means(capsys, monkeypatch):
+    """Options whose unset value stands for something (the preset's steps, RUN/export, ...) say so,
+    not beside tyro's own "(default: None)"."""
+    monkeypatch.setenv("COLUMNS", "200")
+    expected = {
+        "demo": "(default: the preset's)",
+        "eval": "(default: the task's evaluation splits)",
+        "export": "(default: RUN/export)",
+        "results": "(default: the first of DIRS)",
+        "sweep": "(default: this machine's cores / parallel)",
+        "sample": "(default: all tokens)",
+        "analyze": "(default: all)",
+        "interventions": "(default: RUN/interventions)",
+    }
+    for command, hint in expected.items():
+        assert main([command, "--help"]) == 0
+        text = capsys.readouterr().out
+        assert hint in text and "(default: None)" not in text, command
