@@ -448,12 +448,13 @@ def summarize(
     batch_size = batch_sizes.pop() if len(batch_sizes) == 1 else None  # examples seen: on a common batch
     fitted = fitted_runs(runs, fields)
     curve_tables = []
+    all_runs = metrics_by_label(runs, fields)
+    completed = metrics_by_label([run for run in runs if run["summary"].get("status") == "completed"], fields)
     for metric in metrics:
         plot_final(out / f"results_{metric}.png", rows, metric, fields)
         for field in numeric_fields(fields, rows):
             save_figure(against_figure(rows, metric, field), out / f"{metric}_vs_{field.split('.')[-1]}.png")
-        plot_curves(out / f"curves_{metric}.png", metrics_by_label(runs, fields), metric, batch_size)
-        completed = metrics_by_label([run for run in runs if run["summary"].get("status") == "completed"], fields)
+        plot_curves(out / f"curves_{metric}.png", all_runs, metric, batch_size)
         for split in metric_splits(rows, metric):
             table = curve_table(completed, metric, split)
             if table:
