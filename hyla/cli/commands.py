@@ -151,8 +151,10 @@ def _earlier_evaluation(out: Path, options: dict) -> dict:
 
 @dataclass
 class ExportOptions:
-    """Write a run's trained weights as safetensors plus the model config (JSON): files that load
-    without running code. Load them with hyla.Transformer.from_pretrained(OUT)."""
+    """Write a run's trained weights as safetensors plus the model config (JSON), files that load
+    without running code, and manifest.json: their sha256, the run's config, environment and summary,
+    the step and the commit. Load them with hyla.Transformer.from_pretrained(OUT); hyla analyze and
+    hyla interventions take OUT in place of the run folder."""
 
     run: Positional[Path]
     """run folder"""
@@ -162,14 +164,11 @@ class ExportOptions:
 
 def export_main(argv: list[str]) -> int:
     args = parse_options(ExportOptions, argv, "hyla export")
-    from hyla.train import load_run_at_step
+    from hyla.experiments.export import export_run
 
     out = args.out or args.run / "export"
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise FileExistsError(f"{out} exists (an earlier export?); remove it or choose another --out")
-    _, model, _, step = load_run_at_step(args.run)
-    model.save_pretrained(out)
-    print(f"wrote {out} (weights of step {step})")
+    manifest = export_run(args.run, out)
+    print(f"wrote {out} (weights of step {manifest['step']}, with manifest.json)")
     return 0
 
 

@@ -16,6 +16,8 @@ from hyla.nn.linear import Linear
 
 LAYERNORM_EPS = 1e-6
 PRETRAINED_CONFIG, PRETRAINED_WEIGHTS = "config.json", "model.safetensors"
+PRETRAINED_MANIFEST = "manifest.json"
+"""written by `hyla export` beside the two files above: their sha256, the run's record, the commit"""
 
 
 @dataclass
@@ -232,14 +234,18 @@ class Transformer(nn.Module):
         save_model(self, str(folder / PRETRAINED_WEIGHTS))
 
     @classmethod
-    def from_pretrained(cls, folder: str | Path) -> Transformer:
-        """The model written by `save_pretrained` (or `hyla export`), on the CPU, in eval mode."""
+    def from_pretrained(cls, folder: str | Path, verify: bool = True) -> Transformer:
+        """The model written by `save_pretrained` (or `hyla export`), on the CPU, in eval mode.
+        verify: where the folder has a manifest.json (`hyla export`), check each file's sha256
+        against it first (ValueError on a mismatch: a changed or damaged file)."""
         from safetensors.torch import load_model
 
         folder = Path(folder)
         for name in (PRETRAINED_CONFIG, PRETRAINED_WEIGHTS):
             if not (folder / name).exists():
                 raise FileNotFoundError(f"{folder} has no {name}: not a folder written by hyla export")
+        if verify and (folder / PRETRAINED_MANIFEST).exists():
+            check_checksums(folder)
         data = json.loads((folder / PRETRAINED_CONFIG).read_text())
         known = {f.name for f in fields(ModelConfig)}
         if not isinstance(data, dict) or set(data) - known:
@@ -267,6 +273,28 @@ class Transformer(nn.Module):
                 nn.init.normal_(module.table.weight, std=1.0 / math.sqrt(module.num_buckets))  # [buckets, H]
         if self.cfg.vocab_size > 0:
             nn.init.normal_(self.embed.weight, std=1.0 / math.sqrt(self.cfg.dim))  # [vocab, D]
+
+
+def sha256_of(path: str | Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_checksums(folder: Path) -> None:
+    """ValueError unless every file that `folder/manifest.json` lists under "files" has its sha256."""
+    try:
+        listed = json.loads((folder / PRETRAINED_MANIFEST).read_text())["files"]
+    except (ValueError, KeyError, TypeError):
+        raise ValueError(f"{folder / PRETRAINED_MANIFEST} is damaged (no readable 'files')") from None
+    for name, expected in listed.items():
+        path = folder / name
+        if not path.is_file() or sha256_of(path) != expected:
+            raise ValueError(f"{path} does not match its sha256 in {PRETRAINED_MANIFEST}: changed or damaged")
 
 
 # std of a standard normal truncated to [-2, 2]: sqrt(1 - 4 phi(2) / (2 Phi(2) - 1))

@@ -2,15 +2,17 @@
 
 train(cfg) -> run folder                 train or resume a run
 train_packed([cfg, ...]) -> run folders  train runs of one architecture together (one batched model)
-load_run(run) -> (cfg, model, task)      a checkpointed run, model on CPU in eval mode
+load_run(run) -> (cfg, model, task)      a checkpointed run (or an exported model), model on CPU in eval mode
 evaluate(model, task, split, num_samples, batch_size) -> {metric: mean}
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
+from hyla.nn.transformer import PRETRAINED_CONFIG, PRETRAINED_MANIFEST
 from hyla.train.checkpoint import CheckpointError
 from hyla.train.evaluate import evaluate
 from hyla.train.loop import NonFiniteLossError, Trainer, build_model, train
@@ -26,15 +28,19 @@ def load_run(run_dir: str | Path, task: str | tuple[str, ...] | None = None):
 def load_run_at_step(run_dir: str | Path, task: str | tuple[str, ...] | None = None):
     """(config, model, task, step) of a run folder: the model on the CPU, in eval mode, with the
     weights of its latest readable checkpoint (a one-line warning on stderr, naming the step, when it
-    falls back to the previous one). `task`: the task(s) the caller can use; RunError for a run of
+    falls back to the previous one). An exported model (`hyla export`: a folder with manifest.json)
+    serves as its run: the config of the run's record, the exported weights (checked against their
+    sha256) and the exported step. `task`: the task(s) the caller can use; RunError for a run of
     another task."""
     from hyla.train.configs import build_task
 
+    if (Path(run_dir) / PRETRAINED_MANIFEST).is_file():
+        cfg, model, step = _load_export(Path(run_dir))
+        _check_task(run_dir, cfg, task)
+        return cfg, model, build_task(cfg), step
     run = RunDir(run_dir)
     cfg = run.read_config()
-    tasks = (task,) if isinstance(task, str) else task
-    if tasks is not None and cfg.task not in tasks:
-        raise RunError(f"{run.path} is a {cfg.task} run; this command needs a {' or '.join(tasks)} run")
+    _check_task(run.path, cfg, task)
     state, _, note = run.load_checkpoint()
     step = state["progress"]["step"]
     if note:
@@ -42,6 +48,28 @@ def load_run_at_step(run_dir: str | Path, task: str | tuple[str, ...] | None = N
     model = build_model(cfg)
     model.load_state_dict(state["model"])
     return cfg, model.eval(), build_task(cfg), step
+
+
+def _check_task(path, cfg, task: str | tuple[str, ...] | None) -> None:
+    tasks = (task,) if isinstance(task, str) else task
+    if tasks is not None and cfg.task not in tasks:
+        raise RunError(f"{path} is a {cfg.task} run; this command needs a {' or '.join(tasks)} run")
+
+
+def _load_export(folder: Path):
+    """(config, model, step) of an exported model; RunError for a damaged or changed one."""
+    from hyla.nn.transformer import Transformer
+    from hyla.train.configs import config_from_dict
+
+    try:
+        manifest = json.loads((folder / PRETRAINED_MANIFEST).read_text())
+        cfg, step = config_from_dict(manifest["record"]["config"]), manifest["step"]
+        model = Transformer.from_pretrained(folder)
+    except (ValueError, KeyError, TypeError, OSError) as e:  # ConfigError is a ValueError
+        raise RunError(f"{folder} is not a usable hyla export: {e}") from None
+    if model.cfg != cfg.model:
+        raise RunError(f"{folder}: {PRETRAINED_CONFIG} and the config in {PRETRAINED_MANIFEST} differ")
+    return cfg, model, step
 
 
 def _reached(run: RunDir, step: int) -> str:

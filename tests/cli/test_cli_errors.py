@@ -171,7 +171,7 @@ def test_export_and_from_pretrained_round_trip(tmp_path, capsys):
 
     run = tiny_run(tmp_path)
     assert main(["export", str(run), "--out", str(tmp_path / "shared")]) == 0
-    assert sorted(os.listdir(tmp_path / "shared")) == ["config.json", "model.safetensors"]
+    assert sorted(os.listdir(tmp_path / "shared")) == ["config.json", "manifest.json", "model.safetensors"]
     _, model, task = load_run(run)
     loaded = Transformer.from_pretrained(tmp_path / "shared")
     x = task.batch("ood", 8, 0).x

@@ -1,0 +1,100 @@
+"""`hyla export`: weights + config + manifest (sha256, record, commit, step); exported folders load
+like run folders in `hyla analyze`, `hyla interventions` and `hyla.Transformer.from_pretrained`."""
+
+import json
+
+import pytest
+import torch
+from helpers_cli import tiny_run
+
+from hyla import Transformer
+from hyla.cli import main
+from hyla.experiments.export import export_run
+from hyla.nn.transformer import sha256_of
+from hyla.train import load_run_at_step
+from hyla.train.run_dir import RunError
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """(run folder, its export) of a tiny fuzzy-logic run of 20 steps."""
+    tmp = tmp_path_factory.mktemp("export")
+    run = tiny_run(tmp)
+    assert main(["export", str(run), "--out", str(tmp / "model")]) == 0
+    return run, tmp / "model"
+
+
+def test_manifest_lists_checksums_record_commit_and_step(exported):
+    run, out = exported
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "manifest.json", "model.safetensors"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["files"] == {name: sha256_of(out / name) for name in ("config.json", "model.safetensors")}
+    assert manifest["run"] == f"{run.parent.name}/{run.name}" and manifest["step"] == 20
+    env = json.loads((run / "env.json").read_text())
+    assert manifest["hyla_commit"] == env["git_commit"]
+    assert manifest["record"]["config"] == json.loads((run / "config.json").read_text())
+    assert manifest["record"]["summary"]["status"] == "completed" and manifest["record"]["env"] == env
+
+
+def test_an_export_loads_as_its_run(exported):
+    run, out = exported
+    cfg, model, task, step = load_run_at_step(run)
+    cfg_e, model_e, task_e, step_e = load_run_at_step(out, task="fuzzy_logic")
+    assert (cfg_e, step_e) == (cfg, step) and type(task_e) is type(task)
+    x = task.batch("ood", 8, 0).x
+    assert torch.equal(model(x), model_e(x)) and torch.equal(model(x), Transformer.from_pretrained(out)(x))
+    with pytest.raises(RunError, match="is a fuzzy_logic run; this command needs a sraven run"):
+        load_run_at_step(out, task="sraven")
+
+
+def test_a_changed_file_is_refused_in_one_line(exported, tmp_path, capsys):
+    _, out = exported
+    changed = tmp_path / "changed"
+    changed.mkdir()
+    for p in out.iterdir():
+        (changed / p.name).write_bytes(p.read_bytes())
+    weights = bytearray((changed / "model.safetensors").read_bytes())
+    weights[-1] ^= 1  # one bit of the last weight
+    (changed / "model.safetensors").write_bytes(bytes(weights))
+    with pytest.raises(ValueError, match="model.safetensors does not match its sha256 in manifest.json"):
+        Transformer.from_pretrained(changed)
+    Transformer.from_pretrained(changed, verify=False)  # the bytes are still a readable model
+    assert main(["analyze", str(changed), "--samples", "64"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "does not match its sha256" in err, err
+
+
+def test_export_refuses_an_existing_folder_unless_replacing_an_export(exported, tmp_path):
+    run, out = exported
+    with pytest.raises(FileExistsError):
+        export_run(run, out)
+    with pytest.raises(RunError, match="is an export already"):
+        export_run(out, tmp_path / "again")
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "keep.txt").write_text("mine")
+    with pytest.raises(FileExistsError):
+        export_run(run, tmp_path / "notes", replace=True)  # not an export: never removed
+    copy = tmp_path / "copy"
+    export_run(run, copy)
+    (copy / "model.safetensors").write_bytes(b"stale")
+    export_run(run, copy, replace=True)
+    assert (copy / "model.safetensors").read_bytes() == (out / "model.safetensors").read_bytes()
+    assert not list(tmp_path.glob(".copy.tmp-*"))
+
+
+def test_analyze_and_interventions_take_an_exported_folder(exported, tmp_path):
+    _, out = exported
+    model = tmp_path / "model"
+    model.mkdir()
+    for p in out.iterdir():
+        (model / p.name).write_bytes(p.read_bytes())
+    assert (
+        main(["analyze", str(model), "--samples", "64", "--no-tsne", "--permutations", "20", "--split", "valid"]) == 0
+    )
+    analysis = json.loads(
+        (model / "analysis" / "step20-samples64-no-tsne-permutations20-splits-valid" / "analysis.json").read_text()
+    )
+    assert analysis["task"] == "fuzzy_logic" and analysis["run"]["checkpoint_step"] == 20
+    assert main(["interventions", str(model), "--tasks", "2", "--samples", "8"]) == 0
+    results = json.loads((model / "interventions" / "interventions_tasks2_samples8_seed0.json").read_text())
+    assert results["run"]["checkpoint_step"] == 20 and results["run"]["mixer"] == "hyla"
