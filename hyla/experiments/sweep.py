@@ -40,9 +40,11 @@ sweep that shares the machine with other work.
 others stay as they are for the next run of the whole sweep.
 
 `results` names the folder of the sweep's tables (`hyla results ... --out`) and of the records of its
-runs (hyla.experiments.records): each run that completes writes its record there, and a run
-recorded there as completed, with the same seed and settings, counts as done when its run folder is
-gone (another machine, a fresh checkout).
+runs (hyla.experiments.records): each run that completes writes its record there, and its final
+weights into `<results>/models/<run name>/` (`hyla export`'s safetensors, config.json and
+manifest.json; 0.3-1.6 MB a model at the paper's sizes); a run recorded there as completed, with
+the same seed and settings, counts as done when its run folder is gone (another machine, a fresh
+checkout).
 
 `hyla sweep SPEC --status` shows each run as done, running (its owner is alive), pending (not
 started, queued, or stopped cleanly and resumable), stale (killed: its owner is gone, and it ended
@@ -474,11 +476,15 @@ def _stop(pid: int, timeout: float = 60.0) -> None:
 
 
 def keep_record(spec: SweepSpec, name: str) -> None:
-    """A completed run's record (hyla.experiments.records) into the sweep's results folder, if it has
-    one: in the source tree, where committing it keeps the run once its folder is gone."""
+    """A completed run's record (hyla.experiments.records) and its exported weights
+    (hyla.experiments.export, into `models/<run name>/`) into the sweep's results folder, if it has
+    one: in the source tree, where committing them keeps the run once its folder is gone."""
+    from hyla.experiments.export import export_run  # export loads the model: only when a run completes
+
     run_dir = Path(spec.out_dir) / name
     if spec.results and run_status(run_dir) == "completed":
         records.write(records.from_folder(run_dir), spec.results)
+        export_run(run_dir, Path(spec.results) / "models" / name, replace=True)
 
 
 def _todo(spec: SweepSpec) -> list[Run]:

@@ -10,6 +10,7 @@ import pytest
 
 from hyla.experiments.results import against_figure, aggregate, find_runs, fit_figure, fitted_runs, mean_se, summarize
 from hyla.experiments.sweep import SweepSpec, override_flags, run_command, run_status, run_sweep, sweep_status
+from hyla.train import load_run_at_step
 from hyla.train.run_dir import RunError
 
 
@@ -327,3 +328,8 @@ parallel: 2
     ]
     shutil.rmtree(tmp_path / "runs")
     assert set(sweep_status(spec).values()) == {"recorded"} and run_sweep(spec) == {}
+    # and its exported weights, which load without the run folder
+    for name in codes:
+        model = tmp_path / "results" / "models" / name
+        assert load_run_at_step(model)[3] == 4
+        assert json.loads((model / "manifest.json").read_text())["run"] == f"runs/{name}"
