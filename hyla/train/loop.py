@@ -54,7 +54,7 @@ from hyla.train.configs import (
 from hyla.train.distributed import DistContext
 from hyla.train.evaluate import evaluate
 from hyla.train.optim import make_optimizer
-from hyla.train.run_dir import MetricsLog, RunDir, environment, require_tensorboard, write_json
+from hyla.train.run_dir import MetricsLog, RunDir, environment, require_tensorboard
 from hyla.train.trackers import open_trackers
 
 AnalysisHook = Callable[[nn.Module, Any, int, Path, int], dict]
@@ -512,7 +512,7 @@ class TrainingLoop:
         if any(self.numerics.get(key) != value for key, value in outcomes.items()):
             self.numerics = {**self.numerics, **outcomes}
             if self.ctx.is_main:
-                write_json(self.run_dir.env_file, environment(self.numerics))
+                self.run_dir.write_env(environment(self.numerics), self.first_step, same_session=True)
 
     def checkpoint_due(self) -> bool:
         return self.progress.step % self.cfg.train.checkpoint_every == 0 or self.progress.step == self.end
@@ -680,7 +680,7 @@ class TrainingLoop:
         cfg, run = self.cfg, self.run_dir
         run.path.mkdir(parents=True, exist_ok=True)
         run.write_config(cfg)
-        write_json(run.env_file, environment(self.numerics))
+        run.write_env(environment(self.numerics), self.progress.step)
         if cfg.resume:
             run.truncate_metrics(self.progress.metrics_rows)
         model = self.trainer.model

@@ -1,7 +1,8 @@
 """The run folder: resolved config, environment, metrics (JSON lines), summary and checkpoints.
 
     <run>/config.json            the resolved ExperimentConfig
-    <run>/env.json               torch version, CPU, threads, device, git commit
+    <run>/env.json               torch version, CPU, threads, device, git commit of the session
+                                 training now (or last); under "sessions", those of every session
     <run>/metrics.jsonl          one {"step", "split", ...metrics} object per line
     <run>/summary.json           final metrics per split, final training loss, speed, status
     <run>/checkpoints/latest.pt  model, optimizer, scheduler, step, loop progress, config (tensors and
@@ -81,6 +82,24 @@ class RunDir:
 
     def write_config(self, cfg: ExperimentConfig) -> None:
         write_json(self.config_file, config_to_dict(cfg))
+
+    def write_env(self, env: dict[str, Any], from_step: int, same_session: bool = False) -> None:
+        """env.json: `env` (`environment()`) of the session that trains from step `from_step`, and
+        under "sessions" the environment of every session of the run in order, this one last, so
+        that a resumed run keeps each machine and commit it trained on. A session that starts at
+        step 0 starts the list; `same_session`: `env` replaces this session's entry (its numerics
+        known after the first step)."""
+        session = {**env, "from_step": from_step}
+        earlier = self.read_sessions()[: -1 if same_session else None] if from_step else []
+        write_json(self.env_file, {**session, "sessions": [*earlier, session]})
+
+    def read_sessions(self) -> list[dict]:
+        """The environments of the run's sessions (env.json), earliest first; an env.json written
+        before env.json kept them counts as one session."""
+        if not self.env_file.exists():
+            return []
+        env = json.loads(self.env_file.read_text())
+        return env.get("sessions") or [env]
 
     def read_summary(self) -> dict:
         return json.loads(self.summary_file.read_text()) if self.summary_file.exists() else {}
