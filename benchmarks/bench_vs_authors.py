@@ -263,7 +263,7 @@ def measure_hyla(args: argparse.Namespace, preset: str, variant: str, steps: int
         "side": "hyla",
         "preset": preset,
         "variant": variant,
-        "command": command,
+        "command": portable_command(command),
         "process_wall_s": wall,
         # every member of a pack records the pack's rate: the sum is the aggregate model-steps/s
         "steps_per_second": sum(s["steps_per_second"] for s in summaries),
@@ -290,6 +290,13 @@ def pack_worker(argv: list[str]) -> int:
     return 0
 
 
+def portable_command(command: list[str]) -> list[str]:
+    """The command as the committed report keeps it: no absolute path of this machine."""
+    from hyla.train.jsonio import portable_path
+
+    return [portable_path(part) if os.path.isabs(part) else part for part in command]
+
+
 def measure_authors(args: argparse.Namespace, preset: str, steps: int, driver: Path) -> dict:
     config_file, data = AUTHORS_CONFIGS[preset]
     config_arg = f"{config_file}:{data};{AUTHORS_MIXERS[args.mixer]}"
@@ -308,7 +315,7 @@ def measure_authors(args: argparse.Namespace, preset: str, steps: int, driver: P
         "side": "authors",
         "preset": preset,
         "variant": AUTHORS_MIXERS[args.mixer],
-        "command": command,
+        "command": portable_command(command),
         "env": platform_env,
         "process_wall_s": wall,
         **result,
@@ -361,6 +368,7 @@ def machine(args: argparse.Namespace) -> dict:
     import torch
 
     import hyla
+    from hyla.train.jsonio import portable_path
     from hyla.train.run_dir import cpu_name, git_commit
 
     gpu = torch.cuda.get_device_name() if args.device == "cuda" and torch.cuda.is_available() else None
@@ -380,9 +388,9 @@ def machine(args: argparse.Namespace) -> dict:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "hyla": hyla.__file__,
+        "hyla": portable_path(hyla.__file__),
         "hyla_git_commit": git_commit(),
-        "authors_checkout": str(args.authors),
+        "authors_checkout": portable_path(args.authors),
         "authors_git_commit": authors_commit,
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "malloc_env": malloc_env(),

@@ -32,7 +32,7 @@ from hyla.analysis.collect import FUZZY_LOGIC, SRAVEN, task_kind
 from hyla.nn.attention import MultiHeadAttention
 from hyla.ops.attention.common import ACTIVATION_FNS, normalize, scores
 from hyla.train.configs import ConfigError, check_positive, parse_options
-from hyla.train.jsonio import write_json
+from hyla.train.jsonio import portable_path, write_json
 
 ALL_LAYERS = "all"
 CONDITIONS = ("patched", "random_task", "shuffled_heads")
@@ -611,7 +611,7 @@ def main(argv: list[str]) -> int:
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     cfg, model, task, step = load_run_at_step(args.run, task=(FUZZY_LOGIC, SRAVEN))
     metadata = {
-        "path": str(Path(args.run).resolve()),
+        "path": portable_path(args.run),
         "task": cfg.task,
         "mixer": cfg.model.mixer,
         "seed": cfg.seed,

@@ -32,7 +32,7 @@ from hyla.analysis.report import write_report
 from hyla.analysis.tables import format_duration
 from hyla.analysis.topographic import topographic_similarity
 from hyla.train.configs import check_positive, parse_options
-from hyla.train.jsonio import append_jsonl, write_json
+from hyla.train.jsonio import append_jsonl, portable_path, write_json
 
 DEFAULT_SPLITS = {
     FUZZY_LOGIC: ("valid_fixed_query", "ood_fixed_query", "valid", "ood"),
@@ -563,7 +563,7 @@ def analyze_run(run_dir: str | Path, splits=None, num_samples: int = 4096, devic
     out_dir = Path(run_dir) / "analysis" / output_name(step, options)
     claim_output(out_dir, {"checkpoint_step": step, **options})
     metadata = {
-        "path": str(Path(run_dir).resolve()),
+        "path": portable_path(run_dir),
         "task": cfg.task,
         "mixer": cfg.model.mixer,
         "seed": cfg.seed,

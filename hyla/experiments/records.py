@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hyla.train.jsonio import write_json
+from hyla.train.jsonio import portable_path, write_json
 
 SUFFIX = ".run.json"
 MAX_TRAIN_ROWS = 100
@@ -55,13 +55,15 @@ def _rounded(row: dict) -> dict:
 
 
 def from_folder(run_dir: str | Path) -> dict:
-    """The record of a run folder (config.json and summary.json required)."""
+    """The record of a run folder (config.json and summary.json required); the config's out_dir made
+    relative (`portable_path`): records are committed."""
     from hyla.train.run_dir import RunDir
 
     run = RunDir(run_dir)
+    config = json.loads(run.config_file.read_text())
     return {
         "run": run_key(run.path),
-        "config": json.loads(run.config_file.read_text()),
+        "config": {**config, "out_dir": portable_path(config["out_dir"])} if "out_dir" in config else config,
         "env": json.loads(run.env_file.read_text()) if run.env_file.exists() else {},
         "summary": run.read_summary(),
         "metrics": thin(run.read_metrics()),

@@ -42,7 +42,7 @@ from tyro.conf import Positional, arg
 from hyla.analysis import tables
 from hyla.analysis.tables import format_duration
 from hyla.experiments.sweep import name_matches, unmatched_pattern
-from hyla.train.jsonio import write_json
+from hyla.train.jsonio import portable_path, write_json
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -600,7 +600,7 @@ def _structure_point(run: dict, entry: dict, split: str, cached: bool) -> tuple[
         )
     return {
         "name": run["name"],
-        "path": str(Path(run["path"]).resolve()),
+        "path": portable_path(run["path"]),
         "task": entry["task"],
         "mixer": _mixer_label(run["config"]),
         "seed": entry["seed"],

@@ -34,6 +34,19 @@ def dumps(value: Any, indent: int | None = None) -> str:
     return json.dumps(to_jsonable(value), indent=indent, allow_nan=False)
 
 
+def portable_path(path: str | Path) -> str:
+    """`path` as committed JSON keeps it: relative to the working directory when it lies below it,
+    else its last two parts (`<sweep folder>/<run name>` for a run folder); never an absolute path
+    of the machine that wrote it. A relative path stays as given."""
+    path = Path(path)
+    if not path.is_absolute():
+        return str(path)
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(Path(*path.parts[-2:]))
+
+
 def write_text_atomic(path: str | Path, text: str) -> None:
     """Write through a temporary file and rename it over `path`: readers never see half a file."""
     path = Path(path)

@@ -2,6 +2,7 @@
 like run folders in `hyla analyze`, `hyla interventions` and `hyla.Transformer.from_pretrained`."""
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ from hyla.cli import main
 from hyla.experiments.export import export_run
 from hyla.nn.transformer import sha256_of
 from hyla.train import load_run_at_step
+from hyla.train.jsonio import portable_path
 from hyla.train.run_dir import RunError
 
 
@@ -32,7 +34,8 @@ def test_manifest_lists_checksums_record_commit_and_step(exported):
     assert manifest["run"] == f"{run.parent.name}/{run.name}" and manifest["step"] == 20
     env = json.loads((run / "env.json").read_text())
     assert manifest["hyla_commit"] == env["git_commit"]
-    assert manifest["record"]["config"] == json.loads((run / "config.json").read_text())
+    config = json.loads((run / "config.json").read_text())
+    assert manifest["record"]["config"] == {**config, "out_dir": portable_path(config["out_dir"])}
     assert manifest["record"]["summary"]["status"] == "completed" and manifest["record"]["env"] == env
 
 
@@ -40,7 +43,7 @@ def test_an_export_loads_as_its_run(exported):
     run, out = exported
     cfg, model, task, step = load_run_at_step(run)
     cfg_e, model_e, task_e, step_e = load_run_at_step(out, task="fuzzy_logic")
-    assert (cfg_e, step_e) == (cfg, step) and type(task_e) is type(task)
+    assert (replace(cfg_e, out_dir=cfg.out_dir), step_e) == (cfg, step) and type(task_e) is type(task)
     x = task.batch("ood", 8, 0).x
     assert torch.equal(model(x), model_e(x)) and torch.equal(model(x), Transformer.from_pretrained(out)(x))
     with pytest.raises(RunError, match="is a fuzzy_logic run; this command needs a sraven run"):
@@ -95,6 +98,8 @@ def test_analyze_and_interventions_take_an_exported_folder(exported, tmp_path):
         (model / "analysis" / "step20-samples64-no-tsne-permutations20-splits-valid" / "analysis.json").read_text()
     )
     assert analysis["task"] == "fuzzy_logic" and analysis["run"]["checkpoint_step"] == 20
+    assert analysis["run"]["path"] == f"{tmp_path.name}/model"  # not the machine's absolute path
     assert main(["interventions", str(model), "--tasks", "2", "--samples", "8"]) == 0
     results = json.loads((model / "interventions" / "interventions_tasks2_samples8_seed0.json").read_text())
     assert results["run"]["checkpoint_step"] == 20 and results["run"]["mixer"] == "hyla"
+    assert results["run"]["path"] == f"{tmp_path.name}/model"

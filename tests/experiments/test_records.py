@@ -47,6 +47,23 @@ def test_tables_come_back_from_the_records_alone_and_a_folder_shadows_its_record
     assert json.loads(records.path_of(out, "sweep/a0").read_text())["summary"]["final"]["ood"]["r2"] == 0.4
 
 
+def test_records_hold_no_absolute_path_of_the_machine(tmp_path, monkeypatch):
+    from hyla.train.jsonio import portable_path
+
+    runs = tmp_path / "repo" / "runs" / "sweep"
+    fake_run(runs, "a0", "hyla", 0, 0.8)
+    config = json.loads((runs / "a0" / "config.json").read_text())
+    (runs / "a0" / "config.json").write_text(json.dumps({**config, "out_dir": str(runs)}))
+    monkeypatch.chdir(tmp_path / "repo")  # the repository the run was started in
+    assert records.from_folder(runs / "a0")["config"]["out_dir"] == "runs/sweep"
+    monkeypatch.chdir(tmp_path)
+    assert portable_path(runs / "a0") == "repo/runs/sweep/a0"
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert portable_path(runs / "a0") == "sweep/a0"  # outside the working directory: its run key
+    assert portable_path("runs/sweep") == "runs/sweep"
+
+
 def test_a_record_rewritten_from_a_folder_without_latent_caches_keeps_its_measurements(tmp_path):
     runs, out = tmp_path / "runs" / "sweep", tmp_path / "results"
     fake_run(runs, "a0", "hyla", 0, 0.8)
