@@ -8,7 +8,7 @@ Shapes (batch 128, relative-position bias and a shared attention-dropout mask, a
 fuzzy logic first layer (T=16, H=8, head dim 2), its read-out layer (1 query), SRAVEN (T=36,
 H=16, head dim 4). Compiled cases run with inductor's `cpp.enable_loop_tail_vec` off, as the
 trainer compiles. Every implementation's output is checked against the naive one first. `cpp` is
-the C++ kernel (hyla/ops/attention/cpp.py), built on first use.
+the C++ kernel (hyla/ops/kernels/cpp.py), built on first use.
 """
 
 from __future__ import annotations

@@ -100,7 +100,7 @@ def hyla_fn(impl: str, args):
             )
             return out.transpose(1, 2)
         if impl == "triton" and triton_options:
-            from hyla.ops.attention.triton_hyla import hyla_triton
+            from hyla.ops.kernels.triton_hyla import hyla_triton
 
             return hyla_triton(q, k, v, normalization="rms_head", activation="relu", mask=mask, **triton_options)
         return attention(
@@ -191,7 +191,7 @@ def print_table(rows):
 
 
 def kernel_resources(compiled):
-    """Registers, spill stack and shared memory of a kernel compiled by `triton_hyla.compile_kernels`."""
+    """Registers, spill stack and shared memory of a kernel compiled by `triton_compile.compile_kernels`."""
     import subprocess
     import tempfile
 
@@ -212,7 +212,9 @@ def compile_report(args):
     """Resources of the forward and backward kernels at the benchmark's head sizes for each dtype
     and tile configuration, compiled for one GPU architecture on this machine, with a bias (with a
     gradient), a mask and a dropout mask."""
-    from hyla.ops.attention import triton_hyla as th
+    from triton_compile import compile_kernels
+
+    from hyla.ops.kernels import triton_hyla as th
 
     configs = (
         [tuple(args.blocks) + (args.num_warps or th.DEFAULT_NUM_WARPS,)]
@@ -225,7 +227,7 @@ def compile_report(args):
         pair = torch.empty(64, 64, device="meta")
         for block_q, block_k, block_v, warps in configs:
             try:
-                compiled = th.compile_kernels(
+                compiled = compile_kernels(
                     q,
                     q,
                     q,
@@ -264,7 +266,7 @@ def main(argv=None):
         write_compile_report(args)
         return
     if args.device == "cpu":
-        os.environ["TRITON_INTERPRET"] = "1"  # before hyla.ops.attention.triton_hyla imports triton
+        os.environ["TRITON_INTERPRET"] = "1"  # before hyla.ops.kernels.triton_hyla imports triton
     elif not torch.cuda.is_available():
         sys.exit("no CUDA device: run on a GPU, or --device cpu for an interpreter smoke run")
     import triton

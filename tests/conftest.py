@@ -18,3 +18,20 @@ torch.set_num_threads(1)
 @pytest.fixture(autouse=True)
 def seeded():
     torch.manual_seed(0)
+
+
+@pytest.fixture
+def set_switch(monkeypatch):
+    """set_switch(NAME, value) sets a fast path's environment switch (None: unsets it). hyla reads
+    the switches once per process, so the cache is cleared here and when the test ends."""
+    from hyla.ops.kernels.common import environment_switch
+
+    def set_(name: str, value: str | None) -> None:
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+        environment_switch.cache_clear()
+
+    yield set_
+    environment_switch.cache_clear()

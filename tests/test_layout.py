@@ -19,7 +19,7 @@ MAX_FUNCTION_LINES = 60
 def imported_modules(path: Path, root: Path = PACKAGE) -> set[str]:
     """Every `hyla...` module that `path` (a file of the package at `root`) imports, at the top or
     inside a function."""
-    package = ".".join(path.relative_to(root.parent).with_suffix("").parts[:-1])  # e.g. hyla.ops.attention
+    package = ".".join(path.relative_to(root.parent).with_suffix("").parts[:-1])  # e.g. hyla.ops.kernels
     modules = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):

@@ -9,7 +9,7 @@ should make the network carry out B's operation.
 
 `patch_latents` works for every mixer and whatever implementation `attention(implementation="auto")`
 would pick: while a layer is patched it computes its output from the (patched) codes with the
-reference formula of `hyla/ops/attention/naive.py` (`attention_from_codes`). The experiments
+reference formula of `hyla/ops/kernels/naive.py` (`attention_from_codes`). The experiments
 (`fuzzy_logic_interventions`, `sraven_interventions`) and `hyla interventions RUN` measure how far
 the prediction moves toward B's answer, against two controls: codes from a random other task, and
 B's codes with their heads shuffled.
@@ -30,7 +30,8 @@ from tyro.conf import Positional, arg
 
 from hyla.analysis.collect import FUZZY_LOGIC, SRAVEN, task_kind
 from hyla.nn.attention import MultiHeadAttention
-from hyla.ops.attention.common import ACTIVATION_FNS, normalize, scores
+from hyla.ops.kernels.common import ACTIVATION_FNS, normalize
+from hyla.ops.kernels.common import raw_scores as scores
 from hyla.train.configs import ConfigError, check_positive, parse_options
 from hyla.train.jsonio import portable_path, write_json
 

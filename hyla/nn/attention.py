@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from hyla.nn.linear import Linear, linear_group
+from hyla.nn.linear import linear_group
 from hyla.ops import attention, resolve_mixer
 
 
@@ -60,10 +60,10 @@ class MultiHeadAttention(nn.Module):
         # set only inside `hyla.analysis.patch_latents`: a callable that computes (out, codes) instead of `attention`
         self.latent_patch = None
         self.dim, self.context_dim = dim, context_dim or dim
-        self.query = Linear(dim, qk_dim)
-        self.key = Linear(self.context_dim, qk_dim)
-        self.value = Linear(self.context_dim, v_dim)
-        self.out = Linear(v_dim, out_dim or dim)
+        self.query = nn.Linear(dim, qk_dim)
+        self.key = nn.Linear(self.context_dim, qk_dim)
+        self.value = nn.Linear(self.context_dim, v_dim)
+        self.out = nn.Linear(v_dim, out_dim or dim)
 
     def forward(
         self,
@@ -115,7 +115,7 @@ class MultiHeadAttention(nn.Module):
                 bias=bias,
                 mask=mask,
                 dropout_mask=dropout_mask,
-                return_scores=return_latents,
+                return_latents=return_latents,
                 implementation=self.implementation,
             )
             out, latents = result if return_latents else (result, None)

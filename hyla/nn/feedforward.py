@@ -8,8 +8,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hyla.nn.linear import Linear
-
 FEEDFORWARDS = ("gelu_mlp", "swiglu")
 
 
@@ -30,7 +28,7 @@ class GeluMLP(nn.Module):
 
     def __init__(self, dim: int, mlp_dim: int):
         super().__init__()
-        self.up, self.down = Linear(dim, mlp_dim), Linear(mlp_dim, dim)
+        self.up, self.down = nn.Linear(dim, mlp_dim), nn.Linear(mlp_dim, dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down(gelu_tanh(self.up(x)))
@@ -41,9 +39,9 @@ class SwiGLU(nn.Module):
 
     def __init__(self, dim: int, mlp_dim: int):
         super().__init__()
-        self.gate = Linear(dim, mlp_dim, bias=False)
-        self.up = Linear(dim, mlp_dim, bias=False)
-        self.down = Linear(mlp_dim, dim, bias=False)
+        self.gate = nn.Linear(dim, mlp_dim, bias=False)
+        self.up = nn.Linear(dim, mlp_dim, bias=False)
+        self.down = nn.Linear(mlp_dim, dim, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down(F.silu(self.gate(x)) * self.up(x))
@@ -74,7 +72,7 @@ class MixtureOfExperts(nn.Module):
             raise ValueError(f"top_k must be in 1..num_experts={num_experts}, got {top_k}")
         self.top_k = top_k
         self.routed = True
-        self.router = Linear(dim, num_experts, bias=False)
+        self.router = nn.Linear(dim, num_experts, bias=False)
         self.experts = nn.ModuleList(make_feedforward(kind, dim, mlp_dim) for _ in range(num_experts))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -1,13 +1,10 @@
-"""`Linear` (nn.Linear itself, the name the model's layers are built with) and `linear_group`:
-several layers applied to one input as one matmul. Plain public PyTorch only."""
+"""`linear_group`: several linear layers applied to one input as one matmul. Plain public PyTorch only."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-Linear = nn.Linear
 
 
 def linear_group(x: torch.Tensor, layers: list[nn.Linear]) -> list[torch.Tensor]:

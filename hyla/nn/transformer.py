@@ -12,7 +12,6 @@ import torch
 from torch import nn
 
 from hyla.nn import MixtureOfExperts, MultiHeadAttention, RelativePositionBias, make_feedforward
-from hyla.nn.linear import Linear
 
 LAYERNORM_EPS = 1e-6
 PRETRAINED_CONFIG, PRETRAINED_WEIGHTS = "config.json", "model.safetensors"
@@ -148,8 +147,8 @@ class Transformer(nn.Module):
             self.embed = nn.Embedding(cfg.vocab_size, cfg.dim)
             self.head = None  # tied to the embedding
         else:
-            self.embed = Linear(cfg.input_dim, cfg.dim)
-            self.head = Linear(cfg.dim, cfg.output_dim)
+            self.embed = nn.Linear(cfg.input_dim, cfg.dim)
+            self.head = nn.Linear(cfg.dim, cfg.output_dim)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
         self.final_norm = nn.LayerNorm(cfg.dim, eps=LAYERNORM_EPS)
         if cfg.paper_init:

@@ -1,6 +1,6 @@
 """hyla's own operators (`torch.ops.hyla.*`) for torch.compile, registered in one way.
 
-torch.compile cannot trace a ctypes call: the C++ HYLA kernel (`hyla.ops.attention.cpp`) runs as
+torch.compile cannot trace a ctypes call: the C++ HYLA kernel (`hyla.ops.kernels.cpp`) runs as
 opaque operators while compiled code is traced. They use the low-level torch.library API rather
 than torch.library.custom_op, which imports torch._dynamo (and triton with it) on its first call and
 adds Python to every call. (The Triton kernels use custom_op: they import triton anyway.)

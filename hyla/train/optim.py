@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
+import warnings
 
 import torch
 from torch import nn
 
-from hyla.ops.torch_internals import fused_adamw_available, fused_adamw_step
+from hyla.ops.kernels.common import environment_switch
 from hyla.train.configs import TrainConfig
+
+ADAMW_KERNEL_ENV = "HYLA_ADAMW_KERNEL"
+"""=0: hyla's AdamW step never calls torch's fused AdamW kernel itself; every step is torch.optim.AdamW's."""
+DEPRECATED_PUBLIC_OPS_ENV = "HYLA_PUBLIC_OPS"
+"""=1 (anything but "" or "0") did what HYLA_ADAMW_KERNEL=0 does; still honoured, with a warning."""
 
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -40,6 +47,72 @@ def lr_multiplier(step: int, steps: int, warmup_steps: int, final_fraction: floa
     cosine_steps = steps - 2 * warmup_steps
     progress = min(1.0, (step - warmup_steps) / cosine_steps) if cosine_steps > 0 else 1.0
     return final_fraction + (1.0 - final_fraction) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def fused_adamw_step(
+    params: list[torch.Tensor],
+    grads: list[torch.Tensor],
+    exp_avgs: list[torch.Tensor],
+    exp_avg_sqs: list[torch.Tensor],
+    steps: list[torch.Tensor],
+    *,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    weight_decay: float,
+    eps: float,
+) -> None:
+    """One AdamW update of the tensors in place, by the kernel torch.optim.AdamW(fused=True) calls,
+    `torch._fused_adamw_` (hyla's one private PyTorch operator; docs/speed.md), its step counts
+    already advanced; only call it where `fused_adamw_available()`."""
+    torch._fused_adamw_(
+        params,
+        grads,
+        exp_avgs,
+        exp_avg_sqs,
+        [],
+        steps,
+        amsgrad=False,
+        lr=lr,
+        beta1=beta1,
+        beta2=beta2,
+        weight_decay=weight_decay,
+        eps=eps,
+        maximize=False,
+        grad_scale=None,
+        found_inf=None,
+    )
+
+
+@functools.cache
+def _fused_adamw_works() -> bool:
+    """Whether this PyTorch has the kernel with the signature hyla calls (probed on first use)."""
+    try:
+        p, g, m, v, step = torch.ones(3), torch.ones(3), torch.zeros(3), torch.zeros(3), torch.ones(())
+        fused_adamw_step([p], [g], [m], [v], [step], lr=0.5, beta1=0.9, beta2=0.999, weight_decay=0.0, eps=1e-8)
+        return torch.allclose(p, torch.full((3,), 0.5))  # the first Adam step moves by lr
+    except (AttributeError, RuntimeError, NotImplementedError, TypeError):
+        return False
+
+
+def adamw_kernel_switched_off() -> bool:
+    """HYLA_ADAMW_KERNEL=0, or the deprecated HYLA_PUBLIC_OPS set (warns once)."""
+    if environment_switch(DEPRECATED_PUBLIC_OPS_ENV) not in ("", "0"):
+        _warn_public_ops_deprecated()
+        return True
+    return environment_switch(ADAMW_KERNEL_ENV) == "0"
+
+
+@functools.cache
+def _warn_public_ops_deprecated() -> None:
+    warnings.warn(
+        f"{DEPRECATED_PUBLIC_OPS_ENV} is deprecated: set {ADAMW_KERNEL_ENV}=0 instead", FutureWarning, stacklevel=3
+    )
+
+
+def fused_adamw_available() -> bool:
+    """Whether this PyTorch's fused AdamW kernel is there as hyla calls it and not switched off."""
+    return not adamw_kernel_switched_off() and _fused_adamw_works()
 
 
 SMALL_TENSOR = 32768

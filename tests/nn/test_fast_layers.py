@@ -6,9 +6,10 @@ implementations are tested against `attention_naive` in tests/ops/test_attention
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from hyla.nn.feedforward import gelu_tanh
-from hyla.nn.linear import Linear, linear_group
+from hyla.nn.linear import linear_group
 from hyla.nn.transformer import ModelConfig, Transformer
 
 
@@ -17,7 +18,7 @@ from hyla.nn.transformer import ModelConfig, Transformer
 @pytest.mark.parametrize("compiled", [False, True])
 def test_linear_group_equals_the_layers_one_by_one(dtype, bias, compiled):
     torch.manual_seed(0)
-    layers = [Linear(24, out, bias=bias).to(dtype) for out in (16, 16, 8)]
+    layers = [nn.Linear(24, out, bias=bias).to(dtype) for out in (16, 16, 8)]
     x, grads = torch.randn(3, 5, 24, dtype=dtype), [torch.randn(3, 5, out, dtype=dtype) for out in (16, 16, 8)]
     group = linear_group
     if compiled:
@@ -39,7 +40,7 @@ def test_linear_group_equals_the_layers_one_by_one(dtype, bias, compiled):
 
 def test_linear_group_of_mixed_bias_and_of_one_layer():
     torch.manual_seed(0)
-    layers, x = [Linear(6, 4), Linear(6, 3, bias=False)], torch.randn(2, 6)
+    layers, x = [nn.Linear(6, 4), nn.Linear(6, 3, bias=False)], torch.randn(2, 6)
     for got, layer in zip(linear_group(x, layers), layers):
         torch.testing.assert_close(got, layer(x))
     assert torch.equal(linear_group(x, layers[:1])[0], layers[0](x))

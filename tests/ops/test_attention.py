@@ -11,8 +11,10 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from hyla.ops import NAMED_MIXERS, attention, attention_naive, attention_pointwise, hyla_fused, hyla_streamed
-from hyla.ops.attention import choose_implementation, cpp, implementations_ran, reset_implementations_ran
+from hyla.ops import NAMED_MIXERS, attention, attention_naive, attention_pointwise, dispatch, hyla_fused, hyla_streamed
+from hyla.ops.dispatch import choose_implementation
+from hyla.ops.kernels import cpp
+from hyla.ops.kernels.common import implementations_ran, reset_implementations_ran
 from hyla.ops.mixers import ACTIVATIONS, NORMALIZATIONS
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "attention_reference.npz"
@@ -50,6 +52,17 @@ def random_case(batch, q_len, k_len, *, heads=3, dim=4, dtype=torch.float32, cau
     if causal:
         mask = mask & causal_mask(q_len, k_len)
     return q, k, v, bias, mask
+
+
+def spy_on_backends(monkeypatch, calls: list) -> None:
+    """Make every backend of `auto` append its name to `calls` when it runs."""
+
+    def spied(backend):
+        return dispatch.Backend(
+            backend.name, lambda *a, **kw: calls.append(backend.name) or backend.run(*a, **kw), backend.verify
+        )
+
+    monkeypatch.setattr(dispatch, "BACKENDS", [spied(backend) for backend in dispatch.BACKENDS])
 
 
 def scaled_atol(expected: torch.Tensor, rtol: float) -> float:
@@ -147,24 +160,19 @@ def test_streamed_gradcheck(normalization):
     assert torch.autograd.gradcheck(streamed, inputs)
 
 
-def test_auto_streams_hyla_above_the_threshold(monkeypatch):
-    module = sys.modules["hyla.ops.attention"]  # the package; `hyla.ops.attention` is the function
+def test_auto_streams_hyla_above_the_threshold(monkeypatch, set_switch):
     calls = []
 
-    def spy(*args, **kwargs):
-        calls.append(kwargs)
-        return hyla_streamed(*args, **kwargs)
-
-    monkeypatch.setenv(cpp.DISABLE_ENV, "0")  # the C++ kernel, when built, comes before streaming
+    set_switch(cpp.DISABLE_ENV, "0")  # the C++ kernel, when built, comes before streaming
     q, k, v, bias, mask = random_case(2, 9, 11)
     expected = attention(q, k, v, **axes("hyla"), bias=bias, mask=mask)
-    monkeypatch.setitem(module.MLP_ONLY, "streamed", spy)
+    spy_on_backends(monkeypatch, calls)
     attention(q, k, v, **axes("softmax"), bias=bias, mask=mask)
     attention(q, k, v, **axes("hyla"), bias=bias, mask=mask)
-    assert not calls  # below the threshold, and never for the linear value network
-    monkeypatch.setattr(module, "STREAM_THRESHOLD", 2 * 9 * 11 * 5 - 1)
+    assert "streamed" not in calls  # below the threshold, and never for the linear value network
+    monkeypatch.setattr(dispatch, "STREAM_THRESHOLD", 2 * 9 * 11 * 5 - 1)
     out = attention(q, k, v, **axes("hyla"), bias=bias, mask=mask)
-    assert len(calls) == 1
+    assert calls[-1] == "streamed"
     assert_close(out, expected)
 
 
@@ -270,19 +278,16 @@ def test_every_implementation_returns_the_reference_outputs_codes_and_gradients(
         (dict(name="linear_rms_head"), "naive"),
     ],
 )
-def test_return_scores_never_changes_the_implementation(case, expected, monkeypatch):
+def test_return_scores_never_changes_the_implementation(case, expected, monkeypatch, set_switch):
     """Analysis (return_scores=True) runs what training runs, so it sees the same numbers."""
-    module = sys.modules["hyla.ops.attention"]
     if case.get("no_cpp"):
-        monkeypatch.setenv(cpp.DISABLE_ENV, "0")
+        set_switch(cpp.DISABLE_ENV, "0")
     elif expected == "cpp" and not cpp.available():
         pytest.skip("the C++ kernel did not build on this machine")
     if "threshold" in case:
-        monkeypatch.setattr(module, "STREAM_THRESHOLD", case["threshold"])
+        monkeypatch.setattr(dispatch, "STREAM_THRESHOLD", case["threshold"])
     called = []
-    for table in (module.GENERAL, module.MLP_ONLY):
-        for key, fn in list(table.items()):
-            monkeypatch.setitem(table, key, lambda *a, _fn=fn, _key=key, **kw: called.append(_key) or _fn(*a, **kw))
+    spy_on_backends(monkeypatch, called)
     q, k, v, bias, mask = random_case(2, 9, 11)
     dropout_mask = (torch.rand(3, 9, 11) if case.get("per_head_dropout") else torch.rand(9, 11)) > 0.1
     kwargs = dict(**axes(case["name"]), bias=bias, mask=mask, dropout_mask=dropout_mask.float() / 0.9)
@@ -307,13 +312,15 @@ def test_fused_is_close_to_naive_in_float32_at_the_sraven_size():
     "value_network, cpp_kernel, expected",
     [("linear", True, "pointwise"), ("mlp", False, "pointwise"), ("mlp", True, "cpp")],
 )
-def test_compiled_auto_takes_the_pointwise_form_or_the_cpp_kernel(value_network, cpp_kernel, expected, monkeypatch):
+def test_compiled_auto_takes_the_pointwise_form_or_the_cpp_kernel(
+    value_network, cpp_kernel, expected, monkeypatch, set_switch
+):
     """Under torch.compile `auto` picks the C++ kernel for HYLA when built, else the pointwise form
     for small heads, and the compiled result matches the reference."""
     from torch._inductor import config as inductor_config
 
     if not cpp_kernel:
-        monkeypatch.setenv(cpp.DISABLE_ENV, "0")
+        set_switch(cpp.DISABLE_ENV, "0")
     elif not cpp.available():
         pytest.skip("the C++ kernel did not build on this machine")
     q, k, v, b, _, d, grad = seeded_case((3, 16, 16, 8, 2, 2), torch.float32, True, False, True)
@@ -370,7 +377,7 @@ POINTWISE_ON_CUDA = pytest.mark.xfail(
     ],
 )
 def test_compiled_hyla_uses_the_dropout_mask_it_draws_in_forward_and_backward(
-    device, implementation, q_len, monkeypatch
+    device, implementation, q_len, monkeypatch, set_switch
 ):
     """A compiled step that draws its attention-dropout mask inside the graph, as a training step of
     MultiHeadAttention does (inductor's own random numbers), computes HYLA's output and gradients
@@ -378,7 +385,7 @@ def test_compiled_hyla_uses_the_dropout_mask_it_draws_in_forward_and_backward(
     shapes (H=16, Dk=Dv=4, 36 keys) with the relative-position bias, for every query and for the
     last few only (the model's last block). `auto` compiles the pointwise form on the CPU (the C++
     kernel off) and runs naive_eager on CUDA."""
-    monkeypatch.setenv(cpp.DISABLE_ENV, "0")
+    set_switch(cpp.DISABLE_ENV, "0")
     g = torch.Generator().manual_seed(0)
     B, T, H, D = 64, 36, 16, 4  # a SRAVEN batch of 64: inductor tiles by size
     q, grad = (torch.randn(B, q_len, H, D, generator=g, dtype=torch.float64) for _ in range(2))
@@ -414,7 +421,7 @@ def test_compiled_auto_keeps_hyla_out_of_the_graph_off_the_cpu(value_network, ex
 def test_naive_eager_runs_outside_the_compiled_graph():
     """naive_eager inside a compiled function is a graph break: attention_naive runs eagerly there,
     and outputs and gradients equal the reference's."""
-    module = sys.modules["hyla.ops.attention.naive"]
+    module = sys.modules["hyla.ops.kernels.naive"]
     compiling = []
     naive = module.attention_naive
 

@@ -1,15 +1,16 @@
-"""The C++ HYLA kernel (hyla/ops/attention/cpp.py): outputs and gradients equal to the naive
+"""The C++ HYLA kernel (hyla/ops/kernels/cpp.py): outputs and gradients equal to the naive
 reference, for every input it takes; what it refuses; threads; building and falling back."""
 
 import itertools
-import sys
 
 import pytest
 import torch
 from torch.testing import assert_close
 
 from hyla.ops import attention, attention_naive
-from hyla.ops.attention import choose_implementation, cpp, implementations_ran, reset_implementations_ran
+from hyla.ops.dispatch import choose_implementation
+from hyla.ops.kernels import cpp
+from hyla.ops.kernels.common import implementations_ran, reset_implementations_ran
 
 pytestmark = pytest.mark.skipif(not cpp.available(), reason="the C++ kernel did not build on this machine")
 
@@ -142,8 +143,8 @@ def test_compiled_matches_eager():
         assert_close(x, y, rtol=1e-6, atol=1e-6)
 
 
-def test_disabled_by_the_environment(monkeypatch):
-    monkeypatch.setenv(cpp.DISABLE_ENV, "0")
+def test_disabled_by_the_environment(monkeypatch, set_switch):
+    set_switch(cpp.DISABLE_ENV, "0")
     cpp._warn_disabled.cache_clear()
     q = torch.randn(2, 3, 4, 2)
     with pytest.warns(UserWarning, match=f"turned off by {cpp.DISABLE_ENV}=0"):
@@ -223,6 +224,5 @@ def test_without_a_working_compiler_auto_falls_back(fresh_build, monkeypatch):
     monkeypatch.setenv("CXX", "false")  # a "compiler" that always fails
     with pytest.warns(UserWarning, match="did not compile"):
         assert not cpp.available()
-    module = sys.modules["hyla.ops.attention"]
     q = torch.randn(2, 3, 4, 2)
-    assert module.choose_implementation(q, q, 3, "mlp", None, "rms_head") == "fused"
+    assert choose_implementation(q, q, 3, "mlp", None, "rms_head") == "fused"

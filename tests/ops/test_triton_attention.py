@@ -30,16 +30,10 @@ if DEVICE == "cpu":
     os.environ["TRITON_INTERPRET"] = "1"
 pytest.importorskip("triton")
 
-from hyla.ops.attention import (  # noqa: E402
-    attention,
-    attention_naive,
-    choose_implementation,
-    implementations_ran,
-    reset_implementations_ran,
-    triton_by_default,
-    triton_covers,
-    triton_hyla,
-)
+from hyla.ops import attention, attention_naive, dispatch  # noqa: E402
+from hyla.ops.dispatch import choose_implementation, triton_by_default, triton_covers  # noqa: E402
+from hyla.ops.kernels import triton_hyla  # noqa: E402
+from hyla.ops.kernels.common import implementations_ran, reset_implementations_ran  # noqa: E402
 from hyla.ops.mixers import ACTIVATIONS  # noqa: E402
 
 if DEVICE == "cpu" and "Interpreted" not in type(triton_hyla._hyla_forward_kernel).__name__:
@@ -260,17 +254,19 @@ def test_importing_hyla_does_not_import_triton():
 
 COMPILE_FOR_GPUS = """
 import json, sys, torch
-from hyla.ops.attention import triton_hyla
+sys.path.insert(0, "benchmarks")
+from triton_compile import SHARED_MEMORY_PER_BLOCK, compile_kernels
 out = []
 for heads, dim in ((8, 64),):
     for dtype in (torch.float32, torch.bfloat16):
         q = torch.empty(2, 64, heads, dim, dtype=dtype, device="meta")
         pair = torch.empty(64, 64, device="meta")
         for arch in (80, 86, 89, 90):
-            compiled = triton_hyla.compile_kernels(q, q, q, normalization="rms_head", activation="gelu", bias=pair,
-                                                   mask=pair.bool(), dropout_mask=pair, arch=arch)
+            compiled = compile_kernels(q, q, q, normalization="rms_head", activation="gelu", bias=pair,
+                                       mask=pair.bool(), dropout_mask=pair, arch=arch)
             out += [dict(heads=heads, dim=dim, dtype=str(dtype), arch=arch, kernel=name, tile=kernel.tile,
-                         shared=kernel.metadata.shared) for name, kernel in compiled.items()]
+                         shared=kernel.metadata.shared, limit=SHARED_MEMORY_PER_BLOCK[arch])
+                    for name, kernel in compiled.items()]
 print(json.dumps(out))
 """
 
@@ -293,7 +289,7 @@ def test_kernels_fit_the_shared_memory_of_common_gpus():
     rows = json.loads(result.stdout.strip().splitlines()[-1])
     assert len(rows) == 2 * 4 * 2
     for row in rows:
-        assert row["shared"] <= triton_hyla.SHARED_MEMORY_PER_BLOCK[row["arch"]], row
+        assert row["shared"] <= row["limit"], row
     # the largest tile that fits is taken: a value chunk of 32 for bfloat16 wherever it fits
     assert {tuple(r["tile"]) for r in rows if r["dtype"] == "torch.bfloat16"} == {(16, 16, 32)}
 
@@ -351,9 +347,8 @@ def test_a_failing_kernel_falls_back_to_the_same_math(failure, monkeypatch):
             monkeypatch.setattr(triton_hyla, name, BrokenGpu())
         reason = "no kernel image"
     else:
-        ops = sys.modules["hyla.ops.attention"]  # (the package: hyla.ops.attention is also the function)
-        monkeypatch.setitem(sys.modules, "hyla.ops.attention.triton_hyla", None)  # importing it raises
-        monkeypatch.delattr(ops, "triton_hyla")
+        monkeypatch.setitem(sys.modules, "hyla.ops.kernels.triton_hyla", None)  # importing it raises
+        monkeypatch.delattr(sys.modules["hyla.ops.kernels"], "triton_hyla")
         reason = "importing it failed"
     case, grad_out = make_case(q_len=9, k_len=11)
     kwargs = dict(normalization="rms_head", activation="relu", value_network="mlp")
@@ -394,23 +389,23 @@ def test_deterministic_mode_uses_no_atomics(monkeypatch):
     assert all(torch.equal(a, b) for a, b in zip(first, second))
 
 
-def test_auto_takes_triton_only_where_validated(monkeypatch):
+def test_auto_takes_triton_only_where_validated(monkeypatch, set_switch):
     """On CUDA, `auto` takes the kernels on architectures where the GPU suite passed
     (TRITON_VALIDATED), or with HYLA_TRITON=1; never with HYLA_TRITON=0 or in deterministic mode."""
-    ops = sys.modules["hyla.ops.attention"]
+    ops = dispatch
     device = torch.device("cuda", 0)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: (8, 6))
-    monkeypatch.delenv(ops.TRITON_ENV, raising=False)
+    set_switch(ops.TRITON_ENV, None)
     monkeypatch.setattr(ops, "TRITON_VALIDATED", {})
     assert not ops.triton_by_default(device)
-    monkeypatch.setenv(ops.TRITON_ENV, "1")
+    set_switch(ops.TRITON_ENV, "1")
     assert ops.triton_by_default(device)
-    monkeypatch.delenv(ops.TRITON_ENV)
+    set_switch(ops.TRITON_ENV, None)
     monkeypatch.setattr(ops, "TRITON_VALIDATED", {(8, 6): "a GPU, a date"})
     assert ops.triton_by_default(device)
-    monkeypatch.setenv(ops.TRITON_ENV, "0")
+    set_switch(ops.TRITON_ENV, "0")
     assert not ops.triton_by_default(device)
-    monkeypatch.delenv(ops.TRITON_ENV)
+    set_switch(ops.TRITON_ENV, None)
     previous = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True)
     try:

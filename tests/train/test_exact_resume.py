@@ -181,16 +181,16 @@ def test_resume_warns_when_numerics_change(tmp_path):
         resume(tmp_path, "run", threads=2)
 
 
-def test_resume_warns_when_the_cpp_kernel_comes_or_goes(tmp_path, monkeypatch):
+def test_resume_warns_when_the_cpp_kernel_comes_or_goes(tmp_path, set_switch):
     """HYLA runs as the C++ kernel where it builds and as PyTorch code where it does not: a run
     continued on the other path is not bit-identical, and says so."""
-    from hyla.ops.attention import cpp
+    from hyla.ops.kernels import cpp
 
     if not cpp.available():
         pytest.skip("the C++ kernel did not build on this machine")
-    monkeypatch.setenv(cpp.DISABLE_ENV, "0")
+    set_switch(cpp.DISABLE_ENV, "0")
     train(config(tmp_path, "run", stop_at=7))
-    monkeypatch.delenv(cpp.DISABLE_ENV)
+    set_switch(cpp.DISABLE_ENV, None)
     with pytest.warns(RuntimeWarning, match="cpp_kernel True \\(was False\\).*not be bit-identical"):
         resume(tmp_path, "run")
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from helpers_train import TaskWrapper, assert_same_weights, final_weights, tiny_config
 
-from hyla.ops.attention import cpp
+from hyla.ops.kernels import cpp
 from hyla.train import NonFiniteLossError, evaluate, load_run, train
 from hyla.train import checkpoint as ckpt
 from hyla.train.configs import ConfigError, build_task, resolve_model

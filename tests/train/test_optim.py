@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from hyla.nn.transformer import ModelConfig, Transformer
+from hyla.train import optim
 from hyla.train.configs import TrainConfig
-from hyla.train.optim import lr_multiplier, make_optimizer, parameter_groups
+from hyla.train.optim import fused_adamw_step, lr_multiplier, make_optimizer, parameter_groups
 
 
 def optax_warmup_cosine_decay(step, init_value, peak_value, warmup_steps, decay_steps, end_value):
@@ -97,13 +98,21 @@ def test_adamw_settings():
     assert math.isclose(group["initial_lr"], 1e-3)
 
 
-@pytest.mark.parametrize("public_ops", [False, True])
-def test_adamw_equals_torch_fused_adamw_bit_for_bit(monkeypatch, tmp_path, public_ops):
+@pytest.mark.parametrize(
+    "switch", [None, ("HYLA_ADAMW_KERNEL", "0"), ("HYLA_ADAMW_KERNEL", "1"), ("HYLA_PUBLIC_OPS", "1")], ids=str
+)
+def test_adamw_equals_torch_fused_adamw_bit_for_bit(monkeypatch, set_switch, tmp_path, switch):
     """hyla's AdamW against torch.optim.AdamW(fused=True): two parameter groups, small tensors
     (updated on one thread) and large ones, a step with a parameter left without gradient (torch's
-    path), a state_dict saved and loaded mid-way."""
-    if public_ops:
-        monkeypatch.setenv("HYLA_PUBLIC_OPS", "1")
+    path), a state_dict saved and loaded mid-way. HYLA_ADAMW_KERNEL=0 (or the deprecated
+    HYLA_PUBLIC_OPS=1) turns off hyla's own kernel call: every step is torch's."""
+    kernel_calls = []
+    monkeypatch.setattr(
+        optim, "fused_adamw_step", lambda *a, **kw: kernel_calls.append(1) or fused_adamw_step(*a, **kw)
+    )
+    switched_off = switch in (("HYLA_ADAMW_KERNEL", "0"), ("HYLA_PUBLIC_OPS", "1"))
+    if switch:
+        set_switch(*switch)
     torch.manual_seed(0)
     models = [
         Transformer(
@@ -130,8 +139,8 @@ def test_adamw_equals_torch_fused_adamw_bit_for_bit(monkeypatch, tmp_path, publi
         if step == 5:
             torch.save(ours.state_dict(), tmp_path / "optimizer.pt")
             ours.load_state_dict(torch.load(tmp_path / "optimizer.pt", weights_only=True))
-    assert (ours._groups is None) == public_ops  # the fast path ran (or, with public operators only, never)
-    if not public_ops:
+    assert (not kernel_calls) == switched_off  # hyla's kernel call ran (or, switched off, never)
+    if not switched_off:
         assert [part[-1] for part in ours._groups[0][0]] == [True, False]  # small, then the 16 x 2560 MLP weights
     for a, b in zip(models[0].parameters(), models[1].parameters()):
         assert torch.equal(a, b)

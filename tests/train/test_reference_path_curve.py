@@ -1,6 +1,6 @@
 """The default training path (the C++ HYLA kernel, hyla's AdamW step calling torch's fused AdamW
 kernel directly) and the plain reference path (the naive einsum attention, torch.optim.AdamW's own
-step: HYLA_PUBLIC_OPS=1) train the paper's CPU presets along the same curve: the training losses of
+step: HYLA_ADAMW_KERNEL=0) train the paper's CPU presets along the same curve: the training losses of
 a few hundred steps agree to float rounding.
 
 Measured on a 2-core Intel Xeon, largest relative difference over 300 steps: 1.4e-7 (logic_cpu);
@@ -12,12 +12,11 @@ the math (a wrong gradient term, a wrong normalization) moves the losses by far 
 first logged steps."""
 
 import json
-import sys
 from dataclasses import replace
 
 import pytest
 
-from hyla.ops.torch_internals import PUBLIC_OPS_ENV
+from hyla.ops import dispatch
 from hyla.train import train
 from hyla.train.configs import get_preset
 
@@ -53,10 +52,10 @@ def training_losses(tmp_path, preset: str, steps: int) -> tuple[list[float], lis
 
 
 @pytest.mark.parametrize("preset, steps", [("logic_cpu", 300), ("raven_cpu", 300)])
-def test_default_and_reference_paths_train_along_the_same_curve(preset, steps, tmp_path, monkeypatch):
+def test_default_and_reference_paths_train_along_the_same_curve(preset, steps, tmp_path, monkeypatch, set_switch):
     default, default_ran = training_losses(tmp_path / "default", preset, steps)
-    monkeypatch.setenv(PUBLIC_OPS_ENV, "1")
-    monkeypatch.setattr(sys.modules["hyla.ops.attention"], "choose_implementation", lambda *args, **kwargs: "naive")
+    set_switch("HYLA_ADAMW_KERNEL", "0")
+    monkeypatch.setattr(dispatch, "BACKENDS", [b for b in dispatch.BACKENDS if b.name == "naive"])
     reference, reference_ran = training_losses(tmp_path / "reference", preset, steps)
     assert reference_ran == ["naive"] and default_ran != reference_ran
     assert len(default) == len(reference) == steps // 20

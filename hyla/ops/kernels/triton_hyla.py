@@ -42,13 +42,18 @@ import math
 import torch
 import triton
 import triton.language as tl
-from triton.backends.compiler import GPUTarget
 from triton.runtime.errors import OutOfResources
 
-from hyla.ops.attention import TRITON_DTYPES, TRITON_MAX_HEAD_DIM, TRITON_NORMALIZATIONS
-from hyla.ops.attention.common import RMS_EPS, as_4d, record_fallback
-from hyla.ops.attention.naive import attention_naive
-from hyla.ops.attention.streamed import hyla_streamed
+from hyla.ops.kernels.common import (
+    RMS_EPS,
+    TRITON_DTYPES,
+    TRITON_MAX_HEAD_DIM,
+    TRITON_NORMALIZATIONS,
+    as_4d,
+    record_fallback,
+)
+from hyla.ops.kernels.naive import attention_naive
+from hyla.ops.kernels.streamed import hyla_streamed
 
 ACTIVATION_CODES = {"identity": 0, "relu": 1, "gelu": 2, "silu": 3, "sigmoid": 4, "tanh": 5}
 MIN_DOT = 16  # the smallest side of a tensor-core product
@@ -61,9 +66,6 @@ TILES = {
     torch.bfloat16: ((16, 16, 32), (16, 16, 16)),
     torch.float16: ((16, 16, 32), (16, 16, 16)),
 }
-# The most shared memory one block may use (opt-in), by compute capability: what compile_kernels
-# checks a tile against without a GPU; a launch asks the device itself.
-SHARED_MEMORY_PER_BLOCK = {80: 166912, 86: 101376, 87: 166912, 89: 101376, 90: 232448}
 DEFAULT_NUM_WARPS = 8
 DEFAULT_NUM_STAGES = 1
 
@@ -681,81 +683,6 @@ def _autograd_backward(ctx, grad_out):
 
 
 _forward_op.register_autograd(_autograd_backward, setup_context=_setup_context)
-
-
-POINTER_TYPES = {torch.float32: "*fp32", torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.uint8: "*u8"}
-
-
-def compile_kernels(
-    q,
-    k,
-    v,
-    *,
-    normalization,
-    activation="relu",
-    bias=None,
-    mask=None,
-    dropout_mask=None,
-    tiles=None,
-    num_warps=DEFAULT_NUM_WARPS,
-    num_stages=DEFAULT_NUM_STAGES,
-    arch=90,
-):
-    """Compile the forward and backward kernels for CUDA compute capability `arch` (90: H100)
-    without a GPU, as a launch on these inputs would (meta tensors will do): each kernel with the
-    first of `tiles` (default TILES[dtype]) whose shared memory fits SHARED_MEMORY_PER_BLOCK[arch].
-    Returns {"forward": CompiledKernel, "backward": CompiledKernel} (a bias gets a gradient), each
-    with its `tile`; raises ValueError when no tile fits."""
-    tiles = tiles or TILES[q.dtype]
-    pointer_dtypes = _pointer_dtypes(q, k, v, bias, dropout_mask)
-    kernels = dict(
-        forward=(_hyla_forward_kernel, {}),
-        backward=(_hyla_backward_kernel, dict(GRAD_BIAS=bias is not None, GRAD_BIAS_SHARED=True)),
-    )
-    compiled = {}
-    for name, (kernel, extra) in kernels.items():
-        for tile in tiles:
-            constexprs = _launch_args(q, k, v, bias, mask, dropout_mask, normalization, activation, tile)[2]
-            values = {**constexprs, "UPCAST": False, **extra}
-            signature = {arg: _argument_type(arg, values, pointer_dtypes) for arg in kernel.arg_names}
-            source = triton.compiler.ASTSource(fn=kernel, signature=signature, constexprs=values)
-            binary = triton.compile(
-                source, target=GPUTarget("cuda", arch, 32), options=dict(num_warps=num_warps, num_stages=num_stages)
-            )
-            if binary.metadata.shared <= SHARED_MEMORY_PER_BLOCK[arch]:
-                binary.tile = tile
-                compiled[name] = binary
-                break
-        else:
-            raise ValueError(f"no tile of {tiles} fits the {name} kernel into sm_{arch}'s shared memory")
-    return compiled
-
-
-def _pointer_dtypes(q, k, v, bias, dropout_mask) -> dict[str, torch.dtype]:
-    """The dtype each kernel pointer points to (by parameter name), as a launch on these inputs passes them."""
-    return dict(
-        q_ptr=q.dtype,
-        k_ptr=k.dtype,
-        v_ptr=v.dtype,
-        mask_ptr=torch.uint8,
-        out_ptr=q.dtype,
-        bias_ptr=q.dtype if bias is None else bias.dtype,
-        grad_out_ptr=q.dtype,
-        drop_ptr=q.dtype if dropout_mask is None else dropout_mask.dtype,
-        grad_k_ptr=k.dtype,
-        grad_q_ptr=torch.float32,
-        grad_v_ptr=torch.float32,
-        grad_bias_ptr=torch.float32,
-    )
-
-
-def _argument_type(arg: str, constexprs: dict, pointer_dtypes: dict[str, torch.dtype]) -> str:
-    """Triton's type of the kernel parameter `arg` in an ahead-of-time signature."""
-    if arg in constexprs:
-        return "constexpr"
-    if arg.endswith("_ptr"):
-        return POINTER_TYPES[pointer_dtypes[arg]]
-    return "fp32" if arg == "scale" else "i32"
 
 
 def check_supported(q, k, v, normalization) -> None:

@@ -21,7 +21,7 @@ import math
 
 import torch
 
-from hyla.ops.attention.common import ACTIVATION_FNS, RMS_EPS, masked_softmax, per_pair, shared_by_heads
+from hyla.ops.kernels.common import ACTIVATION_FNS, RMS_EPS, masked_softmax, per_pair, shared_by_heads
 
 
 def softmax_backward(grad_p: torch.Tensor, p: torch.Tensor) -> torch.Tensor:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from hyla.ops.attention.common import ACTIVATION_FNS, as_4d, masked_scores, normalize, scores
+from hyla.ops.kernels.common import ACTIVATION_FNS, as_4d, masked_scores, normalize, raw_scores
 
 # Elements of one hidden block [B, Tq, block, Dv]: 4M floats = 16 MiB in float32.
 BLOCK_ELEMENTS = 1 << 22
@@ -34,7 +34,7 @@ def _with_key_axis(t: torch.Tensor | None, k_len: int) -> torch.Tensor | None:
 
 def _block_output(q, k, v, bias, mask, dropout_mask, lse, normalization, activation):
     """HYLA output of one key block: q [B, Tq, H, Dk], k/v [B, Kb, H, D], extras [.., Kb] -> [B, Tq, H, Dv]."""
-    a = normalize(scores(q, k, bias), normalization, mask, softmax_lse=lse)
+    a = normalize(raw_scores(q, k, bias), normalization, mask, softmax_lse=lse)
     if dropout_mask is not None:
         a = a * dropout_mask
     hidden = ACTIVATION_FNS[activation](torch.einsum("bhqk,bkhd->bqkd", a, v))  # [B, Tq, Kb, Dv]
@@ -46,7 +46,7 @@ def _softmax_lse(q, k, bias, mask, block):
     lse = None
     for start in range(0, k.shape[1], block):
         ks = slice(start, start + block)
-        s = scores(q, k[:, ks], None if bias is None else bias[..., ks])
+        s = raw_scores(q, k[:, ks], None if bias is None else bias[..., ks])
         s = masked_scores(s, None if mask is None else mask[..., ks])
         block_lse = torch.logsumexp(s, dim=-1, keepdim=True)
         lse = block_lse if lse is None else torch.logaddexp(lse, block_lse)
@@ -120,7 +120,7 @@ class _StreamedHyla(torch.autograd.Function):
                     ks = slice(start, start + block)
                     k_ = k[:, ks].detach().requires_grad_()
                     bias_ = None if bias4 is None else bias4[..., ks].detach().requires_grad_(want_bias)
-                    s = scores(q_, k_, bias_)
+                    s = raw_scores(q_, k_, bias_)
                     a = normalize(s.detach(), "softmax", None if mask4 is None else mask4[..., ks], lse)
                     inputs = [q_, k_] + ([bias_] if want_bias else [])
                     grads = list(torch.autograd.grad(s, inputs, a * grad_lse))

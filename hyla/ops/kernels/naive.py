@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from hyla.ops.attention.common import ACTIVATION_FNS, normalize, scores
+from hyla.ops.kernels.common import ACTIVATION_FNS, normalize, raw_scores
 
 
 def attention_naive(
@@ -28,7 +28,7 @@ def attention_naive(
     q [B, Tq, H, Dk], k [B, Tk, H, Dk], v [B, Tk, H, Dv]; bias and mask broadcastable to
     [B, H, Tq, Tk]; dropout_mask (keep-mask / keep probability) multiplies `a` after normalization.
     """
-    a = normalize(scores(q, k, bias), normalization, mask)  # [B, H, Tq, Tk]
+    a = normalize(raw_scores(q, k, bias), normalization, mask)  # [B, H, Tq, Tk]
     weights = a if dropout_mask is None else a * dropout_mask
     if value_network == "linear":
         return torch.einsum("bhqk,bkhd->bqhd", weights, v), a

@@ -1,5 +1,5 @@
-// HYLA (the `mlp` value network) forward and backward on the CPU. hyla/ops/attention/cpp.py
-// compiles this file, states the math and checks the inputs; tests/test_cpp_attention.py compares
+// HYLA (the `mlp` value network) forward and backward on the CPU. hyla/ops/kernels/cpp.py
+// compiles this file, states the math and checks the inputs; tests/ops/test_cpp_attention.py compares
 // it with attention_naive.
 //
 // One batch element per OpenMP thread at a time. For each query, the keys are taken L at a time,

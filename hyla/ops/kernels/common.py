@@ -3,7 +3,9 @@ input checks. Sharing them is what makes the latent codes of every implementatio
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 import warnings
 
 import torch
@@ -13,6 +15,11 @@ from hyla.ops.mixers import check_axes
 from hyla.ops.torch_internals import constant_under_compile
 
 RMS_EPS = 1e-6
+# What the Triton kernels take (triton_hyla.py checks them; hyla.ops.dispatch decides by them
+# without importing triton).
+TRITON_NORMALIZATIONS = ("none", "rms_head")
+TRITON_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+TRITON_MAX_HEAD_DIM = 128
 # What attention() ran in this process: implementation names, and fast paths that fell back (with
 # the reason). Training records it in the run's numerics.
 _RAN: set[str] = set()
@@ -27,8 +34,10 @@ ACTIVATION_FNS = {
 }
 
 
-def scores(q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """q [B, Tq, H, Dk], k [B, Tk, H, Dk], bias broadcastable to [B, H, Tq, Tk] -> [B, H, Tq, Tk]."""
+def raw_scores(q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """The scores before any normalization: <q, k> / sqrt(Dk) + bias.
+
+    q [B, Tq, H, Dk], k [B, Tk, H, Dk], bias broadcastable to [B, H, Tq, Tk] -> [B, H, Tq, Tk]."""
     s = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(q.shape[-1])
     return s if bias is None else s + bias
 
@@ -112,6 +121,13 @@ def check_inputs(q, k, v, normalization, value_network, activation) -> None:
         )
     if not (q.is_floating_point() and k.is_floating_point() and v.is_floating_point()):
         raise TypeError("q, k and v must be floating point tensors")
+
+
+@functools.cache
+def environment_switch(name: str) -> str:
+    """The environment variable `name` (a fast path's switch: "0" turns it off), read once per
+    process; "" when unset. (Tests that set one call `environment_switch.cache_clear()`.)"""
+    return os.environ.get(name, "")
 
 
 @constant_under_compile  # recorded while tracing: a set the graph changed would fail a guard and recompile

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from hyla.ops.attention.common import ACTIVATION_FNS, normalize, scores
+from hyla.ops.kernels.common import ACTIVATION_FNS, normalize, raw_scores
 
 
 def attention_pointwise(
@@ -33,7 +33,7 @@ def attention_pointwise(
     dropout_mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Same arguments and results as `attention_naive`: (output [B, Tq, H, Dv], latent codes a [B, H, Tq, Tk])."""
-    a = normalize(scores(q, k, bias), normalization, mask)  # [B, H, Tq, Tk]
+    a = normalize(raw_scores(q, k, bias), normalization, mask)  # [B, H, Tq, Tk]
     weights = (a if dropout_mask is None else a * dropout_mask).unsqueeze(3)  # [B, H, Tq, 1, Tk]
     values = v.permute(0, 2, 3, 1).unsqueeze(2)  # [B, H, 1, Dv, Tk]
     if value_network == "linear":

@@ -41,8 +41,8 @@ from pathlib import Path
 
 import torch
 
-from hyla.ops.attention.common import RMS_EPS, as_4d, per_pair, shared_by_heads
 from hyla.ops.cache import default_cache_dir
+from hyla.ops.kernels.common import RMS_EPS, as_4d, environment_switch, per_pair, shared_by_heads
 from hyla.ops.registration import register_operator
 from hyla.ops.torch_internals import constant_under_compile
 
@@ -184,7 +184,7 @@ def _library() -> ctypes.CDLL | None:
 @constant_under_compile  # torch.compile calls it once while tracing (it may run the compiler)
 def available() -> bool:
     """Whether the kernel can run here (compiling it on the first call)."""
-    if os.environ.get(DISABLE_ENV, "") == "0":
+    if environment_switch(DISABLE_ENV) == "0":
         _warn_disabled()
         return False
     return _library() is not None

@@ -1,0 +1,331 @@
+"""`hyla.ops.attention`: the attention family, and HYLA, as one pure function, and the table of
+implementations that `implementation="auto"` walks.
+
+The math (docs/math.md; the paper's Eq. 4-7). q [B, Tq, H, Dk], k [B, Tk, H, Dk], v [B, Tk, H, Dv]:
+
+    s[b,h,q,k] = <q[b,q,h,:], k[b,k,h,:]> / sqrt(Dk) + bias[b,h,q,k]
+    a = normalize(s)     softmax over keys | none | rms_head (RMS norm across the heads, per pair)
+    value_network "linear" (multi-head attention):
+        y[b,q,h,:] = sum_k a[b,h,q,k] v[b,k,h,:]
+    value_network "mlp" (HYLA; the latent code a[b,:,q,k] generates both layers):
+        u[b,q,k,:] = act(sum_h a[b,h,q,k] v[b,k,h,:])     layer 1: sums over the heads
+        y[b,q,h,:] = sum_k a[b,h,q,k] u[b,q,k,:]          layer 2: sums over the keys
+
+`hyla/ops/kernels/naive.py` is exactly this, in einsums: the reference. Every other implementation
+in `hyla/ops/kernels/` computes the same function and is tested against it on outputs AND
+gradients in float64 (tests/ops/). `BACKENDS` below lists them in the order `auto` tries them,
+each with the verifier that says why it does not apply to a call (None: it does); the first that
+applies runs, `naive` always does. Why each is there:
+
+    triton       memory linear in T on CUDA, and faster than `streamed` (docs/speed.md)
+    cpp          one C++ kernel on the CPU, each query-key pair in registers
+    streamed     memory: HYLA's [B, Tq, Tk, Dv] hidden tensor exists one key block at a time
+    naive_eager  compiled on CUDA, the pointwise form's gradients were wrong (docs/gpu.md): HYLA
+                 stays out of compiled graphs off the CPU
+    pointwise    inductor fuses it; tiny heads make matmuls slow
+    fused        hand-written backward on the CPU: fewer passes over memory
+    naive        the reference
+
+Environment switches, read once per process (`=0` turns a fast path off): HYLA_CPP_KERNEL,
+HYLA_TRITON (`=1` also opts in on a GPU architecture not in TRITON_VALIDATED). A fast path that a
+verifier rejects logs its reason once (logger `hyla.ops`, level INFO); one that fails at run time
+warns once and records it. `implementations_ran()` lists what ran; training writes it to env.json.
+
+`return_latents` (`return_scores`, its name in SPEC §9, still works) never changes the choice, so
+an analysis run computes the same outputs as training does. The returned latent codes are
+`normalize(raw_scores(q, k, bias))`: the very tensor the output came from for `naive` and
+`pointwise`; the others do not return it (they fold or stream it), so the same two functions
+compute it beside them: identical values. (Under torch.compile the choice also depends on the
+compile state: a compiled training run and an eager analysis of its checkpoint agree to float
+rounding, not bit for bit.)
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from hyla.ops.kernels import cpp
+from hyla.ops.kernels.common import (
+    TRITON_DTYPES,
+    TRITON_MAX_HEAD_DIM,
+    TRITON_NORMALIZATIONS,
+    check_inputs,
+    environment_switch,
+    normalize,
+    raw_scores,
+    record_fallback,
+    record_ran,
+    shared_by_heads,
+)
+from hyla.ops.kernels.fused import hyla_fused
+from hyla.ops.kernels.naive import attention_naive, attention_naive_eager
+from hyla.ops.kernels.pointwise import attention_pointwise
+from hyla.ops.kernels.streamed import hyla_streamed
+from hyla.ops.torch_internals import constant_under_compile
+
+LOG = logging.getLogger("hyla.ops")
+# Located, not imported (find_spec reads no module): a constant that torch.compile can trace.
+TRITON_INSTALLED = importlib.util.find_spec("triton") is not None
+# GPU architectures (compute capability) where hyla's GPU suite (the CUDA and Triton tests and
+# benchmarks/bench_triton_attention.py) passed on real hardware and the kernels were faster than
+# the PyTorch forms: `auto` takes Triton there only. Elsewhere opt in with implementation="triton"
+# or HYLA_TRITON=1.
+TRITON_VALIDATED = {(9, 0): "NVIDIA H100 80GB HBM3 and H200; torch 2.11, Triton 3.6"}
+TRITON_ENV = "HYLA_TRITON"
+# `auto` streams HYLA once its hidden tensor [B, Tq, Tk, Dv] would exceed this many elements.
+STREAM_THRESHOLD = 1 << 24
+# Under torch.compile `auto` takes the pointwise form for heads up to this value dimension.
+POINTWISE_MAX_HEAD_DIM = 16
+
+
+@dataclass(frozen=True)
+class Call:
+    """What a verifier sees of one `attention` call."""
+
+    q: torch.Tensor  # [B, Tq, H, Dk]
+    v: torch.Tensor  # [B, Tk, H, Dv]
+    k_len: int
+    normalization: str
+    value_network: str
+    activation: str
+    bias: torch.Tensor | None
+    mask: torch.Tensor | None
+    dropout_mask: torch.Tensor | None
+
+    @property
+    def hidden_elements(self) -> int:
+        """Elements of HYLA's hidden tensor [B, Tq, Tk, Dv]."""
+        return self.q.shape[0] * self.q.shape[1] * self.k_len * self.v.shape[-1]
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One implementation: `run(q, k, v, value_network=..., **kwargs)` -> (output, latent codes or
+    None); `verify(call)` -> why it does not apply, or None."""
+
+    name: str
+    run: Callable
+    verify: Callable[[Call], str | None]
+
+
+def hyla_triton(q, k, v, **kwargs):
+    """`triton_hyla.hyla_triton`, imported on first use: importing hyla never imports triton. A
+    Triton too old for the kernels falls back to `hyla_streamed`, with a warning."""
+    try:
+        from hyla.ops.kernels import triton_hyla
+    except Exception as error:
+        record_fallback("triton", f"importing it failed: {type(error).__name__}: {error}")
+        return hyla_streamed(q, k, v, **kwargs)
+    return triton_hyla.hyla_triton(q, k, v, **kwargs)
+
+
+def triton_covers(q, v, normalization: str | None) -> bool:
+    """Whether `hyla_triton` takes these inputs (decided without importing triton)."""
+    return (
+        normalization in TRITON_NORMALIZATIONS
+        and q.dtype in TRITON_DTYPES
+        and max(q.shape[-1], v.shape[-1]) <= TRITON_MAX_HEAD_DIM
+        and TRITON_INSTALLED
+    )
+
+
+def triton_by_default(device: torch.device) -> bool:
+    """Whether `auto` may take the Triton kernels on this CUDA device: a validated architecture or
+    HYLA_TRITON=1, and not in deterministic mode (the backward adds with atomics)."""
+    if torch.are_deterministic_algorithms_enabled() or environment_switch(TRITON_ENV) == "0":
+        return False
+    return environment_switch(TRITON_ENV) == "1" or _validated_architecture(device.index or 0)
+
+
+@constant_under_compile
+def _validated_architecture(device_index: int) -> bool:
+    return torch.cuda.get_device_capability(device_index) in TRITON_VALIDATED
+
+
+# --- the verifiers: why an implementation does not apply (None: it does) ---------------------------
+
+
+def _hyla_only(call: Call) -> str | None:
+    return None if call.value_network == "mlp" else "HYLA (value_network='mlp') only"
+
+
+def _above_stream_threshold(call: Call) -> str | None:
+    if call.hidden_elements <= STREAM_THRESHOLD:
+        return f"the hidden tensor has at most STREAM_THRESHOLD={STREAM_THRESHOLD} elements"
+    return None
+
+
+def _verify_triton(call: Call) -> str | None:
+    if reason := _hyla_only(call) or _above_stream_threshold(call):
+        return reason
+    if not call.q.is_cuda:
+        return "CUDA only"
+    if not triton_covers(call.q, call.v, call.normalization):
+        return "inputs the kernels do not take (normalization, dtype, head size) or triton not installed"
+    if not triton_by_default(call.q.device):
+        return f"not a validated GPU architecture, {TRITON_ENV}=0 or deterministic mode"
+    return None
+
+
+def _verify_cpp(call: Call) -> str | None:
+    if reason := _hyla_only(call):
+        return reason
+    if not cpp.covers(call.q, call.v, call.normalization, call.activation, call.bias, call.mask, call.dropout_mask):
+        return "inputs the kernel does not take (device, dtype, normalization, activation, masks per head)"
+    return None if cpp.available() else "the kernel is not available (see its warning)"
+
+
+def _verify_streamed(call: Call) -> str | None:
+    return _hyla_only(call) or _above_stream_threshold(call)
+
+
+def _verify_naive_eager(call: Call) -> str | None:
+    if not torch.compiler.is_compiling():
+        return "only under torch.compile"
+    if call.value_network != "mlp" or call.q.device.type == "cpu":
+        return "HYLA off the CPU only"
+    return None
+
+
+def _verify_pointwise(call: Call) -> str | None:
+    if not torch.compiler.is_compiling():
+        return "only under torch.compile"
+    if call.v.shape[-1] > POINTWISE_MAX_HEAD_DIM:
+        return f"value heads wider than POINTWISE_MAX_HEAD_DIM={POINTWISE_MAX_HEAD_DIM}"
+    return None
+
+
+def _verify_fused(call: Call) -> str | None:
+    if reason := _hyla_only(call):
+        return reason
+    if torch.compiler.is_compiling():
+        return "eager only"
+    if call.q.device.type != "cpu":
+        return "CPU only"
+    if not shared_by_heads(call.dropout_mask):
+        return "a dropout mask that differs across the heads"
+    # (the fused backward computes in its inputs' dtype: under autocast they mix bfloat16 and float32)
+    return "autocast" if torch.is_autocast_enabled("cpu") else None
+
+
+def _codes_beside(kernel: Callable) -> Callable:
+    """An implementation that returns only the output, as (output, None): `attention` computes the
+    latent codes beside it when they are asked for."""
+
+    def run(q, k, v, *, value_network, **kwargs):
+        return kernel(q, k, v, **kwargs), None
+
+    return run
+
+
+# The order `auto` tries them; `naive` always applies.
+BACKENDS = [
+    Backend("triton", _codes_beside(hyla_triton), _verify_triton),
+    Backend("cpp", _codes_beside(cpp.hyla_cpp), _verify_cpp),
+    Backend("streamed", _codes_beside(hyla_streamed), _verify_streamed),
+    Backend("naive_eager", attention_naive_eager, _verify_naive_eager),
+    Backend("pointwise", attention_pointwise, _verify_pointwise),
+    Backend("fused", _codes_beside(hyla_fused), _verify_fused),
+    Backend("naive", attention_naive, lambda call: None),
+]
+# Implementations of HYLA only (value_network="mlp").
+MLP_ONLY = ("triton", "cpp", "streamed", "fused")
+IMPLEMENTATIONS = ("auto", "naive", "naive_eager", "pointwise", "cpp", "streamed", "fused", "triton")
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    normalization: str,
+    value_network: str,
+    activation: str = "relu",
+    bias: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+    return_latents: bool = False,
+    dropout_mask: torch.Tensor | None = None,
+    implementation: str = "auto",
+    return_scores: bool = False,
+):
+    """Multi-head attention as a hypernetwork.
+
+    Args:
+        q [B, Tq, H, Dk], k [B, Tk, H, Dk], v [B, Tk, H, Dv].
+        normalization: "softmax" | "none" | "rms_head" (RMS norm across heads per query-key pair).
+        value_network: "linear" (standard attention) | "mlp" (HYLA: the latent code generates
+            both layers of a two-layer value network).
+        activation: the value network's nonlinearity (mlp only).
+        bias: additive, broadcastable to [B, H, Tq, Tk], added before normalization.
+        mask: bool, broadcastable to [B, H, Tq, Tk], True = attend. Fully masked rows give 0.
+        return_latents: also return the latent codes a [B, H, Tq, Tk] (normalized, no dropout).
+        dropout_mask: multiplies a after normalization (attention dropout: keep-mask / keep).
+        implementation: "auto" | "naive" | "naive_eager" | "pointwise" | "cpp" | "streamed" | "fused" | "triton"
+            (cpp, streamed, fused, triton: mlp only; cpp: CPU, see `cpp.covers`; triton:
+            normalization none or rms_head, CUDA or Triton's interpreter); `auto` takes the first
+            of BACKENDS that applies.
+        return_scores: the same as return_latents (its name in earlier versions).
+
+    Returns: out [B, Tq, H, Dv], and a [B, H, Tq, Tk] when return_latents.
+    """
+    check_inputs(q, k, v, normalization, value_network, activation)
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(f"unknown implementation {implementation!r}; valid: {', '.join(IMPLEMENTATIONS)}")
+    if mask is not None and mask.dtype != torch.bool:
+        raise TypeError(f"mask must be a bool tensor (True = attend), got {mask.dtype}")
+    if implementation in MLP_ONLY and value_network != "mlp":
+        raise ValueError(f"implementation={implementation!r} exists for value_network='mlp' only")
+    call = Call(q, v, k.shape[1], normalization, value_network, activation, bias, mask, dropout_mask)
+    backend = choose(call) if implementation == "auto" else _BY_NAME[implementation]
+    record_ran(backend.name)
+    out, codes = backend.run(
+        q,
+        k,
+        v,
+        value_network=value_network,
+        normalization=normalization,
+        activation=activation,
+        bias=bias,
+        mask=mask,
+        dropout_mask=dropout_mask,
+    )
+    if not (return_latents or return_scores):
+        return out
+    return out, normalize(raw_scores(q, k, bias), normalization, mask) if codes is None else codes
+
+
+_BY_NAME = {backend.name: backend for backend in BACKENDS}
+
+
+def choose(call: Call) -> Backend:
+    """The first of BACKENDS that applies to `call` (what `auto` runs)."""
+    for backend in BACKENDS:
+        reason = backend.verify(call)
+        if reason is None:
+            return backend
+        _log_rejection(backend.name, reason)
+    raise AssertionError("unreachable: the last backend always applies")
+
+
+def choose_implementation(
+    q, v, k_len: int, value_network: str, dropout_mask, normalization=None, activation="relu", bias=None, mask=None
+) -> str:
+    """The name of what `auto` runs for these inputs."""
+    call = Call(q, v, k_len, normalization, value_network, activation, bias, mask, dropout_mask)
+    return choose(call).name
+
+
+_LOGGED: set[tuple[str, str]] = set()
+
+
+def _log_rejection(name: str, reason: str) -> None:
+    """Log once per process why `auto` passed over a fast path (nothing while torch.compile traces)."""
+    if name == "naive" or torch.compiler.is_compiling() or (name, reason) in _LOGGED:
+        return
+    _LOGGED.add((name, reason))
+    LOG.info("hyla.ops.attention: %s does not apply: %s", name, reason)
