@@ -1,55 +1,37 @@
-"""Markdown table of `hyla interventions` transfer scores, mean ± s.e. over intervention seeds.
+"""Markdown tables of `hyla interventions` results: the calibrated transfer (0 = unpatched, 1 = B's own
+prediction) of the patch and its three controls per split, site and layer setting, beside the
+references (constant, a perfect random task or rule, wrecked), mean ± s.e. over the models of each
+mixer (docs/interventions.md).
 
-    python experiments/interventions_table.py experiments/results/interventions_fuzzy_50k row
-    python experiments/interventions_table.py experiments/results/interventions_raven_cpu probe
+    hyla interventions experiments/results/weights_raven_cpu/models/* --out experiments/results/interventions_raven_cpu
+    python experiments/interventions_table.py experiments/results/interventions_raven_cpu
 
-Reads DIR/<run>/interventions_tasks16_samples32_seed*.json (one file per `--seed`) and prints one
-row per run and split: the unpatched score, then per layer setting the patched score and the two
-controls (a random other task's codes; the donor's codes with the heads shuffled).
+Reads FILE.json, or every interventions_*.json in a folder (each file's groups in turn), as
+`hyla interventions` writes them; prints the same tables as the command does.
 """
 
-import glob
 import json
-import statistics
 import sys
-from collections import defaultdict
+from pathlib import Path
 
-LAYERS = ("layer 0", "layer 1", "all layers")
-CONDITIONS = ("patched", "random_task", "shuffled_heads")
-
-
-def scores(root: str, site: str) -> dict[tuple, list[float]]:
-    """(run, split, what) -> transfer scores, one per seed."""
-    values = defaultdict(list)
-    for path in sorted(glob.glob(f"{root}/*/interventions_tasks16_samples32_seed*.json")):
-        run, result = path.split("/")[-2], json.load(open(path))
-        for split, scored in result["splits"].items():
-            values[(run, split, "unpatched")].append(scored["reference"]["unpatched"]["transfer"])
-            for layer, conditions in scored["sites"][site].items():
-                for condition, value in conditions.items():
-                    values[(run, split, layer, condition)].append(value["transfer"])
-    return values
+from hyla.analysis.intervention_report import tables
 
 
-def cell(values: list[float]) -> str:
-    if len(values) < 2:
-        return f"{values[0]:.2f}"
-    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values) / len(values) ** 0.5:.2f}"
+def report_files(path: Path) -> list[Path]:
+    files = sorted(path.glob("interventions_*.json")) if path.is_dir() else [path]
+    if not files or not all(file.is_file() for file in files):
+        sys.exit(f"interventions_table: no interventions_*.json at {path}")
+    return files
 
 
-def main(root: str, site: str) -> None:
-    values = scores(root, site)
-    print(
-        "| run | split | unpatched | "
-        + " | ".join(f"{layer}: patched / random task / shuffled heads" for layer in LAYERS)
-        + " |"
-    )
-    print("|---" * (3 + len(LAYERS)) + "|")
-    for run in sorted({key[0] for key in values}):
-        for split in ("valid", "ood"):
-            cells = [" / ".join(cell(values[(run, split, layer, c)]) for c in CONDITIONS) for layer in LAYERS]
-            print(f"| {run} | {split} | {cell(values[(run, split, 'unpatched')])} | " + " | ".join(cells) + " |")
+def main(paths: list[str]) -> None:
+    if not paths:
+        sys.exit("usage: python experiments/interventions_table.py FILE.json|DIR [...]")
+    for path in paths:
+        for file in report_files(Path(path)):
+            report = json.loads(file.read_text())
+            print(f"## {file}\n\n{tables(report['groups'])}\n")
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main(sys.argv[1:])

@@ -10,16 +10,19 @@ should make the network carry out B's operation.
 `patch_latents` works for every mixer and whatever implementation `attention(implementation="auto")`
 would pick: while a layer is patched it computes its output from the (patched) codes with the
 reference formula of `hyla/ops/kernels/naive.py` (`attention_from_codes`). The experiments
-(`fuzzy_logic_interventions`, `sraven_interventions`) and `hyla interventions RUN` measure how far
-the prediction moves toward B's answer, against two controls: codes from a random other task, and
-B's codes with their heads shuffled.
+(`fuzzy_logic_interventions`, `sraven_interventions`) and `hyla interventions RUN [RUN ...]` score
+how far the prediction moves toward B's on a calibrated scale (`Scale`: 0 = unpatched, 1 = B's own
+prediction), beside three controls (the leak control: B's query against A's keys; a random other
+task's codes; B's codes with the heads shuffled) and the scores of reference predictions (constant,
+a perfect random task, wrecked). `hyla.analysis.intervention_report` summarizes several models.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,14 +36,22 @@ from hyla.nn.attention import MultiHeadAttention
 from hyla.ops.kernels.common import ACTIVATION_FNS, normalize
 from hyla.ops.kernels.common import raw_scores as scores
 from hyla.train.configs import ConfigError, check_positive, parse_options
-from hyla.train.jsonio import portable_path, write_json
+from hyla.train.jsonio import portable_path
 
 ALL_LAYERS = "all"
-CONDITIONS = ("patched", "random_task", "shuffled_heads")
+CONDITIONS = ("patched", "query_side", "random_donor", "shuffled_heads")
+"""what is patched into A's run: B's codes; the leak control (B's query state against A's keys);
+a random other task's codes; B's codes with the heads permuted"""
+REFERENCES = {
+    FUZZY_LOGIC: ("unpatched", "donor_run", "constant", "random_task", "wrecked"),
+    SRAVEN: ("unpatched", "donor_target", "constant", "random_rule", "wrecked"),
+}
+"""predictions scored beside the patches (docs/interventions.md): 0, 1, and what no transfer scores"""
 SITES = ("probe", "row")
 SPLITS = ("valid", "ood")
-MIN_TARGET_GAP = 0.1
-"""fuzzy logic: a query counts only where A's and B's targets differ by at least this much"""
+MIN_GAP = 0.1
+"""a query is scored only where its 0 and 1 lie this far apart (and, fuzzy logic, A's and B's targets)"""
+CONSTANT_SAMPLES = 4096
 DISTRIBUTE_THREE = 7
 
 
@@ -262,6 +273,61 @@ def shuffle_heads(codes: list[torch.Tensor], generator: torch.Generator) -> list
     return shuffled
 
 
+class ProjectionRecorder(LatentPatch):
+    """A patch that replaces no code and keeps the queries, keys, bias and mask of its layer's call."""
+
+    def __init__(self, module: MultiHeadAttention, index: int):
+        super().__init__(module, index, None, None)
+        self.inputs: tuple | None = None
+
+    def __call__(self, q, k, v, *, bias=None, mask=None, dropout_mask=None):
+        self.inputs = (q, k, bias, mask)
+        return super().__call__(q, k, v, bias=bias, mask=mask, dropout_mask=dropout_mask)
+
+
+def layer_projections(model, x: torch.Tensor) -> list[tuple]:
+    """Per layer (q [B, T, H, Dk], k [B, T, H, Dk], bias, mask) of a run on x [B, T, ...]."""
+    layers = attention_layers(model)
+    recorders = [ProjectionRecorder(layer, i) for i, layer in enumerate(layers)]
+    try:
+        for layer, recorder in zip(layers, recorders):
+            layer.latent_patch = recorder
+        model(x, return_latents=True)  # every query position (a plain call prunes the last block's)
+    finally:
+        for layer in layers:
+            layer.latent_patch = None
+    return [recorder.inputs for recorder in recorders]
+
+
+@torch.no_grad()
+def query_side_codes(model, x_query: torch.Tensor, x_keys: torch.Tensor, batch_size: int) -> list[torch.Tensor]:
+    """The leak control's codes, per layer [N, H, T, T]: the queries of the run on x_query (B's
+    sequence) against the keys (and bias, mask) of the run on x_keys (A's), normalized as the layer
+    normalizes. B's examples reach these codes only through what the query's own state has read of
+    B's context, never through B's keys."""
+    layers, chunks = attention_layers(model), []
+    for start in range(0, len(x_keys), batch_size):
+        rows = slice(start, start + batch_size)
+        donor, own = layer_projections(model, x_query[rows]), layer_projections(model, x_keys[rows])
+        chunks.append(
+            [
+                normalize(scores(q_donor, k_own, bias), layer.mixer.normalization, mask)
+                for layer, (q_donor, *_), (_, k_own, bias, mask) in zip(layers, donor, own)
+            ]
+        )
+    return [torch.cat(layer) for layer in zip(*chunks)]
+
+
+def donor_conditions(model, x_a, x_b, codes_b, x_c, batch_size: int, generator) -> dict[str, list[torch.Tensor]]:
+    """The codes per layer that each condition of CONDITIONS patches into A's run."""
+    return {
+        "patched": codes_b,
+        "query_side": query_side_codes(model, x_b, x_a, batch_size),
+        "random_donor": model_codes(model, x_c, batch_size)[1],
+        "shuffled_heads": shuffle_heads(codes_b, generator),
+    }
+
+
 def intervene(
     model,
     x: torch.Tensor,
@@ -283,6 +349,41 @@ def intervene(
         }
         for site, where in wheres.items()
     }
+
+
+# ============================================================================= the calibrated score
+def mean_se(values: torch.Tensor) -> dict[str, float | None]:
+    """values [n] -> {"mean", "se"} (se = standard deviation / sqrt(n)); None where undefined."""
+    n = len(values)
+    return {
+        "mean": values.mean().item() if n else None,
+        "se": (values.std() / n**0.5).item() if n > 1 else None,
+    }
+
+
+@dataclass
+class Scale:
+    """The axis of the calibrated transfer score, per query: `measure(logits)` [N] is the quantity
+    that moves, `start` [N] its unpatched value (score 0), `end` [N] its value for B's answer (score
+    1). Queries whose start and end lie less than MIN_GAP apart are not scored (no move is visible)."""
+
+    measure: Callable[[torch.Tensor], torch.Tensor]
+    start: torch.Tensor
+    end: torch.Tensor
+
+    @property
+    def scored(self) -> torch.Tensor:
+        """bool [N]: the queries the score averages over."""
+        return (self.end - self.start).abs() >= MIN_GAP
+
+    def of_values(self, values: torch.Tensor) -> dict[str, float | None]:
+        """values [N] of the measure -> mean ± s.e. over the scored queries of
+        (value − start) / (end − start)."""
+        keep = self.scored
+        return mean_se((values - self.start)[keep] / (self.end - self.start)[keep])
+
+    def of_logits(self, logits: torch.Tensor) -> dict[str, float | None]:
+        return self.of_values(self.measure(logits))
 
 
 # ============================================================================= fuzzy logic
@@ -317,7 +418,7 @@ def sharing_pairs(tasks: torch.Tensor) -> torch.Tensor:
 def fuzzy_logic_pairs(task, split: str, num_pairs: int, samples: int, generator: torch.Generator) -> dict | None:
     """Sequences for the pairs (A, B) of `split`'s tasks that share one term: the same inputs under
     A, under B, and under a random other task C of the split (or of all seen tasks when the split
-    has no third); only queries where A's and B's targets differ by MIN_TARGET_GAP. None: no pair."""
+    has no third); only queries where A's and B's targets differ by MIN_GAP. None: no pair."""
     tasks = task.split_tasks(split).cpu()  # [N, K]
     pairs = sharing_pairs(tasks)
     if not len(pairs):
@@ -330,9 +431,9 @@ def fuzzy_logic_pairs(task, split: str, num_pairs: int, samples: int, generator:
         candidates = candidates or [tasks[b].tolist()]  # (no third task: the control is B itself)
         c = torch.tensor(candidates[int(torch.randint(len(candidates), (), generator=generator))])
         inputs = torch.rand(8 * samples, task.seq_len, task.num_variables, generator=generator)
-        (x_a, y_a), (x_b, y_b), (x_c, _) = (fuzzy_logic_sequences(t, inputs) for t in (tasks[a], tasks[b], c))
-        keep = torch.nonzero((y_a - y_b).abs() >= MIN_TARGET_GAP)[:samples, 0]
-        for name, value in (("x_a", x_a), ("x_b", x_b), ("x_c", x_c), ("y_a", y_a), ("y_b", y_b)):
+        (x_a, y_a), (x_b, y_b), (x_c, y_c) = (fuzzy_logic_sequences(t, inputs) for t in (tasks[a], tasks[b], c))
+        keep = torch.nonzero((y_a - y_b).abs() >= MIN_GAP)[:samples, 0]
+        for name, value in (("x_a", x_a), ("x_b", x_b), ("x_c", x_c), ("y_a", y_a), ("y_b", y_b), ("y_c", y_c)):
             parts.setdefault(name, []).append(value[keep])
         parts.setdefault("pairs", []).append(
             {"a": tasks[a].tolist(), "b": tasks[b].tolist(), "random_task": c.tolist(), "sequences": len(keep)}
@@ -341,19 +442,9 @@ def fuzzy_logic_pairs(task, split: str, num_pairs: int, samples: int, generator:
     return {**data, "pairs": parts["pairs"]}
 
 
-def transfer_scores(pred: torch.Tensor, y_a: torch.Tensor, y_b: torch.Tensor) -> dict[str, float]:
-    """pred, y_a, y_b [N]: transfer = mse_A / (mse_A + mse_B) in [0, 1] (0: at A's targets, 1: at
-    B's, 0.5: as far from both); projection = mean((pred - y_a)(y_b - y_a)) / mean((y_b - y_a)^2)
-    (unclipped: 0 at A, 1 at B)."""
-    pred, y_a, y_b = (t.double().reshape(-1).cpu() for t in (pred, y_a, y_b))
-    mse_a, mse_b = (pred - y_a).square().mean().item(), (pred - y_b).square().mean().item()
-    gap = y_b - y_a
-    return {
-        "transfer": mse_a / max(mse_a + mse_b, 1e-30),
-        "mse_a": mse_a,
-        "mse_b": mse_b,
-        "projection": ((pred - y_a) * gap).mean().item() / max(gap.square().mean().item(), 1e-30),
-    }
+def mean_training_target(task, seed: int) -> float:
+    """The constant reference prediction: the mean query target of CONSTANT_SAMPLES training sequences."""
+    return task.batch("train", CONSTANT_SAMPLES, seed).y.double().mean().item()
 
 
 def fuzzy_logic_interventions(
@@ -361,9 +452,11 @@ def fuzzy_logic_interventions(
 ) -> dict:
     """The fuzzy-logic experiment (docs/interventions.md) on the splits `valid` (pairs of training
     tasks) and `ood` (pairs of held-out combinations): A's context, the query's codes from B's
-    context (same inputs), per site, layer setting and condition: `transfer_scores`."""
+    context (same inputs); per site, layer setting and condition the calibrated transfer (`Scale`:
+    0 = the model's prediction on A's sequence, 1 = its prediction on B's), and the references."""
     device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(seed)
+    constant = mean_training_target(task, seed)
     results = {}
     for split in SPLITS:
         data = fuzzy_logic_pairs(task, split, num_pairs, samples, generator) if len(task.split_tasks(split)) else None
@@ -372,25 +465,29 @@ def fuzzy_logic_interventions(
             continue
         (stage or _quiet)(f"fuzzy logic {split}: {len(data['pairs'])} task pairs, {len(data['y_a'])} sequences")
         x_a, x_b, x_c = (data[name].to(device) for name in ("x_a", "x_b", "x_c"))
-        score = lambda logits: transfer_scores(logits, data["y_a"], data["y_b"])  # noqa: E731
-        (logits_a, _), (logits_b, codes_b), (_, codes_c) = (model_codes(model, x, batch_size) for x in (x_a, x_b, x_c))
-        donors = {"patched": codes_b, "random_task": codes_c, "shuffled_heads": shuffle_heads(codes_b, generator)}
+        (logits_a, _), (logits_b, codes_b) = model_codes(model, x_a, batch_size), model_codes(model, x_b, batch_size)
+        prediction = lambda logits: logits.reshape(-1).double().cpu()  # noqa: E731  [N]
+        scale = Scale(prediction, prediction(logits_a), prediction(logits_b))
+        donors = donor_conditions(model, x_a, x_b, codes_b, x_c, batch_size, generator)
         T, N = task.seq_len, len(x_a)
         last = torch.full((N,), T - 1, device=device)
         wheres = {"probe": pair_mask(last, T, last[:, None]), "row": pair_mask(last, T)}
         reference = {
-            "unpatched": score(logits_a),
-            "donor_run": score(logits_b),
-            "reference_formula": score(
-                patched_logits(model, x_a, layer_settings(len(codes_b))["all layers"], None, None, batch_size)
-            ),
+            "unpatched": scale.of_logits(logits_a),
+            "donor_run": scale.of_logits(logits_b),
+            "constant": scale.of_values(torch.full_like(scale.start, constant)),
+            "random_task": scale.of_values(data["y_c"].double()),  # a model that carries out C exactly
+            "wrecked": scale.of_values(scale.start[torch.randperm(N, generator=generator)]),
         }
+        everything = layer_settings(len(codes_b))["all layers"]
         results[split] = {
             "num_pairs": len(data["pairs"]),
             "num_sequences": N,
+            "num_scored": int(scale.scored.sum()),
             "pairs": data["pairs"],
             "reference": reference,
-            "sites": intervene(model, x_a, donors, wheres, score, batch_size),
+            "reference_formula": scale.of_logits(patched_logits(model, x_a, everything, None, None, batch_size)),
+            "sites": intervene(model, x_a, donors, wheres, scale.of_logits, batch_size),
         }
     return results
 
@@ -439,26 +536,38 @@ def sraven_pairs(task, split: str, count: int, seed: int, generator: torch.Gener
         "rule_a": rules_a[keep, feature[keep]],
         "rule_b": rule_b,
         "target_a": last_row[keep, 2],
+        "implied": implied[keep],
         "implied_b": implied[keep, rule_b],
     }
 
 
-def answer_scores(logits: torch.Tensor, data: dict) -> dict[str, float]:
-    """logits [N, K, F] -> transfer: how often feature f's predicted value is one the donor's rule
-    implies (`implied_b`); kept: how often it is still A's answer."""
-    pred = logits.argmax(-1).cpu()[torch.arange(len(logits)), data["feature"]]  # [N]
-    hit = (pred[:, None] == data["implied_b"]).any(1)
-    return {"transfer": hit.double().mean().item(), "kept": (pred == data["target_a"]).double().mean().item()}
+def feature_probabilities(logits: torch.Tensor, feature: torch.Tensor) -> torch.Tensor:
+    """logits [N, K, F] -> the predicted distribution [N, F] (float64, CPU) of feature f per grid."""
+    return logits.double().cpu()[torch.arange(len(logits)), feature].softmax(-1)
+
+
+def answer_mass(probabilities: torch.Tensor, answers: torch.Tensor) -> torch.Tensor:
+    """The probability [N] that distributions [N, F] give to a set of answers [N, 2] (two readings,
+    equal where there is one)."""
+    first, second = probabilities.gather(1, answers).unbind(1)
+    return first + torch.where(answers[:, 0] != answers[:, 1], second, 0.0)
+
+
+def answers_distribution(answers: torch.Tensor, num_values: int) -> torch.Tensor:
+    """[N, 2] answers -> [N, F]: the distribution of a model that gives them (half each reading)."""
+    probabilities = torch.zeros(len(answers), num_values, dtype=torch.float64)
+    return probabilities.scatter_add_(1, answers, torch.full(answers.shape, 0.5, dtype=torch.float64))
 
 
 def sraven_interventions(model, task, count: int = 512, seed: int = 0, batch_size: int = 512, stage=None) -> dict:
     """The SRAVEN experiment (docs/interventions.md) on `valid_unpermuted` and `ood_unpermuted`:
     A's grid, the answer token of feature f patched with the donor's codes of that token, per site
     (probe: its codes to feature f in panels (2,0), (2,1); row: to every key), layer setting and
-    condition: `answer_scores`."""
+    condition the calibrated transfer (`Scale` on the probability of B's answers: 0 = unpatched,
+    1 = all of it on the answers B's rule implies for A's row), and the references."""
     device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(seed)
-    K, results = task.num_features, {}
+    K, F, results = task.num_features, task.num_values, {}
     for split in SPLITS:
         data = sraven_pairs(task, split, count, seed, generator) if len(task.split_tasks(split)) else None
         if data is None:
@@ -466,64 +575,44 @@ def sraven_interventions(model, task, count: int = 512, seed: int = 0, batch_siz
             continue
         N, T = len(data["x_a"]), task.seq_len
         (stage or _quiet)(f"SRAVEN {split}: {N} grids")
-        (logits_a, _), (_, codes_b), (_, codes_c) = (
-            model_codes(model, data[x].to(device), batch_size) for x in ("x_a", "x_b", "x_c")
-        )
-        donors = {"patched": codes_b, "random_task": codes_c, "shuffled_heads": shuffle_heads(codes_b, generator)}
-        query = (8 * K + data["feature"]).to(device)
-        keys = torch.stack([6 * K + data["feature"], 7 * K + data["feature"]], 1).to(device)
+        x_a, x_b, x_c = (data[name].to(device) for name in ("x_a", "x_b", "x_c"))
+        (logits_a, _), (_, codes_b) = model_codes(model, x_a, batch_size), model_codes(model, x_b, batch_size)
+        feature, answers_b = data["feature"], data["implied_b"]
+        mass_on_b = lambda logits: answer_mass(feature_probabilities(logits, feature), answers_b)  # noqa: E731
+        scale = Scale(mass_on_b, mass_on_b(logits_a), torch.ones(N, dtype=torch.float64))
+        donors = donor_conditions(model, x_a, x_b, codes_b, x_c, batch_size, generator)
+        query = (8 * K + feature).to(device)
+        keys = torch.stack([6 * K + feature, 7 * K + feature], 1).to(device)
         wheres = {"probe": pair_mask(query, T, keys), "row": pair_mask(query, T)}
-        score = lambda logits: answer_scores(logits, data)  # noqa: E731
+        random_rule = data["rule_b"][torch.randint(N, (N,), generator=generator)]  # drawn from the donor set
+        random_answers = data["implied"][torch.arange(N), random_rule]  # [N, 2]
+        reference = {
+            "unpatched": scale.of_logits(logits_a),
+            "donor_target": scale.of_values(scale.end),
+            "constant": scale.of_values(answer_mass(torch.full((N, F), 1 / F, dtype=torch.float64), answers_b)),
+            "random_rule": scale.of_values(answer_mass(answers_distribution(random_answers, F), answers_b)),
+            "wrecked": scale.of_values(
+                answer_mass(feature_probabilities(logits_a, feature)[torch.randperm(N, generator=generator)], answers_b)
+            ),
+        }
         rule_pairs, counts = torch.unique(torch.stack([data["rule_a"], data["rule_b"]], 1), dim=0, return_counts=True)
         results[split] = {
             "num_sequences": N,
+            "num_scored": int(scale.scored.sum()),
             "rule_pairs": {f"{a}->{b}": n for (a, b), n in zip(rule_pairs.tolist(), counts.tolist())},
-            "reference": {
-                "unpatched": score(logits_a),
-                "reference_formula": score(
-                    patched_logits(model, data["x_a"].to(device), list(range(len(codes_b))), None, None, batch_size)
-                ),
-            },
-            "sites": intervene(model, data["x_a"].to(device), donors, wheres, score, batch_size),
+            "reference": reference,
+            "reference_formula": scale.of_logits(
+                patched_logits(model, x_a, list(range(len(codes_b))), None, None, batch_size)
+            ),
+            "sites": intervene(model, x_a, donors, wheres, scale.of_logits, batch_size),
         }
     return results
 
 
-# ============================================================================= figure, files, command
-def interventions_figure(results: dict):
-    """Bars of the transfer score per layer setting and condition; a panel per (site, split); the
-    unpatched model (and, fuzzy logic, the donor's own run) as dashed lines."""
-    from matplotlib.figure import Figure
-
-    splits = [s for s in SPLITS if "sites" in results["splits"].get(s, {})]
-    fig = Figure(figsize=(4.2 * max(len(splits), 1), 3.2 * len(SITES)))
-    axes = fig.subplots(len(SITES), max(len(splits), 1), squeeze=False)
-    for column, split in enumerate(splits):
-        entry = results["splits"][split]
-        for row, site in enumerate(SITES):
-            ax, per_setting = axes[row, column], entry["sites"][site]
-            settings = list(per_setting)
-            width = 0.8 / len(CONDITIONS)
-            for i, condition in enumerate(CONDITIONS):
-                values = [per_setting[s][condition]["transfer"] for s in settings]
-                ax.bar([j + (i - 1) * width for j in range(len(settings))], values, width, label=condition)
-            for name, style in (("unpatched", "k--"), ("donor_run", "g:")):
-                if name in entry["reference"]:
-                    ax.axhline(entry["reference"][name]["transfer"], color=style[0], ls=style[1:], lw=1, label=name)
-            ax.set_xticks(range(len(settings)), settings, fontsize=8)
-            ax.set_ylim(0, 1)
-            ax.set_title(f"{split}: {site} codes ({entry['num_sequences']} sequences)", fontsize=9)
-            ax.set_ylabel("transfer score" if results["task"] == FUZZY_LOGIC else "donor-rule answers", fontsize=8)
-    if splits:
-        axes[0, -1].legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    fig.suptitle(f"latent-code interventions: {results['task']}", fontsize=10)
-    return fig
-
-
+# ============================================================================= one model
 def interventions(
     model,
     task,
-    out_dir: str | Path | None = None,
     num_pairs: int = 16,
     samples: int = 32,
     seed: int = 0,
@@ -531,11 +620,9 @@ def interventions(
     progress: bool = True,
     metadata: dict | None = None,
 ) -> dict:
-    """Both experiments' entry point: the results dict, and with `out_dir` the files
-    `interventions_tasks{num_pairs}_samples{samples}_seed{seed}.json` / `.png` there.
+    """Both experiments' entry point for one model: {"task", "conditions", "references", "sites",
+    "layer_settings", "options", "model": metadata, "splits": {split: ...}}.
     num_pairs: task pairs per split (fuzzy logic); SRAVEN uses num_pairs·samples grids per split."""
-    from hyla.analysis.plots import save_figure
-
     stage, kind = Progress(progress), task_kind(task)
     was_training = model.training
     model.eval()
@@ -546,22 +633,16 @@ def interventions(
             splits = sraven_interventions(model, task, num_pairs * samples, seed, batch_size, stage)
     finally:
         model.train(was_training)
-    results = {
+    return {
         "task": kind,
         "conditions": list(CONDITIONS),
+        "references": list(REFERENCES[kind]),
         "sites": list(SITES),
         "layer_settings": list(layer_settings(len(attention_layers(model)))),
         "options": {"tasks": num_pairs, "samples": samples, "seed": seed},
-        "run": metadata or {},
+        "model": metadata or {},
         "splits": splits,
     }
-    if out_dir is not None:
-        stage("figure")
-        stem = Path(out_dir) / f"interventions_tasks{num_pairs}_samples{samples}_seed{seed}"
-        write_json(stem.with_suffix(".json"), results, indent=1)
-        save_figure(interventions_figure(results), stem.with_suffix(".png"), tight=True)
-        results["files"] = [str(stem.with_suffix(".json")), str(stem.with_suffix(".png"))]
-    return results
 
 
 class Progress:
@@ -581,14 +662,17 @@ def _quiet(name: str) -> None:
     pass
 
 
+# ============================================================================= the command
 @dataclass
 class InterventionsOptions:
-    """Latent-code interventions on a trained run: patch a query's codes with another task's, measure the transfer."""
+    """Latent-code interventions on trained models: patch a query's codes with another task's, score
+    the transfer (0 = unpatched, 1 = B's own prediction) beside controls and references."""
 
-    run: Positional[Path]
-    """run folder (written by `hyla train`; fuzzy logic or SRAVEN)"""
+    runs: Positional[tuple[Path, ...]]
+    """run folders (`hyla train`) or exported models (`hyla export`), fuzzy logic or SRAVEN; several
+    (e.g. the training seeds of each mixer) are summarized as mean ± s.e. over models per mixer"""
     out: Annotated[Path | None, arg(help_behavior_hint="(default: RUN/interventions)")] = None
-    """output folder; file names carry --tasks, --samples and --seed"""
+    """output folder, needed with several models; file names carry --tasks, --samples and --seed"""
     tasks: int = 16
     """task pairs per split (fuzzy logic); SRAVEN: tasks x samples grids per split"""
     samples: int = 32
@@ -602,31 +686,49 @@ class InterventionsOptions:
         check_positive(tasks=self.tasks, samples=self.samples, batch_size=self.batch_size)
         if self.seed < 0:
             raise ConfigError(f"--seed={self.seed} must be >= 0")
+        if len(self.runs) > 1 and self.out is None:
+            raise ConfigError(f"--out is needed with {len(self.runs)} models (their summary is written there)")
+        resolved = [path.resolve() for path in self.runs]
+        if len(set(resolved)) < len(resolved):
+            raise ConfigError("a model is named twice")
+
+
+def model_labels(paths: Sequence[Path]) -> list[str]:
+    """A short distinct name per model: its path below the models' common folder, '/' as '-'."""
+    resolved = [Path(path).resolve() for path in paths]
+    if len(resolved) == 1:
+        return [resolved[0].name]
+    parent = Path(os.path.commonpath(resolved))
+    return [str(path.relative_to(parent)).replace(os.sep, "-") for path in resolved]
 
 
 def main(argv: list[str]) -> int:
-    """`hyla interventions RUN [--out DIR] [--tasks N] [--samples M] [--seed S]`"""
+    """`hyla interventions RUN [RUN ...] [--out DIR] [--tasks N] [--samples M] [--seed S]`"""
+    from hyla.analysis.intervention_report import write_report
     from hyla.train import load_run_at_step  # train depends on the model; analysis only needs it here
 
     args = parse_options(InterventionsOptions, argv, "hyla interventions")
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
-    cfg, model, task, step = load_run_at_step(args.run, task=(FUZZY_LOGIC, SRAVEN))
-    metadata = {
-        "path": portable_path(args.run),
-        "task": cfg.task,
-        "mixer": cfg.model.mixer,
-        "seed": cfg.seed,
-        "checkpoint_step": step,
-    }
-    results = interventions(
-        model.to(device),
-        task,
-        args.out or Path(args.run) / "interventions",
-        args.tasks,
-        args.samples,
-        args.seed,
-        args.batch_size,
-        metadata=metadata,
-    )
-    print(f"wrote {results['files'][0]} and {results['files'][1]}")
+    per_model = []
+    for path, label in zip(args.runs, model_labels(args.runs)):
+        cfg, model, task, step = load_run_at_step(path, task=(FUZZY_LOGIC, SRAVEN))
+        print(f"interventions: {label} ({cfg.task}, {cfg.model.mixer}, seed {cfg.seed})", file=sys.stderr)
+        metadata = {
+            "label": label,
+            "path": portable_path(path),
+            "task": cfg.task,
+            "mixer": cfg.model.mixer,
+            "seed": cfg.seed,
+            "checkpoint_step": step,
+        }
+        per_model.append(
+            interventions(
+                model.to(device), task, args.tasks, args.samples, args.seed, args.batch_size, metadata=metadata
+            )
+        )
+    out = args.out or Path(args.runs[0]) / "interventions"
+    stem = out / f"interventions_tasks{args.tasks}_samples{args.samples}_seed{args.seed}"
+    table = write_report(per_model, stem)
+    print(table)
+    print(f"wrote {stem.with_suffix('.json')} and {stem.with_suffix('.png')}")
     return 0

@@ -5,12 +5,15 @@ independently here in float64, bad input is a one-line ValueError, and the exper
 
 import json
 import math
+import runpy
+from pathlib import Path
 
 import pytest
 import torch
 
 from hyla.analysis import interventions as iv
 from hyla.analysis import patch_latents
+from hyla.analysis.intervention_report import group_stat, tables
 from hyla.nn import MultiHeadAttention
 from hyla.nn.transformer import ModelConfig, Transformer
 from hyla.ops import NAMED_MIXERS
@@ -212,10 +215,6 @@ def test_fuzzy_logic_sequences_are_the_tasks_and_pairs_share_one_term():
     assert len(pairs) > 0
     for i, j in pairs.tolist():
         assert len(set(tasks[i].tolist()) & set(tasks[j].tolist())) == 1
-    y_a, y_b = torch.tensor([0.0, 1.0]), torch.tensor([1.0, 0.0])
-    assert iv.transfer_scores(y_a, y_a, y_b)["transfer"] == 0 and iv.transfer_scores(y_b, y_a, y_b)["transfer"] == 1
-    halfway = iv.transfer_scores((y_a + y_b) / 2, y_a, y_b)
-    assert halfway["transfer"] == 0.5 and halfway["projection"] == 0.5
 
 
 def test_implied_answers_contain_the_answer_of_every_rule():
@@ -229,58 +228,173 @@ def test_implied_answers_contain_the_answer_of_every_rule():
         assert (own == panels[ruled, 2, 2, feature, None]).any(1).all()
 
 
+# ----------------------------------------------------------------------------- the calibrated score
+def test_scale_scores_per_query_between_start_and_end_and_skips_close_ones():
+    """(value − start) / (end − start) per query, mean ± s.e. over queries whose start and end lie
+    MIN_GAP apart. A constant prediction 0.5 against (start, end) = (0, 1) and (0.2, 0.6): 0.5 and
+    0.75; the third query (gap 0.05) is left out."""
+    scale = iv.Scale(lambda logits: logits, torch.tensor([0.0, 0.2, 0.3]), torch.tensor([1.0, 0.6, 0.35]))
+    assert scale.scored.tolist() == [True, True, False]
+    constant = scale.of_values(torch.full((3,), 0.5))
+    assert constant["mean"] == pytest.approx(0.625) and constant["se"] == pytest.approx(0.125)
+    assert scale.of_values(scale.start) == {"mean": 0.0, "se": 0.0}
+    assert scale.of_values(scale.end) == {"mean": 1.0, "se": 0.0}
+    assert iv.mean_se(torch.tensor([])) == {"mean": None, "se": None}
+
+
+def test_sraven_reference_distributions_and_their_mass_on_b_answers():
+    answers = torch.tensor([[3, 3], [1, 5]])  # one reading; two readings
+    uniform = torch.full((2, 8), 1 / 8, dtype=torch.float64)
+    assert iv.answer_mass(uniform, answers).tolist() == [0.125, 0.25]  # the chance of a random guess
+    rule = iv.answers_distribution(answers, 8)
+    assert rule[0, 3] == 1 and rule[1, 1] == rule[1, 5] == 0.5 and rule.sum(1).tolist() == [1, 1]
+    assert iv.answer_mass(rule, answers).tolist() == [1.0, 1.0]
+    assert iv.answer_mass(rule, torch.tensor([[1, 1], [5, 2]])).tolist() == [0.0, 0.5]
+
+
+def codes_only_model(mixer: str) -> Transformer:
+    """A tiny model whose attention values are one constant vector (value weights 0): what reaches
+    the fuzzy-logic query, whose token A and B share, is set by its latent codes alone."""
+    model = tiny_model(mixer)
+    with torch.no_grad():
+        for layer in iv.attention_layers(model):
+            layer.value.weight.zero_()
+            layer.value.bias.normal_(generator=torch.Generator().manual_seed(0))
+        model.head.weight.mul_(50.0)  # predictions of A and B far enough apart to be scored
+    return model
+
+
 @torch.no_grad()
-def test_sraven_experiment_runs_and_scores_are_rates():
+def test_score_is_0_for_own_codes_and_1_for_a_patch_that_reproduces_b():
+    task = FuzzyLogic(num_variables=3, num_terms=2, seq_len=SEQ_LEN, frac_held_out=0.3)
+    model = codes_only_model("hyla")
+    entry = iv.fuzzy_logic_interventions(model, task, num_pairs=4, samples=8)["valid"]
+    assert entry["num_scored"] >= 8
+    assert entry["reference"]["unpatched"] == {"mean": 0.0, "se": 0.0}
+    assert entry["reference"]["donor_run"] == {"mean": 1.0, "se": 0.0}
+    # the query's codes to every key, in every layer, from B's run: the query's state is B's throughout
+    patched = entry["sites"]["row"]["all layers"]["patched"]
+    assert patched["mean"] == pytest.approx(1.0, abs=1e-4) and patched["se"] < 1e-4
+    assert entry["reference_formula"]["mean"] == pytest.approx(0.0, abs=1e-4)
+    # layer 0's query token is the same in A and B: B's query against A's keys is A's own code
+    assert entry["sites"]["row"]["layer 0"]["query_side"]["mean"] == pytest.approx(0.0, abs=1e-4)
+    # A's own codes patched in (one layer: exactly the codes the patched layer computes) score 0
+    x, prediction = inputs(16), lambda logits: logits.reshape(-1).double()  # noqa: E731
+    logits, codes = iv.model_codes(model, x, 8)
+    scale = iv.Scale(prediction, prediction(logits), prediction(iv.model_codes(model, inputs(16, seed=5), 8)[0]))
+    own = scale.of_logits(iv.patched_logits(model, x, [1], codes, None, 8))
+    assert scale.scored.sum() >= 4 and own["mean"] == pytest.approx(0.0, abs=1e-4)
+
+
+@torch.no_grad()
+def test_query_side_codes_are_b_queries_against_a_keys():
+    model, x_a, x_b = (
+        tiny_model("softmax", torch.float64),
+        inputs(dtype=torch.float64),
+        inputs(seed=2, dtype=torch.float64),
+    )
+    codes = iv.query_side_codes(model, x_b, x_a, batch_size=4)
+    own = iv.model_codes(model, x_a, 4)[1]
+    torch.testing.assert_close(iv.query_side_codes(model, x_a, x_a, 4)[1], own[1], rtol=1e-12, atol=1e-12)
+    layer, block = model.blocks[0].attention, model.blocks[0]
+    project = lambda linear, x: linear(block.attention_norm(model.embed(x))).unflatten(-1, (4, -1))  # noqa: E731
+    q_b, k_a = project(layer.query, x_b), project(layer.key, x_a)  # [B, T, H, d]
+    s = torch.einsum("bqhd,bkhd->bhqk", q_b, k_a) / math.sqrt(q_b.shape[-1]) + block.position(SEQ_LEN, SEQ_LEN, 0)
+    torch.testing.assert_close(codes[0], s.softmax(-1), rtol=1e-12, atol=1e-12)
+
+
+def test_group_stat_is_over_models_and_keeps_each_models_number():
+    two = group_stat([{"mean": 0.2, "se": 0.01}, {"mean": 0.4, "se": 0.02}])
+    assert two["mean"] == pytest.approx(0.3) and two["se"] == pytest.approx(0.1) and two["per_model"] == [0.2, 0.4]
+    assert group_stat([{"mean": 0.2, "se": 0.01}]) == {"mean": 0.2, "se": 0.01, "per_model": [0.2]}
+
+
+@torch.no_grad()
+def test_sraven_experiment_runs_and_its_references_are_on_the_scale():
     task = SRaven(num_features=3)
     model = tiny_model("hyla", seq_len=27, input_dim=8, output_dim=8, num_outputs=3)
-    results = iv.interventions(model, task, None, num_pairs=2, samples=16, progress=False)
+    results = iv.interventions(model, task, num_pairs=2, samples=16, progress=False)
     assert results["layer_settings"] == ["layer 0", "layer 1", "all layers"]
     for split in ("valid", "ood"):
         entry = results["splits"][split]
         assert entry["num_sequences"] > 0 and sum(entry["rule_pairs"].values()) == entry["num_sequences"]
-        assert entry["reference"]["reference_formula"] == entry["reference"]["unpatched"]
+        assert entry["num_scored"] == entry["num_sequences"]  # an untrained model gives B's answers little
+        reference = entry["reference"]
+        assert set(reference) == set(iv.REFERENCES["sraven"])
+        assert reference["unpatched"] == {"mean": 0.0, "se": 0.0} and reference["donor_target"]["mean"] == 1.0
+        assert entry["reference_formula"]["mean"] == pytest.approx(0.0, abs=1e-6)
         for site in iv.SITES:
             for conditions in entry["sites"][site].values():
                 assert set(conditions) == set(iv.CONDITIONS)
-                assert all(0 <= c["transfer"] <= 1 and 0 <= c["kept"] <= 1 for c in conditions.values())
+                assert all(-1 <= c["mean"] <= 1 for c in conditions.values())
 
 
 @torch.no_grad()
-def test_fuzzy_logic_experiment_runs_and_donor_run_transfers():
+def test_fuzzy_logic_references_a_perfect_random_task_and_a_constant():
     task = FuzzyLogic(num_variables=3, num_terms=2, seq_len=SEQ_LEN, frac_held_out=0.3)
-    results = iv.interventions(tiny_model("softmax"), task, None, num_pairs=3, samples=8, progress=False)
+    results = iv.interventions(codes_only_model("softmax_hyla"), task, num_pairs=3, samples=8, progress=False)
     entry = results["splits"]["valid"]
-    assert entry["num_pairs"] == 3 and entry["num_sequences"] <= 24
-    reference = entry["reference"]
-    assert reference["reference_formula"]["transfer"] == pytest.approx(reference["unpatched"]["transfer"])
-    scores = [c["transfer"] for site in entry["sites"].values() for s in site.values() for c in s.values()]
-    assert all(0 <= t <= 1 for t in scores)
+    assert entry["num_pairs"] == 3 and entry["num_sequences"] <= 24 and entry["num_scored"] > 0
+    assert set(entry["reference"]) == set(iv.REFERENCES["fuzzy_logic"])
+    assert all(c["mean"] is not None for s in entry["sites"].values() for c in s["all layers"].values())
+    assert 0.2 < iv.mean_training_target(task, 0) < 0.8
 
 
 # ----------------------------------------------------------------------------- the command
-def test_interventions_command_end_to_end(tmp_path, capsys):
+def test_interventions_command_over_several_models(tmp_path, capsys):
+    from helpers_cli import tiny_run
+
+    from hyla import cli
+
+    runs = [
+        tiny_run(tmp_path / "hyla"),
+        tiny_run(tmp_path / "hyla", name="run_b", batch_size=8),  # another model of the same mixer
+        tiny_run(tmp_path / "softmax", mixer="softmax"),
+    ]
+    out = tmp_path / "report"
+    argv = ["interventions", *map(str, runs), "--tasks", "2", "--samples", "8", "--out", str(out)]
+    assert cli.main(argv) == 0
+    files = sorted(path.name for path in out.iterdir())
+    assert files == ["interventions_tasks2_samples8_seed0.json", "interventions_tasks2_samples8_seed0.png"]
+    report = json.loads((out / files[0]).read_text())
+    assert [m["model"]["label"] for m in report["models"]] == ["hyla-run", "hyla-run_b", "softmax-run"]
+    assert all(not m["model"]["path"].startswith("/") for m in report["models"])
+    hyla, softmax = report["groups"]
+    assert (hyla["mixer"], hyla["models"], hyla["error_bars"]) == ("hyla", ["hyla-run", "hyla-run_b"], "models")
+    assert softmax["error_bars"] == "queries"
+    patched = hyla["splits"]["valid"]["sites"]["row"]["all layers"]["patched"]
+    per_model = [m["splits"]["valid"]["sites"]["row"]["all layers"]["patched"]["mean"] for m in report["models"][:2]]
+    assert patched["per_model"] == per_model and patched["mean"] == pytest.approx(sum(per_model) / 2)
+    captured = capsys.readouterr()
+    assert f"{patched['mean']:.2f} ± {patched['se']:.2f}" in captured.out  # the numbers, on the terminal
+    assert "| valid | row | all layers |" in captured.out and "B's own run = 1" in captured.out
+    assert "interventions: fuzzy logic valid" in captured.err
+    script = runpy.run_path(str(Path(__file__).parents[2] / "experiments" / "interventions_table.py"))
+    script["main"]([str(out)])
+    assert tables(report["groups"]) in capsys.readouterr().out  # experiments/interventions_table.py: the same
+
+
+def test_interventions_command_one_run_and_bad_input(tmp_path, capsys):
     from helpers_cli import tiny_run
 
     from hyla import cli
 
     run = tiny_run(tmp_path)
-    assert cli.main(["interventions", str(run), "--tasks", "2", "--samples", "8"]) == 0
     assert cli.main(["interventions", str(run), "--tasks", "2", "--samples", "8", "--seed", "1"]) == 0
-    files = sorted((run / "interventions").iterdir())
-    assert [f.name for f in files] == [
-        f"interventions_tasks2_samples8_seed{seed}.{suffix}" for seed in (0, 1) for suffix in ("json", "png")
-    ]
-    results = json.loads(files[0].read_text())
-    assert {"task", "conditions", "sites", "layer_settings", "options", "run", "splits"} <= results.keys()
-    assert results["run"]["checkpoint_step"] == 20 and results["options"] == {"tasks": 2, "samples": 8, "seed": 0}
-    valid = results["splits"]["valid"]
-    assert {"unpatched", "donor_run", "reference_formula"} <= valid["reference"].keys()
-    assert set(valid["sites"]["row"]) == {"layer 0", "layer 1", "all layers"}
-    assert set(valid["sites"]["row"]["all layers"]["patched"]) == {"transfer", "projection", "mse_a", "mse_b"}
-    err = capsys.readouterr().err
-    assert "interventions: fuzzy logic valid" in err and "interventions: figure" in err
-    assert cli.main(["interventions", str(run), "--tasks", "0"]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("hyla interventions: error:") and "--tasks=0 must be >= 1" in err and err.count("\n") == 1
+    files = sorted(path.name for path in (run / "interventions").iterdir())
+    assert files == ["interventions_tasks2_samples8_seed1.json", "interventions_tasks2_samples8_seed1.png"]
+    report = json.loads((run / "interventions" / files[0]).read_text())
+    assert report["models"][0]["model"]["checkpoint_step"] == 20
+    assert report["models"][0]["options"] == {"tasks": 2, "samples": 8, "seed": 1}
+    assert "over queries (one model)" in capsys.readouterr().out
+    for argv, message in (
+        (["--tasks", "0"], "--tasks=0 must be >= 1"),
+        ([str(run)], "--out is needed with 2 models"),
+    ):
+        assert cli.main(["interventions", str(run), *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("hyla interventions: error:") and message in err and err.count("\n") == 1
+    assert cli.main(["interventions", str(run), str(run), "--out", str(tmp_path / "o")]) == 2
+    assert "a model is named twice" in capsys.readouterr().err
     assert cli.main(["interventions", str(tmp_path / "nowhere")]) == 2
     assert capsys.readouterr().err.startswith("hyla interventions: error:")

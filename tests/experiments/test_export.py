@@ -101,5 +101,5 @@ def test_analyze_and_interventions_take_an_exported_folder(exported, tmp_path):
     assert analysis["run"]["path"] == f"{tmp_path.name}/model"  # not the machine's absolute path
     assert main(["interventions", str(model), "--tasks", "2", "--samples", "8"]) == 0
     results = json.loads((model / "interventions" / "interventions_tasks2_samples8_seed0.json").read_text())
-    assert results["run"]["checkpoint_step"] == 20 and results["run"]["mixer"] == "hyla"
-    assert results["run"]["path"] == f"{tmp_path.name}/model"
+    run = results["models"][0]["model"]
+    assert run["checkpoint_step"] == 20 and run["mixer"] == "hyla" and run["path"] == f"{tmp_path.name}/model"
