@@ -1,0 +1,256 @@
+"""README's results table and RESULTS.md's index, every number rebuilt from committed files.
+
+    python experiments/claims.py           print both tables
+    python experiments/claims.py --write   write them into README.md and experiments/RESULTS.md
+    python experiments/claims.py --check   exit 1 where a committed table differs from the files
+
+Each table sits between two HTML comments (`<!-- claims:NAME begin ... -->` and
+`<!-- claims:NAME end -->`); edit it in experiments/claims_tables.md (templates whose `{name}`s
+are the numbers below), never in place: tests/experiments/test_claims.py fails while README's
+or RESULTS.md's table differs from what this script writes.
+
+Where the numbers come from (under experiments/results/ unless said otherwise): run records
+(`records/**/*.run.json`: each run's final metrics, config, environment and cached latent-structure
+measurements), the tables `hyla results` wrote (`results.json`), `latent_structure.json`,
+`demo_logic_cpu/demo.json`, run folders kept whole (`raven_hyla_cuda_cpu_masks_h100/`), the
+authors' curves (`authors_curve_raven_40k/*.jsonl`), benchmarks/results/vs_authors_cpu.json, the
+paper's Table A1 (hyla.experiments.paper), and, for the LM table, whose runs left no record,
+`lm_cpu/transcribed_runs.json` (marked as transcribed from RESULTS prose). Numbers that no
+committed file holds are in `QUOTED`, each with where it is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from hyla.experiments import records
+from hyla.experiments.paper import TABLE_A1
+from hyla.experiments.results import mean_se
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "experiments" / "results"
+
+QUOTED = {
+    # numbers written only in prose: the measurement left no committed file
+    "demo_xeon_hyla": 58.09,  # RESULTS.md, "The main job": the demo's HYLA on the Intel Xeon
+    "speed_epyc_logic": 3.57,  # RESULTS.md, "Speed": median over 35 pairs, partly in RESULTS_ARCHIVE.md
+    "speed_epyc_raven": 4.34,
+}
+
+
+# ----------------------------------------------------------------------------- reading the files
+def final_ood(folder: str, metric: str) -> dict[tuple, dict[int, float]]:
+    """{(mixer, experts, frac held out): {seed: final OOD metric ×100}} of the records below
+    experiments/results/<folder>/records."""
+    groups: dict[tuple, dict[int, float]] = defaultdict(dict)
+    for path in records.find(RESULTS / folder / "records"):
+        record = records.read(path)
+        config, final = record["config"], record["summary"]["final"]
+        key = (config["model"]["mixer"], bool(config["model"].get("num_experts")), held_out(config))
+        groups[key][config["seed"]] = 100 * final["ood"][metric]
+    return groups
+
+
+def held_out(config: dict) -> float | None:
+    return config.get("fuzzy_logic", {}).get("frac_held_out") if config.get("task") == "fuzzy_logic" else None
+
+
+def ood_at_step(folder: str, mixer: str, step: int) -> list[float]:
+    """OOD accuracy ×100 at `step` of each seed of `mixer`, from the records' evaluation rows."""
+    values = []
+    for path in records.find(RESULTS / folder / "records"):
+        record = records.read(path)
+        if record["config"]["model"]["mixer"] == mixer:
+            [row] = [r for r in record["metrics"] if r["split"] == "ood" and r["step"] == step]
+            values.append(100 * row["acc"])
+    return values
+
+
+def last_ood_acc(jsonl: Path) -> float:
+    rows = [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
+    return 100 * [r for r in rows if r.get("split") == "ood"][-1]["acc"]
+
+
+def results_json(folder: str, metric: str) -> dict[str, tuple[float, float]]:
+    """{mixer: (mean, s.e.) ×100} of the table `hyla results` wrote into experiments/results/<folder>."""
+    rows = json.loads((RESULTS / folder / "results.json").read_text())
+    return {row["group"]["model.mixer"]: tuple(100 * v for v in row["values"][f"ood/{metric}"]) for row in rows}
+
+
+def vs_authors(commit: str) -> dict[str, float]:
+    """{preset: median ratio of hyla's compiled steps/s to the authors'} of the benchmark entry at `commit`."""
+    runs = json.loads((ROOT / "benchmarks" / "results" / "vs_authors_cpu.json").read_text())["runs"]
+    [run] = [r for r in runs if (r["machine"].get("hyla_git_commit") or "").startswith(commit)]
+    return {row["preset"]: row["ratio_median"] for row in run["summary"] if row["variant"] == "compiled"}
+
+
+# ----------------------------------------------------------------------------- formatting
+def pm(values, digits: int = 1) -> str:
+    """'mean ± s.e.' of a list of values (or of a (mean, s.e.) pair)."""
+    mean, se = mean_se(list(values)) if not isinstance(values, tuple) else values
+    return f"{mean:.{digits}f} ± {se:.{digits}f}"
+
+
+def mean(values, digits: int = 1) -> str:
+    return f"{mean_se(list(values))[0]:.{digits}f}"
+
+
+def signed(x: float) -> str:
+    return f"{x:+.2f}".replace("-", "−")
+
+
+def paper(row: tuple, digits: int = 1, error: bool = True) -> str:
+    value, se = TABLE_A1[row[0]][row[1:]]
+    return f"{value:.{digits}f} ± {se:.{digits}f}" if error else f"{value:.{digits}f}"
+
+
+# ----------------------------------------------------------------------------- the numbers
+def numbers() -> dict[str, str]:
+    """Every number of both tables, formatted, by name."""
+    a1 = {(m, moe): seeds for (m, moe, _), seeds in final_ood("table_a1_logic_50k_cpu", "r2").items()}
+    f2c = final_ood("fig2c_logic_50k_cpu", "r2")
+    frac = {(m, f): list(seeds.values()) for (m, moe, f), seeds in f2c.items()}
+    r40 = {m: list(s.values()) for (m, _, _), s in final_ood("table_a1_raven_40k_cpu", "acc").items()}
+    gpu = {m: list(s.values()) for (m, _, _), s in final_ood("table_a1_raven_40k_gpu", "acc").items()}
+    raven_cpu = results_json("table_a1_raven_cpu", "acc")
+    heads = json.loads((RESULTS / "fig5c_raven_single_head_cpu" / "results.json").read_text())
+    head = {(r["group"]["model.mixer"], r["group"]["model.num_heads"]): 100 * r["values"]["ood/acc"][0] for r in heads}
+    structure = json.loads((RESULTS / "latent_structure_logic_50k_cpu" / "latent_structure.json").read_text())
+    structure_a1 = json.loads((RESULTS / "table_a1_logic_50k_cpu" / "latent_structure.json").read_text())
+    demo = {
+        r["mixer"]: 100 * r["final"]["ood"]["r2"]
+        for r in json.loads((RESULTS / "demo_logic_cpu" / "demo.json").read_text())["rows"]
+    }
+    lm = json.loads((RESULTS / "lm_cpu" / "transcribed_runs.json").read_text())["documented_means"]
+    codes = topographic_of(RESULTS / "table_a1_logic_50k_cpu", "table_a1_logic_50k_cpu/mixer-hyla__s0")
+    masks = [last_ood_acc(RESULTS / "raven_hyla_cuda_cpu_masks_h100" / f"s{s}" / "metrics.jsonl") for s in (0, 1, 2)]
+    authors = {
+        m: last_ood_acc(RESULTS / "authors_curve_raven_40k" / f"authors_gpu_{m}_s0.jsonl")
+        for m in ("softmax", "linear", "hyla")
+    }
+    speed = vs_authors("a609782")
+
+    n: dict[str, str] = {}
+    rows = {
+        "hyla": "hyla",
+        "softmax": "softmax",
+        "linear": "linear",
+        "linear_rms_head": "linear_rms_head",
+        "hyla_identity": "hyla_identity",
+        "hyla_identity_no_rms_head": "hyla_identity_no_rms_head",
+        "hyla_no_rms_head": "hyla_no_rms_head",
+        "softmax_hyla": "softmax_hyla",
+    }
+    for name, mixer in rows.items():
+        seeds = a1[(mixer, False)].values()
+        n[f"a1_{name}"], n[f"a1_{name}_2"] = pm(seeds), pm(seeds, 2)
+        n[f"paper_{name}"], n[f"paper_{name}_mean"] = (
+            paper(("fuzzy_logic", mixer, False)),
+            paper(("fuzzy_logic", mixer, False), 1, False),
+        )
+        n[f"paper_{name}_2"] = paper(("fuzzy_logic", mixer, False), 2, False)
+    for mixer in ("hyla", "linear", "softmax"):
+        seeds = a1[(mixer, True)].values()
+        n[f"a1_{mixer}_moe"], n[f"a1_{mixer}_moe_2"] = pm(seeds), pm(seeds, 2)
+        n[f"paper_{mixer}_moe_mean"] = paper(("fuzzy_logic", mixer, True), 1, False)
+        for f in (0.3, 0.5):
+            n[f"f2c_{mixer}_{int(f * 100)}"], n[f"f2c_{mixer}_{int(f * 100)}_2"] = (
+                mean(frac[(mixer, f)]),
+                pm(frac[(mixer, f)], 2),
+            )
+        n[f"f2c_{mixer}_70"] = mean(a1[(mixer, False)].values())
+        drop = mean_se(frac[(mixer, 0.3)])[0] - mean_se(list(a1[(mixer, False)].values()))[0]
+        n[f"f2c_{mixer}_drop"] = f"{drop:.1f}"
+        n[f"r40_{mixer}"], n[f"r40_{mixer}_2"] = pm(r40[mixer]), pm(r40[mixer], 2)
+        n[f"gpu_{mixer}"], n[f"gpu_{mixer}_2"] = pm(gpu[mixer]), pm(gpu[mixer], 2)
+        n[f"paper_raven_{mixer}"] = paper(("sraven", mixer, False), 1, False)
+        n[f"paper_raven_{mixer}_2"] = paper(("sraven", mixer, False), 2)
+        n[f"raven_cpu_{mixer}"] = pm(raven_cpu[mixer])
+        n[f"heads1_{mixer}"], n[f"heads16_{mixer}"] = f"{head[(mixer, 1)]:.2f}", f"{head[(mixer, 16)]:.2f}"
+        n[f"lm_{mixer}"] = f"{lm[mixer]['valid_loss'][0]:.3f}"
+        n[f"demo_{mixer}"], n[f"demo_{mixer}_2"] = f"{demo[mixer]:.1f}", f"{demo[mixer]:.2f}"
+        n[f"authors_{mixer}"] = f"{authors[mixer]:.2f}"
+    overall, table = structure["overall"], structure_a1["overall"]
+    n["ls_n"], n["ls_a1_n"] = str(overall["n"]), str(table["n"])
+    n["ls"] = f"{signed(overall['rho'])}, 95% CI [{signed(overall['ci_low'])}, {signed(overall['ci_high'])}]"
+    n["ls_short"] = f"{signed(overall['rho'])} [{signed(overall['ci_low'])}, {signed(overall['ci_high'])}]"
+    n["ls_a1"] = f"{signed(table['rho'])} [{signed(table['ci_low'])}, {signed(table['ci_high'])}]"
+    n["codes"] = f"{codes['spearman']:.3f} (p = {codes['p_value']:.3f})"
+    n["masks_30k"], n["cpu_30k"] = pm(masks, 2), pm(ood_at_step("table_a1_raven_40k_cpu", "hyla", 30000), 2)
+    n["speed_logic"], n["speed_raven"] = f"{speed['logic_4var_2term']:.2f}", f"{speed['raven_3x3_4features']:.2f}"
+    n.update({name: f"{value:.2f}" for name, value in QUOTED.items()})
+    n["demo_xeon_hyla_1"] = f"{QUOTED['demo_xeon_hyla']:.1f}"
+    return n
+
+
+def topographic_of(folder: Path, key: str) -> dict:
+    """The last-layer OOD topographic similarity cached in run `key`'s record."""
+    record = records.read(records.path_of(folder, key))
+    [entry] = [v for name, v in record["latent_structure"].items() if "-ood-layer-last-" in name]
+    return entry["topographic"]
+
+
+# ----------------------------------------------------------------------------- the tables
+TEMPLATES = ROOT / "experiments" / "claims_tables.md"
+TABLES = {"readme-results": ROOT / "README.md", "results-index": ROOT / "experiments" / "RESULTS.md"}
+"""where each table of claims_tables.md goes"""
+
+
+def templates(path: Path = TEMPLATES) -> dict[str, list[str]]:
+    """{table name: its rows} of claims_tables.md: the `|` lines after each `<!-- table: NAME ... -->`."""
+    tables: dict[str, list[str]] = {}
+    name = None
+    for line in path.read_text().splitlines():
+        if line.startswith("<!-- table: "):
+            name = line.removeprefix("<!-- table: ").split()[0]
+            tables[name] = []
+        elif name and line.startswith("|"):
+            tables[name].append(line)
+    return tables
+
+
+def render(rows: list[str], values: dict[str, str]) -> str:
+    return "\n".join(row.format(**values) for row in rows) + "\n"
+
+
+def markers(name: str) -> tuple[str, str]:
+    return (
+        f"<!-- claims:{name} begin: generated by `python experiments/claims.py --write`, edit the rows there -->\n",
+        f"<!-- claims:{name} end -->",
+    )
+
+
+def block(text: str, name: str) -> tuple[int, int]:
+    """(start, end) of the table between the markers of `name` in `text`; ValueError without them."""
+    begin, end = markers(name)
+    start = text.index(begin) + len(begin)
+    return start, text.index(end, start)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help="rewrite the tables in README.md and RESULTS.md")
+    parser.add_argument("--check", action="store_true", help="exit 1 where a committed table differs")
+    args = parser.parse_args(argv)
+    values, rows, stale = numbers(), templates(), []
+    for name, path in TABLES.items():
+        table, text = render(rows[name], values), path.read_text()
+        start, end = block(text, name)
+        if text[start:end] != table:
+            stale.append(path.name)
+            if args.write:
+                path.write_text(text[:start] + table + text[end:])
+        if not (args.write or args.check):
+            print(table)
+    if args.check and stale:
+        print(f"out of date: {', '.join(stale)}; run python experiments/claims.py --write", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
