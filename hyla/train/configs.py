@@ -197,6 +197,10 @@ class TextConfig(TaskConfig):
 COMPILE_MODES = ("auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 # fp32: float32 matmuls in full precision; tf32: TensorFloat-32 matmuls on CUDA; bf16: autocast to bfloat16
 PRECISIONS = ("fp32", "tf32", "bf16")
+# auto: off until whole-step CUDA graphs have trained on a GPU (hyla.train.graphed; docs/gpu.md)
+CUDA_GRAPH_SETTINGS = ("auto", "on", "off")
+# where attention-dropout masks are drawn: the CPU's generator (the same masks on every device) or the device's
+DROPOUT_MASK_SOURCES = ("cpu", "device")
 
 
 @dataclass
@@ -242,6 +246,13 @@ class TrainConfig:
     precision: str = "fp32"
     """fp32 | tf32 (TensorFloat-32 matmuls on CUDA) | bf16 (bfloat16 autocast of the forward and loss; weights and
     optimizer state stay float32); docs/gpu.md says what each does to results"""
+    cuda_graph: str = "auto"
+    """auto | on | off: on CUDA, capture each training step (forward, backward, AdamW) as one CUDA graph and
+    replay it, without torch.compile (docs/gpu.md); auto is off until measured on a GPU; where capture is not
+    possible (a CPU) or fails, training warns once and runs eagerly"""
+    dropout_masks: str = "cpu"
+    """cpu | device: the generator attention-dropout masks come from (cpu: the same masks on every device;
+    device: the training device's, as hyla's CUDA runs drew them before 2026-11-26)"""
     deterministic: bool = False
     """torch.use_deterministic_algorithms(True)"""
     device: str = "auto"
@@ -308,6 +319,7 @@ RESUMABLE_CHANGES = (
     "train.compile_mode",
     "train.device",
     "train.precision",
+    "train.cuda_graph",
 )
 
 # Model fields that are properties of the task, filled in by `resolve_model`.
@@ -457,6 +469,11 @@ def _validate_train(t: TrainConfig) -> None:
     _check(t.eps > 0, "train.eps", t.eps, "must be > 0")
     _check_choice("train.compile_mode", t.compile_mode, COMPILE_MODES)
     _check_choice("train.precision", t.precision, PRECISIONS)
+    _check_choice("train.cuda_graph", t.cuda_graph, CUDA_GRAPH_SETTINGS)
+    _check_choice("train.dropout_masks", t.dropout_masks, DROPOUT_MASK_SOURCES)
+    graphs_on = t.cuda_graph == "on"
+    _check(not (graphs_on and t.compile), "train.cuda_graph", t.cuda_graph, "needs train.compile false")
+    _check(not (graphs_on and t.precision == "bf16"), "train.cuda_graph", t.cuda_graph, "covers fp32 and tf32 only")
     device = t.device.split(":")[0]
     _check_choice("train.device", device, ("auto", "cpu", "cuda"))
     _check(

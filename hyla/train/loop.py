@@ -38,10 +38,9 @@ from tqdm.auto import tqdm
 
 from hyla.nn.transformer import Transformer
 from hyla.ops import resolve_mixer
-from hyla.ops.kernels import cpp
-from hyla.ops.kernels.common import implementations_ran, reset_implementations_ran
+from hyla.ops.attention import cpp, implementations_ran, reset_implementations_ran
 from hyla.tasks.base import stable_seed
-from hyla.train import distributed
+from hyla.train import distributed, graphed
 from hyla.train.allocator import keep_freed_memory
 from hyla.train.configs import (
     RESUMABLE_CHANGES,
@@ -135,10 +134,14 @@ class Trainer:
     `model` is the plain module (evaluate and checkpoint it); `self.forward` is what trains: the
     module, wrapped in DistributedDataParallel when there are several ranks, compiled on request.
     `compile_mode` is the mode in use (None: eager); the first step falls back along
-    `compile_fallbacks` when compiling fails.
+    `compile_fallbacks` when compiling fails. With train.cuda_graph, `graphed` replays the steps as
+    one CUDA graph each (hyla.train.graphed) and `cuda_graph` says whether it did (None: not asked
+    for). A pack's members (`pack_graphs` not None) are stepped by the pack, graphed or not.
     """
 
-    def __init__(self, cfg: ExperimentConfig, task, model: nn.Module, ctx: DistContext):
+    def __init__(
+        self, cfg: ExperimentConfig, task, model: nn.Module, ctx: DistContext, pack_graphs: bool | None = None
+    ):
         self.cfg, self.task, self.model, self.ctx = cfg, task, model, ctx
         self.optimizer, self.scheduler = make_optimizer(model, cfg.train)
         self.eager = model
@@ -148,6 +151,13 @@ class Trainer:
             self.eager = DistributedDataParallel(model, device_ids=[ctx.device] if ctx.device.type == "cuda" else None)
         self.fallbacks = compile_fallbacks(cfg, ctx.device)
         self._use_next_compile_mode()
+        asked = cfg.train.cuda_graph == "on"
+        if pack_graphs is None:
+            graphs = graphed.wanted(cfg.train.cuda_graph, ctx.device, ctx.world_size)
+            self.graphed = graphed.GraphedUpdate([self], self._gradient_step) if graphs else None
+        else:
+            graphs, self.graphed = pack_graphs, None
+        self.cuda_graph: bool | None = graphs if asked or graphs else None
 
     def _use_next_compile_mode(self) -> None:
         self.compile_mode = self.fallbacks.pop(0)
@@ -187,15 +197,38 @@ class Trainer:
         if self.ctx.device.type == "cuda":
             torch.cuda.manual_seed(seed)
 
-    def _update(self, step: int, batch):
+    def dropout_masks(self, step: int, seq_len: int) -> list[torch.Tensor] | None:
+        """The attention-dropout keep-masks of update `step` (None: no dropout): with
+        train.dropout_masks cpu those the eager forward draws; with device, masks of the same shapes
+        from the device's generator, as hyla's CUDA runs drew them before 2026-11-26."""
         self.seed_dropout(step)
+        masks = self.model.draw_dropout_masks(seq_len)
+        if masks is None or self.cfg.train.dropout_masks == "cpu" or self.ctx.device.type == "cpu":
+            return masks
+        keep = 1.0 - self.cfg.model.attention_dropout
+        return [torch.bernoulli(torch.full(m.shape, keep, device=m.device, dtype=m.dtype)) / keep for m in masks]
 
-        def forward_losses():
-            pred = self.forward(batch.x)
-            return [self.task.loss(pred, batch)], [pred]
-
-        [(loss, pred)] = update([self], forward_losses)
+    def _update(self, step: int, batch):
+        if self.graphed is not None:
+            [(loss, pred)] = self.graphed((batch, self.dropout_masks(step, batch.x.shape[1])))
+            self.cuda_graph = self.graphed.active
+            return loss, pred, batch
+        if self.cfg.train.dropout_masks == "cpu":
+            self.seed_dropout(step)
+            masks = None  # the forward draws them
+        else:
+            masks = self.dropout_masks(step, batch.x.shape[1])
+        [(loss, pred)] = update([self], lambda: self._forward_losses(batch, masks))
         return loss, pred, batch
+
+    def _forward_losses(self, batch, masks: list[torch.Tensor] | None):
+        pred = self.forward(batch.x) if masks is None else self.forward(batch.x, dropout_masks=masks)
+        return [self.task.loss(pred, batch)], [pred]
+
+    def _gradient_step(self, inputs: tuple) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """`gradient_step` on (batch, dropout masks): what `graphed` captures."""
+        batch, masks = inputs
+        return gradient_step([self], lambda: self._forward_losses(batch, masks))
 
     def grad_norm(self) -> torch.Tensor:
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
@@ -222,20 +255,29 @@ def update(
     and returns (each trainer's loss, each trainer's predictions); backpropagate the sum of the
     losses (trainer i's loss reaches trainer i's parameters only); then every trainer's optimizer
     and schedule step. Returns each trainer's (loss, predictions), detached."""
-    for trainer in trainers:
-        trainer.optimizer.zero_grad(set_to_none=True)
     graphed = any(trainer.compile_mode in CUDA_GRAPH_MODES for trainer in trainers)
     if graphed:
         torch.compiler.cudagraph_mark_step_begin()  # this step's replay may reuse the last step's memory
+    losses, preds = gradient_step(trainers, forward_losses)
+    for trainer in trainers:
+        trainer.scheduler.step()
+    # a CUDA-graph output is overwritten by the next step: the caller keeps a copy
+    return [(loss.detach(), pred.detach().clone() if graphed else pred.detach()) for loss, pred in zip(losses, preds)]
+
+
+def gradient_step(trainers: list[Trainer], forward_losses: Callable[[], tuple[list[torch.Tensor], Any]]):
+    """`update` without the schedule steps (what a whole-step CUDA graph captures,
+    hyla.train.graphed): zero the gradients, forward and losses under autocast, backward, every
+    trainer's optimizer step. Returns (losses, predictions) as `forward_losses` gave them."""
+    for trainer in trainers:
+        trainer.optimizer.zero_grad(set_to_none=True)
     with autocast(trainers[0].cfg.train.precision, trainers[0].ctx.device):
         losses, preds = forward_losses()
     # one loss is backpropagated as it is: a sum over one tensor would add operations
     (losses[0] if len(losses) == 1 else torch.stack(losses).sum()).backward()
     for trainer in trainers:
         trainer.optimizer.step()
-        trainer.scheduler.step()
-    # a CUDA-graph output is overwritten by the next step: the caller keeps a copy
-    return [(loss.detach(), pred.detach().clone() if graphed else pred.detach()) for loss, pred in zip(losses, preds)]
+    return losses, preds
 
 
 @dataclass
@@ -374,10 +416,15 @@ def _train(cfg: ExperimentConfig, ctx: DistContext, analysis_hook: AnalysisHook 
 
 
 def open_session(
-    cfg: ExperimentConfig, ctx: DistContext, analysis_hook: AnalysisHook | None, packed: bool = False
+    cfg: ExperimentConfig,
+    ctx: DistContext,
+    analysis_hook: AnalysisHook | None,
+    packed: bool = False,
+    pack_graphs: bool = False,
 ) -> tuple[RunDir, TrainingLoop | None]:
     """The run folder of `cfg` (new, or resumed from its checkpoint) and a loop ready to train it;
-    no loop when the run is already complete. `packed`: the loop's steps come from a pack."""
+    no loop when the run is already complete. `packed`: the loop's steps come from a pack
+    (`pack_graphs`: replayed as CUDA graphs)."""
     task = build_task(cfg, ctx.device)  # batches are generated on the training device
     cfg = replace(cfg, model=resolve_model(cfg.model, task))
     cfg, run = _name_run(cfg, ctx)
@@ -394,9 +441,11 @@ def open_session(
         return run, None
 
     model = build_model(cfg).to(ctx.device)
-    trainer = Trainer(cfg, task, model, ctx)
+    trainer = Trainer(cfg, task, model, ctx, pack_graphs if packed else None)
     progress = Progress()
     settings = numerics(cfg, ctx, trainer.compile_mode, packed)
+    if trainer.cuda_graph is not None:
+        settings["cuda_graph"] = trainer.cuda_graph
     reset_implementations_ran()
     if state is not None:
         trainer.load_state(state)
@@ -510,6 +559,8 @@ class TrainingLoop:
         (a fast path may fall back)."""
         mode = self.trainer.compile_mode
         outcomes = {"compile": mode is not None, "compile_mode": mode, "attention": implementations_ran()}
+        if self.trainer.cuda_graph is not None:  # the steps were replayed as CUDA graphs, or capture failed
+            outcomes["cuda_graph"] = self.trainer.cuda_graph
         if any(self.numerics.get(key) != value for key, value in outcomes.items()):
             self.numerics = {**self.numerics, **outcomes}
             if self.ctx.is_main:

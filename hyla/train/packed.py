@@ -63,7 +63,7 @@ from tqdm.auto import tqdm
 from hyla.nn.attention import MultiHeadAttention
 from hyla.nn.feedforward import MixtureOfExperts
 from hyla.nn.transformer import Transformer
-from hyla.train import distributed
+from hyla.train import distributed, graphed
 from hyla.train.configs import ConfigError, ExperimentConfig, build_task, resolve_model, validate
 from hyla.train.loop import (
     AnalysisHook,
@@ -71,6 +71,7 @@ from hyla.train.loop import (
     StopSignal,
     Trainer,
     TrainingLoop,
+    gradient_step,
     open_session,
     process_settings,
     update,
@@ -78,7 +79,7 @@ from hyla.train.loop import (
 from hyla.train.run_dir import RunDir
 
 # Process-wide settings: one value per pack.
-PROCESS_SETTINGS = ("device", "threads", "deterministic", "precision")
+PROCESS_SETTINGS = ("device", "threads", "deterministic", "precision", "cuda_graph")
 
 
 def pack_key(cfg: ExperimentConfig) -> tuple:
@@ -123,10 +124,11 @@ def train_packed(cfgs: list[ExperimentConfig], analysis_hook: AnalysisHook | Non
         if ctx.distributed:
             raise ConfigError("packed training runs in one process: launch it without torchrun")
         with process_settings(cfgs[0], ctx):
-            sessions = [open_session(cfg, ctx, analysis_hook, packed=True) for cfg in cfgs]
+            graphs = graphed.wanted(cfgs[0].train.cuda_graph, ctx.device)
+            sessions = [open_session(cfg, ctx, analysis_hook, packed=True, pack_graphs=graphs) for cfg in cfgs]
             loops = [loop for _, loop in sessions if loop is not None]
             if loops:
-                Pack(loops).run()
+                Pack(loops, graphs).run()
             return [run.path for run, _ in sessions]
     finally:
         distributed.teardown(ctx)
@@ -172,12 +174,16 @@ def vmappable_copy(model: Transformer) -> Transformer:
 
 
 class PackedUpdate:
-    """One update of several members (their `Trainer`s) as one vmapped forward and backward."""
+    """One update of several members (their `Trainer`s) as one vmapped forward and backward;
+    with `graphs`, replayed as one CUDA graph (hyla.train.graphed), captured again whenever the
+    members change (one leaves the pack)."""
 
-    def __init__(self, model: Transformer):
+    def __init__(self, model: Transformer, graphs: bool = False):
         self.skeleton = vmappable_copy(model)
         self.names = [name for name, _ in self.skeleton.named_parameters()]
         self.forward = vmap(self._member_forward)
+        self.graphs = graphs
+        self.graphed: graphed.GraphedUpdate | None = None
 
     def _member_forward(self, params: dict, x: torch.Tensor, dropout_masks: list | None) -> torch.Tensor:
         return functional_call(self.skeleton, params, (x,), {"dropout_masks": dropout_masks})
@@ -189,33 +195,49 @@ class PackedUpdate:
         each member's (loss, predictions, batch)."""
         batches = [trainer.batch(step) for trainer, step in zip(trainers, steps)]
         x = _stack([batch.x for batch in batches], "inputs")  # [M, B, T, ...]
-        masks = [_dropout_masks(trainer, step, x.shape[2]) for trainer, step in zip(trainers, steps)]
+        # each member's masks as its solo run draws them at its step
+        masks = [trainer.dropout_masks(step, x.shape[2]) for trainer, step in zip(trainers, steps)]
         masks = None if masks[0] is None else [torch.stack(layer) for layer in zip(*masks)]  # per layer [M, Tq, Tk]
-        members = [dict(trainer.model.named_parameters()) for trainer in trainers]
-        params = {name: torch.stack([member[name] for member in members]) for name in self.names}  # [M, ...]
-
-        def forward_losses():
-            preds = self.forward(params, x, masks)  # [M, B, ...]
-            losses = [trainer.task.loss(pred, batch) for trainer, pred, batch in zip(trainers, preds, batches)]
-            return losses, preds
-
-        results = update(trainers, forward_losses)
+        inputs = (x, batches, masks)
+        graphs = self._graphed(trainers)
+        if graphs is not None:
+            results = graphs(inputs)
+            for trainer in trainers:
+                trainer.cuda_graph = graphs.active
+        else:
+            results = update(trainers, lambda: self._forward_losses(trainers, inputs))
         return [(loss, pred, batch) for (loss, pred), batch in zip(results, batches)]
 
+    def _forward_losses(self, trainers: list[Trainer], inputs: tuple) -> tuple[list[torch.Tensor], torch.Tensor]:
+        x, batches, masks = inputs
+        members = [dict(trainer.model.named_parameters()) for trainer in trainers]
+        params = {name: torch.stack([member[name] for member in members]) for name in self.names}  # [M, ...]
+        preds = self.forward(params, x, masks)  # [M, B, ...]
+        return [trainer.task.loss(pred, batch) for trainer, pred, batch in zip(trainers, preds, batches)], preds
 
-def _dropout_masks(trainer: Trainer, step: int, seq_len: int) -> list[torch.Tensor] | None:
-    """The masks the member's solo run draws at `step` (its generator seeded the same way)."""
-    trainer.seed_dropout(step)
-    return trainer.model.draw_dropout_masks(seq_len)
+    def _graphed(self, trainers: list[Trainer]) -> graphed.GraphedUpdate | None:
+        """The graphed update of these members (None: eager), captured anew when they changed;
+        once a capture failed, the pack trains eagerly."""
+        if self.graphed is not None and not self.graphed.active:
+            self.graphs = False
+        if not self.graphs:
+            return None
+        if self.graphed is None or self.graphed.trainers != trainers:
+
+            def step(inputs):
+                return gradient_step(trainers, lambda: self._forward_losses(trainers, inputs))
+
+            self.graphed = graphed.GraphedUpdate(list(trainers), step)
+        return self.graphed
 
 
 class Pack:
     """The live members of a pack (their `TrainingLoop`s): steps them together, does each one's
     records, finishes them one by one."""
 
-    def __init__(self, loops: list[TrainingLoop]):
+    def __init__(self, loops: list[TrainingLoop], graphs: bool = False):
         self.loops = loops
-        self.update = PackedUpdate(loops[0].trainer.model)
+        self.update = PackedUpdate(loops[0].trainer.model, graphs)
         self.diverged: list[NonFiniteLossError] = []
 
     def run(self) -> None:
