@@ -43,8 +43,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "interventions": (
         "hyla.analysis.interventions:main",
-        "patch latent codes with another task's, measure the transfer: "
-        "hyla interventions RUN [--out DIR] [--tasks N] [--seed S]",
+        "patch latent codes with another task's, score the transfer (0 = unpatched, 1 = B's own): "
+        "hyla interventions RUN [RUN ...] [--out DIR] [--tasks N] [--seed S]",
     ),
 }
 

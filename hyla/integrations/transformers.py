@@ -38,6 +38,7 @@ import math
 
 import torch
 
+from hyla.nn.attention import draw_dropout_mask
 from hyla.ops import NAMED_MIXERS, attention, resolve_mixer
 
 
@@ -92,8 +93,7 @@ def hyla_attention_forward(
     q, k, v = (t.transpose(1, 2) for t in (query, key, value))  # [B, T, H, D]
     dropout_mask = None
     if dropout > 0.0 and module.training:
-        keep = 1.0 - dropout
-        dropout_mask = torch.bernoulli(torch.full((q_len, k.shape[1]), keep, device=q.device, dtype=q.dtype)) / keep
+        dropout_mask = draw_dropout_mask(q_len, k.shape[1], dropout, q.device, q.dtype)
     want_codes = bool(kwargs.get("output_attentions"))
     result = attention(
         q,
@@ -104,7 +104,7 @@ def hyla_attention_forward(
         activation=spec.activation,
         mask=_boolean_mask(attention_mask),
         dropout_mask=dropout_mask,
-        return_scores=want_codes,
+        return_latents=want_codes,
     )
     out, codes = result if want_codes else (result, None)
     return out, codes  # [B, Tq, H, Dv]

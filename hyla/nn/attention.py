@@ -131,12 +131,8 @@ class MultiHeadAttention(nn.Module):
             )
 
     def draw_dropout_mask(self, q_len: int, k_len: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-        """The attention-dropout keep-mask [q_len, k_len] on `device`, scaled by 1 / keep, from the
-        CPU's global generator, so that a seed gives the same masks on every device. (Inside compiled
-        code it is drawn on `device`, from that device's generator: a CUDA graph holds no CPU work.)"""
-        keep = 1.0 - self.dropout
-        drawn_on = device if torch.compiler.is_compiling() else "cpu"
-        return (torch.bernoulli(torch.full((q_len, k_len), keep, device=drawn_on, dtype=dtype)) / keep).to(device)
+        """This layer's attention-dropout keep-mask [q_len, k_len] (see `draw_dropout_mask`)."""
+        return draw_dropout_mask(q_len, k_len, self.dropout, device, dtype)
 
     def extra_repr(self) -> str:
         m = self.mixer
@@ -144,3 +140,13 @@ class MultiHeadAttention(nn.Module):
             f"heads={self.num_heads}, normalization={m.normalization}, value_network={m.value_network}, "
             f"activation={m.activation}, causal={self.causal}"
         )
+
+
+def draw_dropout_mask(q_len: int, k_len: int, rate: float, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """An attention-dropout keep-mask [q_len, k_len] on `device`, scaled by 1 / keep (docs/math.md),
+    from the CPU's global generator, so that a seed gives the same masks on every device. (Inside
+    compiled code it is drawn on `device`, from that device's generator: a CUDA graph holds no CPU
+    work.) Every hyla attention layer draws its masks here, the transformers integration's too."""
+    keep = 1.0 - rate
+    drawn_on = device if torch.compiler.is_compiling() else "cpu"
+    return (torch.bernoulli(torch.full((q_len, k_len), keep, device=drawn_on, dtype=dtype)) / keep).to(device)

@@ -11,7 +11,7 @@ from torch.testing import assert_close
 from hyla import MultiHeadAttention
 from hyla.nn import MixtureOfExperts, RelativePositionBias
 from hyla.nn.position import relative_position_bucket
-from hyla.ops import NAMED_MIXERS
+from hyla.ops import NAMED_MIXERS, attention
 
 ALL_NAMES = [name for hyla_name, (author_name, _) in NAMED_MIXERS.items() for name in (hyla_name, author_name)]
 
@@ -102,19 +102,39 @@ def test_attention_dropout_drops_whole_latent_codes():
     assert_close(y_eval.view(batch, q_len, heads, k_len).permute(0, 2, 1, 3), latents_eval)
 
 
-def test_dropout_masks_are_the_same_on_every_device():
-    """A keep-mask for another device (here meta) is drawn from the CPU's generator, as a CPU
-    mask is: a seed gives the same masks on a CPU and a GPU."""
-    mha = readout_module(4, 8, 0.5)
+def test_dropout_masks_are_the_same_in_every_hyla_layer_and_on_every_device(monkeypatch):
+    """The keep-masks that reach `attention`: MultiHeadAttention's and the transformers
+    integration's are the same tensor for the same seed, and a mask for another device (here meta)
+    is drawn from the CPU's generator: the CPU mask drawn next is the one drawn after a CPU mask."""
+    from hyla.integrations import transformers as integration
+    from hyla.nn import attention as nn_attention
+
+    masks = []
+
+    def capture(*args, dropout_mask=None, **kwargs):
+        masks.append(dropout_mask)
+        return attention(*args, dropout_mask=dropout_mask, **kwargs)
+
+    monkeypatch.setattr(nn_attention, "attention", capture)
+    monkeypatch.setattr(integration, "attention", capture)
+    mha = MultiHeadAttention(8, 2, "hyla", dropout=0.5).train()
+    x = torch.randn(3, 6, 8)
     torch.manual_seed(0)
-    on_cpu = mha.draw_dropout_mask(6, 8, torch.device("cpu"), torch.float32)
+    mha(x)
     torch.manual_seed(0)
-    state = torch.get_rng_state()
-    elsewhere = mha.draw_dropout_mask(6, 8, torch.device("meta"), torch.float32)
-    assert elsewhere.device.type == "meta" and elsewhere.shape == on_cpu.shape
-    assert not torch.equal(torch.get_rng_state(), state)  # drawn from the CPU generator
-    torch.set_rng_state(state)
-    assert torch.equal(mha.draw_dropout_mask(6, 8, torch.device("cpu"), torch.float32), on_cpu)
+    q = torch.randn(3, 2, 6, 4)
+    torch.manual_seed(0)
+    integration.hyla_attention_forward(mha, q, q, q, None, dropout=0.5, mixer="hyla")
+    assert masks[0].shape == (6, 6) and 0 < (masks[0] == 0).sum() < 36
+    assert torch.equal(masks[0], masks[1])
+    torch.manual_seed(0)
+    on_meta = q.to("meta")
+    integration.hyla_attention_forward(mha, on_meta, on_meta, on_meta, None, dropout=0.5, mixer="hyla")
+    assert masks[-1].device.type == "meta"
+    next_cpu_draw = torch.rand(3)
+    torch.manual_seed(0)
+    mha(x)
+    assert torch.equal(torch.rand(3), next_cpu_draw)  # the meta mask moved the CPU generator as a CPU mask does
 
 
 @pytest.mark.parametrize("normalization", ["softmax", "none", "rms_head"])
