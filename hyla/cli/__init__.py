@@ -43,7 +43,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "interventions": (
         "hyla.analysis.interventions:main",
-        "patch latent codes with another task's, score the transfer (0 = unpatched, 1 = B's own): "
+        "patch latent codes with another task's, score the transfer: "
         "hyla interventions RUN [RUN ...] [--out DIR] [--tasks N] [--seed S]",
     ),
 }
