@@ -109,81 +109,80 @@ def paper(row: tuple, digits: int = 1, error: bool = True) -> str:
 
 
 # ----------------------------------------------------------------------------- the numbers
+MIXERS = ("hyla", "linear", "softmax")
+A1_ROWS = MIXERS + ("linear_rms_head", "hyla_identity", "hyla_identity_no_rms_head", "hyla_no_rms_head", "softmax_hyla")
+"""Table A1's fuzzy-logic rows without experts"""
+
+
 def numbers() -> dict[str, str]:
-    """Every number of both tables, formatted, by name."""
-    a1 = {(m, moe): seeds for (m, moe, _), seeds in final_ood("table_a1_logic_50k_cpu", "r2").items()}
-    f2c = final_ood("fig2c_logic_50k_cpu", "r2")
-    frac = {(m, f): list(seeds.values()) for (m, moe, f), seeds in f2c.items()}
+    """Every number of both tables, formatted, by name (the `{name}`s of claims_tables.md)."""
+    return {**fuzzy_logic_numbers(), **sraven_numbers(), **other_numbers()}
+
+
+def fuzzy_logic_numbers() -> dict[str, str]:
+    """Table A1 (`a1_*`), the paper's (`paper_*`), Fig. 2C (`f2c_*`), latent structure and codes."""
+    a1 = {(m, moe): list(s.values()) for (m, moe, _), s in final_ood("table_a1_logic_50k_cpu", "r2").items()}
+    frac = {(m, f): list(s.values()) for (m, _, f), s in final_ood("fig2c_logic_50k_cpu", "r2").items()}
+    n: dict[str, str] = {}
+    for mixer in A1_ROWS:
+        row = ("fuzzy_logic", mixer, False)
+        n[f"a1_{mixer}"], n[f"a1_{mixer}_2"] = pm(a1[(mixer, False)]), pm(a1[(mixer, False)], 2)
+        n[f"paper_{mixer}"], n[f"paper_{mixer}_mean"] = paper(row), paper(row, 1, False)
+        n[f"paper_{mixer}_2"] = paper(row, 2, False)
+    for mixer in MIXERS:
+        n[f"a1_{mixer}_moe"], n[f"a1_{mixer}_moe_2"] = pm(a1[(mixer, True)]), pm(a1[(mixer, True)], 2)
+        n[f"paper_{mixer}_moe_mean"] = paper(("fuzzy_logic", mixer, True), 1, False)
+        for f in (0.3, 0.5):
+            name = f"f2c_{mixer}_{round(f * 100)}"
+            n[name], n[f"{name}_2"] = mean(frac[(mixer, f)]), pm(frac[(mixer, f)], 2)
+        n[f"f2c_{mixer}_70"] = mean(a1[(mixer, False)])
+        n[f"f2c_{mixer}_drop"] = f"{mean_se(frac[(mixer, 0.3)])[0] - mean_se(a1[(mixer, False)])[0]:.1f}"
+    overall = json.loads((RESULTS / "latent_structure_logic_50k_cpu" / "latent_structure.json").read_text())["overall"]
+    table = json.loads((RESULTS / "table_a1_logic_50k_cpu" / "latent_structure.json").read_text())["overall"]
+    n["ls_n"], n["ls_a1_n"] = str(overall["n"]), str(table["n"])
+    n["ls"] = f"{signed(overall['rho'])}, 95% CI [{signed(overall['ci_low'])}, {signed(overall['ci_high'])}]"
+    n["ls_a1"] = f"{signed(table['rho'])} [{signed(table['ci_low'])}, {signed(table['ci_high'])}]"
+    codes = topographic_of(RESULTS / "table_a1_logic_50k_cpu", "table_a1_logic_50k_cpu/mixer-hyla__s0")
+    n["codes"] = f"{codes['spearman']:.3f} (p = {codes['p_value']:.3f})"
+    return n
+
+
+def sraven_numbers() -> dict[str, str]:
+    """SRAVEN 40k on the CPU (`r40_*`) and GPUs (`gpu_*`, `masks_30k`), the authors' code, the
+    paper's, `raven_cpu` and Fig. 5C (`heads*`)."""
     r40 = {m: list(s.values()) for (m, _, _), s in final_ood("table_a1_raven_40k_cpu", "acc").items()}
     gpu = {m: list(s.values()) for (m, _, _), s in final_ood("table_a1_raven_40k_gpu", "acc").items()}
     raven_cpu = results_json("table_a1_raven_cpu", "acc")
     heads = json.loads((RESULTS / "fig5c_raven_single_head_cpu" / "results.json").read_text())
     head = {(r["group"]["model.mixer"], r["group"]["model.num_heads"]): 100 * r["values"]["ood/acc"][0] for r in heads}
-    structure = json.loads((RESULTS / "latent_structure_logic_50k_cpu" / "latent_structure.json").read_text())
-    structure_a1 = json.loads((RESULTS / "table_a1_logic_50k_cpu" / "latent_structure.json").read_text())
-    demo = {
-        r["mixer"]: 100 * r["final"]["ood"]["r2"]
-        for r in json.loads((RESULTS / "demo_logic_cpu" / "demo.json").read_text())["rows"]
-    }
-    lm = json.loads((RESULTS / "lm_cpu" / "transcribed_runs.json").read_text())["documented_means"]
-    codes = topographic_of(RESULTS / "table_a1_logic_50k_cpu", "table_a1_logic_50k_cpu/mixer-hyla__s0")
-    masks = [last_ood_acc(RESULTS / "raven_hyla_cuda_cpu_masks_h100" / f"s{s}" / "metrics.jsonl") for s in (0, 1, 2)]
-    authors = {
-        m: last_ood_acc(RESULTS / "authors_curve_raven_40k" / f"authors_gpu_{m}_s0.jsonl")
-        for m in ("softmax", "linear", "hyla")
-    }
-    speed = vs_authors("a609782")
-
+    curves = RESULTS / "authors_curve_raven_40k"
     n: dict[str, str] = {}
-    rows = {
-        "hyla": "hyla",
-        "softmax": "softmax",
-        "linear": "linear",
-        "linear_rms_head": "linear_rms_head",
-        "hyla_identity": "hyla_identity",
-        "hyla_identity_no_rms_head": "hyla_identity_no_rms_head",
-        "hyla_no_rms_head": "hyla_no_rms_head",
-        "softmax_hyla": "softmax_hyla",
-    }
-    for name, mixer in rows.items():
-        seeds = a1[(mixer, False)].values()
-        n[f"a1_{name}"], n[f"a1_{name}_2"] = pm(seeds), pm(seeds, 2)
-        n[f"paper_{name}"], n[f"paper_{name}_mean"] = (
-            paper(("fuzzy_logic", mixer, False)),
-            paper(("fuzzy_logic", mixer, False), 1, False),
-        )
-        n[f"paper_{name}_2"] = paper(("fuzzy_logic", mixer, False), 2, False)
-    for mixer in ("hyla", "linear", "softmax"):
-        seeds = a1[(mixer, True)].values()
-        n[f"a1_{mixer}_moe"], n[f"a1_{mixer}_moe_2"] = pm(seeds), pm(seeds, 2)
-        n[f"paper_{mixer}_moe_mean"] = paper(("fuzzy_logic", mixer, True), 1, False)
-        for f in (0.3, 0.5):
-            n[f"f2c_{mixer}_{int(f * 100)}"], n[f"f2c_{mixer}_{int(f * 100)}_2"] = (
-                mean(frac[(mixer, f)]),
-                pm(frac[(mixer, f)], 2),
-            )
-        n[f"f2c_{mixer}_70"] = mean(a1[(mixer, False)].values())
-        drop = mean_se(frac[(mixer, 0.3)])[0] - mean_se(list(a1[(mixer, False)].values()))[0]
-        n[f"f2c_{mixer}_drop"] = f"{drop:.1f}"
+    for mixer in MIXERS:
         n[f"r40_{mixer}"], n[f"r40_{mixer}_2"] = pm(r40[mixer]), pm(r40[mixer], 2)
         n[f"gpu_{mixer}"], n[f"gpu_{mixer}_2"] = pm(gpu[mixer]), pm(gpu[mixer], 2)
+        n[f"authors_{mixer}"] = f"{last_ood_acc(curves / f'authors_gpu_{mixer}_s0.jsonl'):.2f}"
         n[f"paper_raven_{mixer}"] = paper(("sraven", mixer, False), 1, False)
         n[f"paper_raven_{mixer}_2"] = paper(("sraven", mixer, False), 2)
         n[f"raven_cpu_{mixer}"] = pm(raven_cpu[mixer])
         n[f"heads1_{mixer}"], n[f"heads16_{mixer}"] = f"{head[(mixer, 1)]:.2f}", f"{head[(mixer, 16)]:.2f}"
-        n[f"lm_{mixer}"] = f"{lm[mixer]['valid_loss'][0]:.3f}"
-        n[f"demo_{mixer}"], n[f"demo_{mixer}_2"] = f"{demo[mixer]:.1f}", f"{demo[mixer]:.2f}"
-        n[f"authors_{mixer}"] = f"{authors[mixer]:.2f}"
-    overall, table = structure["overall"], structure_a1["overall"]
-    n["ls_n"], n["ls_a1_n"] = str(overall["n"]), str(table["n"])
-    n["ls"] = f"{signed(overall['rho'])}, 95% CI [{signed(overall['ci_low'])}, {signed(overall['ci_high'])}]"
-    n["ls_short"] = f"{signed(overall['rho'])} [{signed(overall['ci_low'])}, {signed(overall['ci_high'])}]"
-    n["ls_a1"] = f"{signed(table['rho'])} [{signed(table['ci_low'])}, {signed(table['ci_high'])}]"
-    n["codes"] = f"{codes['spearman']:.3f} (p = {codes['p_value']:.3f})"
-    n["masks_30k"], n["cpu_30k"] = pm(masks, 2), pm(ood_at_step("table_a1_raven_40k_cpu", "hyla", 30000), 2)
-    n["speed_logic"], n["speed_raven"] = f"{speed['logic_4var_2term']:.2f}", f"{speed['raven_3x3_4features']:.2f}"
-    n.update({name: f"{value:.2f}" for name, value in QUOTED.items()})
+    masks = RESULTS / "raven_hyla_cuda_cpu_masks_h100"
+    n["masks_30k"] = pm([last_ood_acc(masks / f"s{seed}" / "metrics.jsonl") for seed in (0, 1, 2)], 2)
+    n["cpu_30k"] = pm(ood_at_step("table_a1_raven_40k_cpu", "hyla", 30000), 2)
+    return n
+
+
+def other_numbers() -> dict[str, str]:
+    """The demo, the LM table, speed, and the numbers only prose holds (`QUOTED`)."""
+    demo_rows = json.loads((RESULTS / "demo_logic_cpu" / "demo.json").read_text())["rows"]
+    demo = {r["mixer"]: 100 * r["final"]["ood"]["r2"] for r in demo_rows}
+    lm = json.loads((RESULTS / "lm_cpu" / "transcribed_runs.json").read_text())["documented_means"]
+    n = {name: f"{value:.2f}" for name, value in QUOTED.items()}
     n["demo_xeon_hyla_1"] = f"{QUOTED['demo_xeon_hyla']:.1f}"
+    for mixer in MIXERS:
+        n[f"demo_{mixer}"], n[f"demo_{mixer}_2"] = f"{demo[mixer]:.1f}", f"{demo[mixer]:.2f}"
+        n[f"lm_{mixer}"] = f"{lm[mixer]['valid_loss'][0]:.3f}"
+    speed = vs_authors("a609782")
+    n["speed_logic"], n["speed_raven"] = f"{speed['logic_4var_2term']:.2f}", f"{speed['raven_3x3_4features']:.2f}"
     return n
 
 
