@@ -7,16 +7,18 @@
 Both paper presets (fuzzy logic `logic_4var_2term`, SRAVEN `raven_3x3_4features`), batch 128, HYLA
 (`--model.mixer hyla`; the authors' `linear_hypatt`). Every measurement is a fresh process that
 trains `--steps` steps:
-- hyla: the `hyla train` command, eager and/or with `--train.compile` (`--compile-mode`, default
-  auto: CUDA graphs on CUDA); steps/s is the run's summary.json `steps_per_second` (its first
+- hyla: the `hyla train` command, eager, with `--train.compile` (`--compile-mode`, default
+  auto: CUDA graphs on CUDA) and/or `graphed` (`--train.cuda-graph on`: the eager step replayed as
+  one CUDA graph, hyla.train.graphed); steps/s is the run's summary.json `steps_per_second` (its first
   step, which includes compilation, is not timed).
 - authors: their `run.setup` (model, data, optax optimizer exactly as their `run.py` builds them,
   from their ml_collections config), then their jitted `Experiment.train_step` on their data
   loader in a loop; steps/s over steps 2..N, from the end of the first step (compilation) to the
   end of the last one (`jax.block_until_ready`). A driver, generated at run time in a temporary
   folder, imports their modules; their files are not modified.
-- packs (`--packs`): N runs of seeds 0..N-1 trained as one pack (eager); reported as aggregate
-  model-steps/s (N x the pack's steps/s).
+- packs (`--packs`): N runs of seeds 0..N-1 trained as one pack (eager; with `--packs-cuda-graph`,
+  replayed as CUDA graphs, for the processes x packs too); reported as aggregate model-steps/s (N x
+  the pack's steps/s).
 - processes x packs (`--parallel-packs PxN`): `hyla sweep --pack N --parallel P` over P*N seeds, P
   processes each training a pack of N at once; aggregate model-steps/s is the sum over the runs of
   their summaries' rates (each process's rate over its own timed steps, so the processes' start-up
@@ -109,7 +111,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--presets", nargs="+", default=list(AUTHORS_CONFIGS), choices=list(AUTHORS_CONFIGS))
     parser.add_argument("--mixer", default="hyla", choices=list(AUTHORS_MIXERS))
-    parser.add_argument("--modes", nargs="+", default=["eager", "compiled"], choices=["eager", "compiled"])
+    parser.add_argument("--modes", nargs="+", default=["eager", "compiled"], choices=["eager", "compiled", "graphed"])
     parser.add_argument(
         "--compile-mode",
         default="auto",
@@ -117,6 +119,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "variant (auto: reduce-overhead, i.e. CUDA graphs, on CUDA; default on CPU)",
     )
     parser.add_argument("--packs", nargs="*", type=int, default=[], help="pack sizes (hyla.train.train_packed)")
+    parser.add_argument(
+        "--packs-cuda-graph",
+        action="store_true",
+        help="packs and processes x packs replay their steps as CUDA graphs (--train.cuda-graph on)",
+    )
     parser.add_argument(
         "--parallel-packs",
         nargs="*",
@@ -186,9 +193,9 @@ def processes_by_pack(text: str) -> tuple[int, int]:
     return int(parts[0]), int(parts[1])
 
 
-def hyla_settings(args: argparse.Namespace, steps: int) -> dict:
+def hyla_settings(args: argparse.Namespace, steps: int, packed: bool = False) -> dict:
     """The `hyla train` settings of one measurement: `steps` steps, no evaluation but a minimal
-    final one, one checkpoint at the end (`--smoke`: batch 16)."""
+    final one, one checkpoint at the end (`--smoke`: batch 16); `packed`: of a pack."""
     settings = {
         "model.mixer": args.mixer,
         "train.steps": steps,
@@ -200,14 +207,17 @@ def hyla_settings(args: argparse.Namespace, steps: int) -> dict:
     }
     if args.smoke:
         settings.update({"train.batch_size": 16, "train.final_eval_samples": 16})
+    if packed and args.packs_cuda_graph:
+        settings["train.cuda_graph"] = "on"
     return settings
 
 
-def hyla_flags(args: argparse.Namespace, preset: str, steps: int, out_dir: Path) -> list[str]:
+def hyla_flags(args: argparse.Namespace, preset: str, steps: int, out_dir: Path, packed: bool = False) -> list[str]:
     """`hyla train` options of one measurement (run folder `out_dir/run`)."""
     from hyla.experiments.sweep import override_flags
 
-    flags = [flag for key, value in hyla_settings(args, steps).items() for flag in override_flags(key, value)]
+    settings = hyla_settings(args, steps, packed)
+    flags = [flag for key, value in settings.items() for flag in override_flags(key, value)]
     return [
         "--preset",
         preset,
@@ -229,7 +239,7 @@ def sweep_file(args: argparse.Namespace, preset: str, steps: int, runs: int, out
         "preset": preset,
         "out_dir": str(out_dir),
         "seeds": list(range(runs)),
-        "overrides": hyla_settings(args, steps),
+        "overrides": hyla_settings(args, steps, packed=True),
     }
     path = out_dir.with_suffix(".yaml")
     path.write_text(json.dumps(spec))  # JSON is YAML
@@ -242,11 +252,14 @@ def hyla_command(args: argparse.Namespace, preset: str, variant: str, steps: int
         processes, size = processes_by_pack(variant)
         spec = sweep_file(args, preset, steps, processes * size, out_dir)
         return [sys.executable, "-m", "hyla.cli", "sweep", str(spec), "--pack", str(size), "--parallel", str(processes)]
-    flags = hyla_flags(args, preset, steps, out_dir)
+    flags = hyla_flags(args, preset, steps, out_dir, packed=variant.startswith("pack"))
     if variant.startswith("pack"):
         return [sys.executable, str(Path(__file__).resolve()), "--pack-worker", variant[4:], *flags]
-    compiled = ["--train.compile", "--train.compile-mode", args.compile_mode] if variant == "compiled" else []
-    return [sys.executable, "-m", "hyla.cli", "train", *flags, *compiled]
+    mode = {
+        "compiled": ["--train.compile", "--train.compile-mode", args.compile_mode],
+        "graphed": ["--train.cuda-graph", "on"],
+    }
+    return [sys.executable, "-m", "hyla.cli", "train", *flags, *mode.get(variant, [])]
 
 
 def measure_hyla(args: argparse.Namespace, preset: str, variant: str, steps: int, scratch: Path) -> dict:
@@ -390,7 +403,7 @@ def machine(args: argparse.Namespace) -> dict:
         "torch": torch.__version__,
         "hyla": portable_path(hyla.__file__),
         "hyla_git_commit": git_commit(),
-        "authors_checkout": portable_path(args.authors),
+        "authors_checkout": portable_path(args.authors) if args.authors else None,
         "authors_git_commit": authors_commit,
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "malloc_env": malloc_env(),
@@ -474,6 +487,7 @@ def record(args: argparse.Namespace, info: dict, measurements: list[dict]) -> di
         "modes": args.modes,
         "compile_mode": args.compile_mode,
         "packs": args.packs,
+        "packs_cuda_graph": args.packs_cuda_graph,
         "parallel_packs": [f"{p}x{n}" for p, n in args.parallel_packs],
         "smoke": args.smoke,
         "steps": {preset: args.steps or DEFAULT_STEPS[preset] for preset in args.presets},
