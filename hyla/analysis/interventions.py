@@ -668,7 +668,7 @@ class InterventionsOptions:
     """Latent-code interventions on trained models: patch a query's codes with another task's, score
     the transfer (0 = unpatched, 1 = B's own prediction) beside controls and references."""
 
-    runs: Positional[tuple[Path, ...]]
+    runs: Positional[Annotated[tuple[Path, ...], arg(metavar="RUN [RUN ...]", help_behavior_hint="(required)")]]
     """run folders (`hyla train`) or exported models (`hyla export`), fuzzy logic or SRAVEN; several
     (e.g. the training seeds of each mixer) are summarized as mean ± s.e. over models per mixer"""
     out: Annotated[Path | None, arg(help_behavior_hint="(default: RUN/interventions)")] = None
@@ -683,6 +683,8 @@ class InterventionsOptions:
     """cpu | cuda | cuda:N | auto"""
 
     def __post_init__(self):
+        if not self.runs:
+            raise ConfigError("give a run folder or an exported model (or several)")
         check_positive(tasks=self.tasks, samples=self.samples, batch_size=self.batch_size)
         if self.seed < 0:
             raise ConfigError(f"--seed={self.seed} must be >= 0")

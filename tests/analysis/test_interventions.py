@@ -388,10 +388,11 @@ def test_interventions_command_one_run_and_bad_input(tmp_path, capsys):
     assert report["models"][0]["options"] == {"tasks": 2, "samples": 8, "seed": 1}
     assert "over queries (one model)" in capsys.readouterr().out
     for argv, message in (
-        (["--tasks", "0"], "--tasks=0 must be >= 1"),
-        ([str(run)], "--out is needed with 2 models"),
+        ([str(run), "--tasks", "0"], "--tasks=0 must be >= 1"),
+        ([str(run), str(run)], "--out is needed with 2 models"),
+        ([], "give a run folder or an exported model"),
     ):
-        assert cli.main(["interventions", str(run), *argv]) == 2
+        assert cli.main(["interventions", *argv]) == 2
         err = capsys.readouterr().err
         assert err.startswith("hyla interventions: error:") and message in err and err.count("\n") == 1
     assert cli.main(["interventions", str(run), str(run), "--out", str(tmp_path / "o")]) == 2
