@@ -95,10 +95,12 @@ class RunDir:
 
     def read_sessions(self) -> list[dict]:
         """The environments of the run's sessions (env.json), earliest first; an env.json written
-        before env.json kept them counts as one session."""
-        if not self.env_file.exists():
+        before env.json kept them counts as one session, an unreadable one as none (its history is
+        lost, the training goes on)."""
+        try:
+            env = json.loads(self.env_file.read_text())
+        except (OSError, ValueError):
             return []
-        env = json.loads(self.env_file.read_text())
         return env.get("sessions") or [env]
 
     def read_summary(self) -> dict:

@@ -42,3 +42,6 @@ def test_an_env_json_from_before_sessions_counts_as_one(tmp_path):
     assert [s["git_commit"] for s in run.read_sessions()] == ["old", "new"]
     run.write_env({"git_commit": "fresh"}, from_step=0)  # a run started again from scratch
     assert [s["git_commit"] for s in run.read_sessions()] == ["fresh"]
+    run.env_file.write_text("{damaged")
+    run.write_env({"git_commit": "after"}, from_step=7)
+    assert [s["git_commit"] for s in run.read_sessions()] == ["after"]
