@@ -4,14 +4,18 @@ Each subcommand is one entry of COMMANDS: its name -> ("module:function", one-li
 function takes the remaining arguments (a list of str) and returns an exit code (None = 0);
 modules are imported only when their subcommand runs. Invalid input (a bad option value, a folder
 that is not a run, a run of the wrong task, a damaged checkpoint) ends with one line
-`hyla COMMAND: error: ...` and exit code 2; an interrupt with 130.
+`hyla COMMAND: error: ...` and exit code 2; a stop by a signal with 128 + its number (SIGINT 130,
+SIGTERM 143).
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import re
+import signal
 import sys
+import warnings
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("hyla.cli.commands:train_main", "train a model: hyla train --preset NAME [--section.field VALUE ...]"),
@@ -81,19 +85,27 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hyla: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
         return 2
     bound_openmp_waiting()
+    warnings.formatwarning = one_line_warning
     module, function = COMMANDS[name][0].split(":")
     command = getattr(importlib.import_module(module), function)
     try:
         code = command(rest)
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as e:  # 128 + the signal's number, as a shell reports a process it ended
+        return 128 + getattr(e, "signum", signal.SIGINT)
     except SystemExit as e:  # argparse and tyro: --help, or a usage message ending in one error line
         return e.code if isinstance(e.code, int) else 2
     except user_errors() as e:
         message = " ".join(str(e).split())  # one line
+        message = re.sub(r"^Error parsing [A-Z]\w*: ", "", message)  # tyro's name of the options' class
         print(f"hyla {name}: error: {message}", file=sys.stderr)
         return 2
     return 0 if code is None else int(code)
+
+
+def one_line_warning(message, category, filename, lineno, line=None) -> str:
+    """Python's warnings as the `hyla` command prints them: `warning: MESSAGE`, one line, without the
+    source file and line that Python adds (they say where in hyla, not what to do)."""
+    return f"warning: {' '.join(str(message).split())}\n"
 
 
 OPENMP_SPIN_COUNT = "10000"

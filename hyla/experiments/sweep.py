@@ -57,6 +57,7 @@ steps the runs not done still need, at the mean seconds per step of the runs com
 from __future__ import annotations
 
 import fnmatch
+import functools
 import itertools
 import json
 import math
@@ -79,6 +80,7 @@ import yaml
 from tyro.conf import Positional, arg
 
 from hyla.experiments import records
+from hyla.train.loop import SWEEP_ENDED, Stopped
 from hyla.train.run_dir import RunDir
 
 SPEC_KEYS = ("name", "preset", "out_dir", "seeds", "overrides", "grid", "parallel", "slurm", "results")
@@ -308,13 +310,45 @@ def _write_marker(path: Path, **info) -> None:
 
 def _running(marker: Path) -> bool:
     """The marker exists and, if it was written on this host, its job or the job's training is alive
-    (a training outlives a sweep killed with kill -9)."""
+    (a training stops a few seconds after its sweep is killed: end_with_parent)."""
     if not marker.exists():
         return False
+    info = _local_marker(marker)
+    return info is None or any(_alive(info[key]) for key in ("pid", "training_pid") if key in info)
+
+
+def _local_marker(marker: Path) -> dict | None:
+    """The marker's content if it was written on this host, else None."""
     info = json.loads(marker.read_text() or "{}")
-    if info.get("host") != socket.gethostname():
-        return True
-    return any(_alive(info[key]) for key in ("pid", "training_pid") if key in info)
+    return info if info.get("host") == socket.gethostname() else None
+
+
+def settle_markers(spec: SweepSpec, timeout: float = 60.0) -> None:
+    """Before a local sweep launches: remove this host's `.running` markers whose job and training are
+    gone (a sweep killed with kill -9 leaves them), and wait up to `timeout` s for the trainings whose
+    job is gone (a killed sweep's: they checkpoint and stop, see end_with_parent), so that this sweep
+    resumes those runs instead of skipping them as running."""
+    deadline, told = time.monotonic() + timeout, False
+    while True:
+        orphans = []
+        for run in spec.runs():
+            marker = _marker(spec, run, "running")
+            info = _local_marker(marker) if marker.exists() else None
+            if info is None or "pid" not in info or _alive(info["pid"]):
+                continue  # no marker, another host's, or its sweep is alive
+            if "training_pid" in info and _alive(info["training_pid"]):
+                orphans.append(run.name)
+            else:
+                marker.unlink(missing_ok=True)
+        if not orphans:
+            return
+        if time.monotonic() >= deadline:
+            print(f"still training after {timeout:.0f} s, left as running: {', '.join(orphans)}", file=sys.stderr)
+            return
+        if not told:
+            print(f"waiting for the trainings of a killed sweep to stop: {', '.join(orphans)}", file=sys.stderr)
+            told = True
+        time.sleep(0.2)
 
 
 def _alive(pid: int) -> bool:
@@ -435,7 +469,10 @@ class RunJob:
                     log.write(f"{self.run.name}: killed before its first checkpoint; starting again from scratch\n")
                     log.flush()
                 self.process = subprocess.Popen(
-                    run_command(self.spec, self.run, self.threads), stdout=log, stderr=subprocess.STDOUT
+                    run_command(self.spec, self.run, self.threads),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    preexec_fn=stop_with_parent(),
                 )
                 _write_marker(marker, pid=os.getpid(), training_pid=self.process.pid, job_id=job_id)
                 code = self.process.wait()
@@ -456,6 +493,36 @@ class RunJob:
 
     def __getstate__(self):
         return {**self.__dict__, "process": None}  # a process handle does not travel to the requeued job
+
+
+PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
+@functools.cache
+def _prctl():
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True).prctl
+
+
+def end_with_parent(parent: int) -> None:
+    """In a child of process `parent`, on Linux: SWEEP_ENDED (SIGUSR1) when the thread that started it
+    ends, with its process, however that ends (kill -9 included). A training then checkpoints and exits
+    (hyla.train.loop.StopSignal), so no run of a killed sweep trains on without it; a re-run resumes it.
+    Not SIGTERM: the signal comes again each time the child passes to another thread of the dying
+    parent, and a second SIGTERM aborts a training at once."""
+    _prctl()(PR_SET_PDEATHSIG, int(SWEEP_ENDED))
+    if os.getppid() != parent:  # the parent died before the signal was set
+        os.kill(os.getpid(), SWEEP_ENDED)
+
+
+def stop_with_parent():
+    """The `preexec_fn` for Popen that calls end_with_parent in the child on Linux; elsewhere None
+    (there the trainings of a killed sweep run to their end)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    _prctl()  # looked up here, before the fork: the child only calls it
+    return functools.partial(end_with_parent, os.getpid())
 
 
 def _stop(pid: int, timeout: float = 60.0) -> None:
@@ -500,6 +567,8 @@ def run_sweep(spec: SweepSpec, dry_run: bool = False, progress: bool = True) -> 
     check_configs(spec, threads)
     out = Path(spec.out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    if not dry_run:
+        settle_markers(spec)
     runs, todo = spec.runs(), _todo(spec)
     print(
         f"sweep {spec.name}: {len(runs)} runs, {len(runs) - len(todo)} complete or under way, {len(todo)} to run "
@@ -520,8 +589,9 @@ def run_sweep(spec: SweepSpec, dry_run: bool = False, progress: bool = True) -> 
                     name = running.pop(future)
                     codes[name] = future.result()
                     bars.finished(name, last_train_step(out / name), codes[name])
-                for name in running.values():
-                    bars.update(name, last_train_step(out / name))
+                for future, name in running.items():
+                    if future.running():  # launched: queued runs are not timed
+                        bars.update(name, last_train_step(out / name))
         finally:  # on Ctrl-C the runs got it too: the pool waits while they checkpoint and exit
             bars.close()
     failed = {n: c for n, c in codes.items() if c != 0}
@@ -539,14 +609,18 @@ def run_steps(spec: SweepSpec, run: Run) -> int:
 
 class RunProgress:
     """One progress bar per run (steps) on a terminal. Elsewhere (a log file, CI) bars redrawn in place
-    would garble the output: each run gets a line (step, elapsed time, ETA) when it first makes
-    progress, then at most every `every` seconds, and one when it finishes. A queued run, or one
-    waiting to resume from a checkpoint, prints nothing until its step moves."""
+    would garble the output: each run gets a line (step, elapsed time) when it first makes progress, then
+    (with its ETA) at most every `every` seconds, and one when it finishes.
+
+    `update` is called for launched runs only: a run is timed from its first update. Its first interval
+    (up to the first new step seen) holds its start (imports, building, a resumed run's loading) and steps
+    that may have been written in one go, so the ETA comes from the pace measured after it."""
 
     def __init__(self, total_steps: dict[str, int], enabled: bool = True, every: float = 30.0):
         self.as_lines = enabled and not sys.stderr.isatty()
         self.totals, self.every = total_steps, every
-        self.first_seen: dict[str, tuple[float, int]] = {}  # name -> (time, step) of its first progress
+        self.started: dict[str, tuple[float, int]] = {}  # name -> (time, step) of its first update
+        self.paced_from: dict[str, tuple[float, int]] = {}  # name -> (time, step) of its first new step
         self.last_line: dict[str, float] = {}
         self.bars = {}
         if enabled and not self.as_lines:
@@ -558,22 +632,32 @@ class RunProgress:
             }
 
     def update(self, name: str, step: int) -> None:
-        self._advance_bar(name, step)
         now = time.monotonic()
-        first_step = self.first_seen.get(name, (now, step))[1]
-        if step <= first_step:  # not moving yet (queued, or resuming): timed from when it moves
-            self.first_seen[name] = (now, step)
-        elif self.as_lines and now - self.last_line.get(name, -math.inf) >= self.every:
+        start_step = self.started.setdefault(name, (now, step))[1]
+        if name not in self.paced_from and step > start_step:
+            self.paced_from[name] = (now, step)
+            self._restart_bar_clock(name, step)
+        self._advance_bar(name, step)
+        if step > start_step and self.as_lines and now - self.last_line.get(name, -math.inf) >= self.every:
             self.last_line[name] = now
             print(self._line(name, step, now), file=sys.stderr, flush=True)
 
     def _line(self, name: str, step: int, now: float) -> str:
-        """`name: step S/N, 1m05s elapsed, ETA 2m10s`, timed from the last step at which the run
-        stood still here (its start, or its resumption)."""
-        since, first_step = self.first_seen[name]
-        total, elapsed = self.totals[name], now - since
-        eta = _duration(elapsed / (step - first_step) * (total - step))
-        return f"{name}: step {step}/{total}, {_duration(elapsed)} elapsed, ETA {eta}"
+        """`name: step S/N, 1m05s elapsed, ETA 2m10s` (no ETA until the pace is measured)."""
+        total, elapsed = self.totals[name], now - self.started[name][0]
+        line = f"{name}: step {step}/{total}, {_duration(elapsed)} elapsed"
+        since, paced_step = self.paced_from[name]
+        if step > paced_step:
+            line += f", ETA {_duration((now - since) / (step - paced_step) * (total - step))}"
+        return line
+
+    def _restart_bar_clock(self, name: str, step: int) -> None:
+        """A bar's rate and ETA from here on: not from the first interval's jump."""
+        bar = self.bars.get(name)
+        if bar is not None:
+            bar.reset(total=bar.total)
+            bar.initial = bar.n = bar.last_print_n = step
+            bar.refresh()
 
     def _advance_bar(self, name: str, step: int) -> None:
         bar = self.bars.get(name)
@@ -623,6 +707,8 @@ def run_packed_sweep(spec: SweepSpec, size: int, dry_run: bool = False) -> dict[
     check_configs(spec, threads)
     out = Path(spec.out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    if not dry_run:
+        settle_markers(spec)
     runs, todo = spec.runs(), {run.name: run for run in _todo(spec)}
     # resume=True: a run with a checkpoint continues from it, a new one starts
     packs = plan_packs(
@@ -638,14 +724,21 @@ def run_packed_sweep(spec: SweepSpec, size: int, dry_run: bool = False) -> dict[
         return {}
     for name in todo:
         restart_cleanly(out / name)
-    markers = [_marker(spec, todo[cfg.name], "running") for pack in packs for cfg in pack]
+    pack_markers = [[_marker(spec, todo[cfg.name], "running") for cfg in pack] for pack in packs]
+    markers = [marker for pack in pack_markers for marker in pack]
     for marker in markers:
         _write_marker(marker, pid=os.getpid())
     # a fresh interpreter per worker: forking a process whose OpenMP threads are running can hang
     context = multiprocessing.get_context("spawn")
+    linux = sys.platform.startswith("linux")
     try:
-        with ProcessPoolExecutor(max_workers=max(1, spec.parallel), mp_context=context) as pool:
-            for pack, error in zip(packs, pool.map(_train_pack, packs)):
+        with ProcessPoolExecutor(
+            max_workers=max(1, spec.parallel),
+            mp_context=context,
+            initializer=end_with_parent if linux else None,
+            initargs=(os.getpid(),) if linux else (),
+        ) as pool:
+            for pack, error in zip(packs, pool.map(_train_pack, packs, pack_markers)):
                 if error:  # reported; the members' summaries say more, and a rerun resumes them
                     print(f"pack {', '.join(cfg.name for cfg in pack)}: {error}", file=sys.stderr)
     finally:
@@ -656,12 +749,21 @@ def run_packed_sweep(spec: SweepSpec, size: int, dry_run: bool = False) -> dict[
     return {cfg.name: 0 if run_status(out / cfg.name) == "completed" else 1 for pack in packs for cfg in pack}
 
 
-def _train_pack(pack: list) -> str:
-    """Train one pack (in a worker process); "" or the error it ended with."""
+def _train_pack(pack: list, markers: list[Path]) -> str:
+    """Train one pack (in a worker process), its members' `markers` naming this process as their
+    training; "" or the error it ended with."""
     from hyla.train.packed import train_packed
 
+    for marker in markers:
+        _write_marker(marker, pid=os.getppid(), training_pid=os.getpid())
     try:
         train_packed(pack)
+    except Stopped as e:
+        if e.signum == SWEEP_ENDED:  # the sweep is gone: no one to report to, and the worker would wait for work
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(128 + e.signum)
+        raise
     except Exception as e:  # noqa: BLE001 - the error of one pack must not stop the others
         return f"{type(e).__name__}: {e}"
     return ""

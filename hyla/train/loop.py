@@ -297,20 +297,45 @@ class Progress:
     wall_time: float = 0.0  # seconds of earlier sessions
 
 
+SWEEP_ENDED = getattr(signal, "SIGUSR1", None)
+"""The signal a training started by `hyla sweep` gets when the sweep ends, however it ends (on Linux:
+the parent-death signal, hyla.experiments.sweep.end_with_parent): a stop request like SIGTERM's,
+except that repeats of it are the same request (a dying sweep sends one per thread), never an abort."""
+
+
+class Stopped(KeyboardInterrupt):
+    """A session stopped by a signal; `hyla` exits with 128 + its number (SIGINT 130, SIGTERM 143)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = int(signum)
+
+
 class StopSignal:
-    """SIGINT / SIGTERM ask the loop to stop after the current step (it checkpoints first);
-    a second signal interrupts at once (the run then resumes from its last checkpoint)."""
+    """SIGINT / SIGTERM (and SWEEP_ENDED) ask the loop to stop after the current step (it checkpoints
+    first); a second SIGINT / SIGTERM interrupts at once (the run then resumes from its last checkpoint)."""
 
     def __init__(self):
-        self.requested = False
+        self.signum: int | None = None
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    def stopped(self) -> Stopped:
+        """The exception that ends the session (another rank's stop: SIGTERM's)."""
+        return Stopped(self.signum or signal.SIGTERM)
 
     def _handle(self, signum, frame):
+        if signum == SWEEP_ENDED and self.requested:
+            return
         if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
+            raise Stopped(signum)
+        self.signum = signum
+        why = " (the sweep that started this training ended)" if signum == SWEEP_ENDED else ""
         tqdm.write(
-            f"{signal.Signals(signum).name}: stopping after this step with a checkpoint "
-            "(send it again to abort at once)"
+            f"{signal.Signals(signum).name}{why}: stopping after this step with a checkpoint "
+            "(send SIGINT or SIGTERM again to abort at once)"
         )
 
     @contextmanager
@@ -318,7 +343,8 @@ class StopSignal:
         if threading.current_thread() is not threading.main_thread():
             yield self
             return
-        previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+        signals = [signal.SIGINT, signal.SIGTERM] + ([SWEEP_ENDED] if SWEEP_ENDED else [])
+        previous = {sig: signal.signal(sig, self._handle) for sig in signals}
         try:
             yield self
         finally:
@@ -435,9 +461,10 @@ def open_session(
         raise ConfigError(
             f"train.batch_size={cfg.train.batch_size} must be divisible by the number of ranks ({ctx.world_size})"
         )
-    if state is not None and run.read_summary().get("status") == "completed":
-        if ctx.is_main:
-            tqdm.write(f"{run.path} is complete (step {state['progress']['step']}); nothing to do")
+    summary = run.read_summary()
+    if state is not None and summary.get("status") == "completed":
+        if ctx.is_main:  # the summary's step: the checkpoint may be the previous one (the latest damaged)
+            tqdm.write(f"{run.path} is complete (step {summary.get('step', state['progress']['step'])}); nothing to do")
         return run, None
 
     model = build_model(cfg).to(ctx.device)
@@ -511,7 +538,7 @@ class TrainingLoop:
                     if postfix is not None:
                         bar.set_postfix(postfix, refresh=False)
                     if stopping:
-                        raise KeyboardInterrupt
+                        raise stop.stopped()
             bar.close()
             return self.finish()
         except NonFiniteLossError as e:

@@ -258,7 +258,7 @@ class Pack:
                     bar.update(1)
                     self._after_step(stop.requested)
                     if stop.requested:
-                        raise KeyboardInterrupt
+                        raise stop.stopped()
         except (KeyboardInterrupt, Exception) as e:
             for loop in self.loops:
                 loop.record_stop(e)

@@ -20,7 +20,7 @@ def test_progress_is_lines_when_not_a_terminal(capsys):
     progress.close()
     captured = capsys.readouterr()
     assert captured.err.splitlines() == [
-        "softmax: step 5/10, 0s elapsed, ETA 0s",
+        "softmax: step 5/10, 0s elapsed",  # the first interval: no pace yet
         "softmax: finished at step 10",
         "hyla: exited with code 1 at step 3",
     ]
@@ -29,12 +29,12 @@ def test_progress_is_lines_when_not_a_terminal(capsys):
 
 def test_runs_get_lines_with_elapsed_time_and_eta(capsys):
     progress = RunProgress({"a": 100, "b": 50}, every=0.0)
-    progress.update("a", 0)  # queued: no line yet
+    progress.update("a", 0)  # launched, not moving yet: no line
     progress.update("a", 10)
     progress.update("a", 40)
     progress.finished("b", 50, 1)
     lines = capsys.readouterr().err.splitlines()
-    assert lines[0].startswith("a: step 10/100, 0s elapsed, ETA ")
+    assert lines[0] == "a: step 10/100, 0s elapsed"
     assert lines[1].startswith("a: step 40/100, 0s elapsed, ETA ") and lines[2:] == ["b: exited with code 1 at step 50"]
     quiet = RunProgress({"a": 100}, every=3600.0)
     quiet.update("a", 0)
@@ -43,16 +43,28 @@ def test_runs_get_lines_with_elapsed_time_and_eta(capsys):
     assert len(capsys.readouterr().err.splitlines()) == 1
 
 
-def test_a_run_waiting_to_resume_is_timed_from_when_it_moves(capsys, monkeypatch):
-    """A run queued with a checkpoint at step 4,600 prints nothing while it waits; its ETA counts
-    only the time since it moved (here 10 s for 100 steps: 100 s for the last 1,000)."""
-    clock = iter([0.0, 3000.0, 3010.0])
+def test_the_eta_comes_from_the_pace_after_the_first_interval(capsys, monkeypatch):
+    """The first interval holds the run's start (10 s) and 25 steps its log shows at once; the
+    monitor, polling, sees them half a second after its last look. From there on 25 steps take 2 s:
+    950 steps left take 76 s."""
+    clock = iter([0.0, 9.5, 10.0, 12.0])
+    monkeypatch.setattr("hyla.experiments.sweep.time.monotonic", lambda: next(clock))
+    progress = RunProgress({"a": 1000}, every=0.0)
+    for step in (0, 0, 25, 50):
+        progress.update("a", step)
+    assert capsys.readouterr().err.splitlines() == [
+        "a: step 25/1000, 10s elapsed",
+        "a: step 50/1000, 12s elapsed, ETA 1m16s",
+    ]
+
+
+def test_a_resumed_run_is_paced_from_its_first_new_step(capsys, monkeypatch):
+    clock = iter([0.0, 5.0, 10.0, 20.0])
     monkeypatch.setattr("hyla.experiments.sweep.time.monotonic", lambda: next(clock))
     progress = RunProgress({"a": 5700}, every=0.0)
-    progress.update("a", 4600)  # seen at the sweep's start, queued
-    progress.update("a", 4600)  # 50 minutes later its turn comes: still at its checkpoint
-    progress.update("a", 4700)
-    assert capsys.readouterr().err.splitlines() == ["a: step 4700/5700, 10s elapsed, ETA 1m40s"]
+    for step in (4600, 4600, 4625, 4725):  # launched at its checkpoint, loading, then 100 steps in 10 s
+        progress.update("a", step)
+    assert capsys.readouterr().err.splitlines()[-1] == "a: step 4725/5700, 20s elapsed, ETA 1m37s"
 
 
 def test_progress_draws_bars_on_a_terminal(capsys, monkeypatch):

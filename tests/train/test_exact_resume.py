@@ -131,6 +131,22 @@ def test_a_second_signal_aborts_at_once_and_the_last_checkpoint_resumes_exactly(
     assert_same_run(reference, resume(tmp_path, "aborted"))
 
 
+def test_repeats_of_the_sweep_ended_signal_stop_after_the_step_without_aborting(tmp_path, monkeypatch, reference):
+    """A sweep killed with kill -9 sends each of its trainings SIGUSR1 once per thread it had: one stop."""
+    from hyla.train.loop import SWEEP_ENDED, Stopped
+
+    class Repeated(SignalAt):
+        sent_per_call = 3
+
+    restore = stop_with(monkeypatch, lambda task: Repeated(task, "train", 11, SWEEP_ENDED))
+    with pytest.raises(Stopped):
+        train(config(tmp_path, "stopped"))
+    restore()
+    summary = json.loads((tmp_path / "stopped" / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["step"] == summary["checkpoint_step"] == 12
+    assert_same_run(reference, resume(tmp_path, "stopped"))
+
+
 @pytest.mark.parametrize("stop_at", [3, 7, 10, 16])
 def test_stop_at_then_resume_is_exact(tmp_path, reference, stop_at):
     train(config(tmp_path, "split", stop_at=stop_at))
@@ -242,7 +258,7 @@ def test_real_signals_to_the_hyla_command(tmp_path, sig):
     _wait_for_step(tmp_path / "real", 60, process)
     process.send_signal(sig)
     process.communicate(timeout=120)
-    assert process.returncode == (130 if sig == signal.SIGTERM else -signal.SIGKILL)
+    assert process.returncode == (128 + signal.SIGTERM if sig == signal.SIGTERM else -signal.SIGKILL)
     for args in (["resume", str(tmp_path / "real")], ["train", "--config", "full.json"]):
         done = subprocess.run(
             [sys.executable, "-m", "hyla.cli", *args],
