@@ -16,6 +16,28 @@ from matplotlib.figure import Figure
 EVAL_SPLIT_ORDER = ("valid", "ood", "novel_terms")
 
 
+def legend(ax, **options) -> None:
+    """`ax.legend(**options)` when something in `ax` is labelled (matplotlib warns on an empty one)."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(**options)
+
+
+def series_colors(labels) -> dict[str, str]:
+    """A colour per series label, each mixer's the same in every figure (`hyla demo`'s, `hyla
+    results`', the latent-structure scatter): when the labels are distinct mixers (`hyla` or
+    `mixer=hyla`, hyla's or the authors' names), a mixer's colour is its place in
+    hyla.ops.mixers.NAMED_MIXERS (softmax blue, linear orange, HYLA green); other labels take the
+    colours in order."""
+    from hyla.ops.mixers import AUTHOR_NAMES, NAMED_MIXERS
+
+    labels = list(labels)
+    mixers = [AUTHOR_NAMES.get(name, name) for name in (label.removeprefix("mixer=") for label in labels)]
+    if len(set(mixers)) == len(mixers) and all(mixer in NAMED_MIXERS for mixer in mixers):
+        order = list(NAMED_MIXERS)
+        return {label: f"C{order.index(mixer) % 10}" for label, mixer in zip(labels, mixers)}
+    return {label: f"C{i % 10}" for i, label in enumerate(labels)}
+
+
 def save_figure(fig: Figure, path: str | Path, dpi: int = 120, tight: bool = False) -> Path:
     """Write `fig` as an image (format from the suffix), creating the folder."""
     path = Path(path)
@@ -67,15 +89,16 @@ def curves_figure(
         return None
     fig = Figure(figsize=(4.2 * len(panels), 3.4))
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    colors = series_colors(runs_by_label)
     for ax, split in zip(axes, panels):
         key = "loss" if split == "train" else metric
-        for i, (label, runs) in enumerate(runs_by_label.items()):
+        for label, runs in runs_by_label.items():
             steps, means, ses = mean_se_curve(runs, split, key)
             if steps:
                 ax.plot(
-                    steps, means, color=f"C{i % 10}", marker="" if split == "train" else "o", markersize=3, label=label
+                    steps, means, color=colors[label], marker="" if split == "train" else "o", markersize=3, label=label
                 )
-                _se_band(ax, steps, means, ses, f"C{i % 10}")
+                _se_band(ax, steps, means, ses, colors[label])
         ax.set(xlabel="step", ylabel=key, title="training loss" if split == "train" else f"{split} {metric}")
         if split == "train":
             ax.set_yscale("log")
@@ -87,7 +110,7 @@ def curves_figure(
             top = ax.secondary_xaxis("top", functions=(lambda s: s * scale, lambda e: e / scale))
             top.set_xlabel("training examples seen (millions)", fontsize=8)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
+    legend(axes[0], fontsize=7)
     fig.tight_layout()
     return fig
 

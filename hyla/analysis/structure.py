@@ -206,15 +206,18 @@ def structure_figure(points: list[dict], result: dict):
     marked) by mixer, rho [CI] per mixer in the legend and overall in the title."""
     from matplotlib.figure import Figure
 
+    from hyla.analysis.plots import legend, series_colors
+
     fig = Figure(figsize=(7.5, 4.2))
     ax = fig.subplots()
+    colors = series_colors(result["per_mixer"])
     for i, (mixer, s) in enumerate(result["per_mixer"].items()):
         members = [p for p in points if p["mixer"] == mixer]
         rho = "" if s["rho"] is None else f", rho {s['rho']:+.2f}"
         ax.scatter(
             [p["topographic_similarity"] for p in members],
             [p["metric"] for p in members],
-            color=f"C{i % 10}",
+            color=colors[mixer],
             marker="os^D"[i // 10 % 4],  # past 10 groups the colours repeat: the marker tells them apart
             label=f"{mixer} (n={s['n']}{rho})",
             s=30,
@@ -232,7 +235,7 @@ def structure_figure(points: list[dict], result: dict):
     ax.set_xlabel(f"topographic similarity of latent codes ({result['codes']}, {opts['split']})")
     ax.set_ylabel(f"final {opts['split']} {result['metric_name']}")
     # beside the axes, never over a point
-    ax.legend(fontsize=8, title="mixer", title_fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    legend(ax, fontsize=8, title="mixer", title_fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig

@@ -85,7 +85,8 @@ def resume_main(argv: list[str]) -> int:
 @dataclass
 class EvalOptions:
     """Re-evaluate a run's latest checkpoint: prints a table and writes eval-step<STEP>-n<SAMPLES>.json into the
-    run folder (the splits of earlier calls with the same options are kept; other options are refused)."""
+    run folder (-b<BATCH SIZE> and -<DEVICE> join the name when not the run's evaluation batch size and the
+    CPU); the splits of earlier calls with the same options are kept."""
 
     run: Positional[Path]
     """run folder"""
@@ -118,7 +119,7 @@ def eval_main(argv: list[str]) -> int:
             raise ConfigError(str(e)) from None
     samples = args.samples or cfg.train.final_eval_samples
     batch_size = args.batch_size or cfg.train.eval_batch_size
-    out = args.run / f"eval-step{step}-n{samples}.json"
+    out = args.run / eval_file_name(step, samples, batch_size, cfg.train.eval_batch_size, args.device)
     options = {"run": str(args.run), "step": step, "samples": samples, "batch_size": batch_size, "device": args.device}
     previous = _earlier_evaluation(out, options)
     model = model.to(torch.device(args.device))
@@ -131,6 +132,14 @@ def eval_main(argv: list[str]) -> int:
     write_json(out, {**options, "splits": {**previous, **results}})
     print(f"wrote {out}")
     return 0
+
+
+def eval_file_name(step: int, samples: int, batch_size: int, run_batch_size: int, device: str) -> str:
+    """`eval-step<STEP>-n<SAMPLES>[-b<BATCH SIZE>][-<DEVICE>].json`: the batch size when not the run's
+    train.eval_batch_size, the device when not the CPU (either may change the last digits)."""
+    batch = f"-b{batch_size}" if batch_size != run_batch_size else ""
+    where = f"-{device.replace(':', '')}" if device != "cpu" else ""
+    return f"eval-step{step}-n{samples}{batch}{where}.json"
 
 
 def _earlier_evaluation(out: Path, options: dict) -> dict:

@@ -4,8 +4,10 @@ CSV/JSON exports and plots.
 Runs are grouped by every config field that varies among them and changes what a run computes
 (model, task, optimization, steps, ...): seeds are aggregated, and bookkeeping fields (name,
 folders, progress bars, threads, logging, evaluation schedule, stop_at, ...) never split a group.
-A group of one seed shows no error bar. Writes `results.md` (a table per main metric, and per-feature
-accuracy where the task reports it; then the main metric along training, a table per split),
+A group of one seed shows no error bar. Writes, into `--out` (default: `results/<name of the first
+DIR>` in the working directory, not the runs folder; the command prints where), `results.md` (a
+table per main metric, and per-feature accuracy where the task reports it; then the main metric
+along training, a table per split),
 `results.csv`, `results.json`, `results_<metric>.png` (final metric per split), `curves_<metric>.png`
 (training loss and evaluation curves against steps and training examples seen) and, for each numeric
 setting the groups vary (a held-out fraction, say), `<metric>_vs_<setting>.png`: the final metric
@@ -298,6 +300,8 @@ def final_figure(rows: list[dict], metric: str, fields: list[str]) -> Figure:
     for groups of two seeds or more (a single seed has no standard error, and gets no cap)."""
     from matplotlib.figure import Figure
 
+    from hyla.analysis.plots import legend
+
     splits = metric_splits(rows, metric)
     fig = Figure(figsize=(max(4, 1.2 * len(rows) * max(1, len(splits)) / 2), 3.5))
     ax = fig.subplots()
@@ -321,7 +325,7 @@ def final_figure(rows: list[dict], metric: str, fields: list[str]) -> Figure:
     ax.set_xticklabels([_label(row["group"]) for row in rows], rotation=30, ha="right", fontsize=8)
     ax.set_xlabel(", ".join(f.split(".")[-1] for f in fields) or "runs")
     ax.set_ylabel(f"{metric} (mean ± s.e.)")
-    ax.legend(fontsize=8)
+    legend(ax, fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -341,6 +345,8 @@ def against_figure(rows: list[dict], metric: str, x_field: str) -> Figure:
     and a line per group of the other fields (e.g. OOD R² against the held-out fraction, per mixer)."""
     from matplotlib.figure import Figure
 
+    from hyla.analysis.plots import legend, series_colors
+
     splits = metric_splits(rows, metric)
     lines = defaultdict(list)  # label of the other fields -> [(x, row)]
     for row in rows:
@@ -353,7 +359,8 @@ def against_figure(rows: list[dict], metric: str, x_field: str) -> Figure:
         if log_axis:
             ax.set_xscale("log", base=2)
             ax.set_xticks(xs, [f"{x:g}" for x in xs])
-        for i, (label, points) in enumerate(sorted(lines.items())):
+        colors = series_colors(sorted(lines))
+        for label, points in sorted(lines.items()):
             points = sorted((x, row["values"].get(f"{split}/{metric}")) for x, row in points)
             points = [(x, stat) for x, stat in points if stat is not None]
             ax.errorbar(
@@ -362,12 +369,12 @@ def against_figure(rows: list[dict], metric: str, x_field: str) -> Figure:
                 yerr=[se or 0.0 for _, (_, se) in points],
                 marker="o",
                 capsize=3,
-                color=f"C{i % 10}",
+                color=colors[label],
                 label=label,
             )
         ax.set_xlabel(x_field.split(".")[-1])
         ax.set_ylabel(f"{split} {metric} (mean ± s.e.)")
-        ax.legend(fontsize=7)
+        legend(ax, fontsize=7)
     fig.tight_layout()
     return fig
 
@@ -391,6 +398,8 @@ def fit_figure(points: dict[str, list[tuple[float, dict]]], metric: str) -> Figu
     well they fit."""
     from matplotlib.figure import Figure
 
+    from hyla.analysis.plots import series_colors
+
     splits = sorted(
         {split for group in points.values() for _, final in group for split in final if metric in final[split]}
     )
@@ -398,11 +407,12 @@ def fit_figure(points: dict[str, list[tuple[float, dict]]], metric: str) -> Figu
     log_axis = max(losses) > 10 * min(losses)  # only where the losses span decades: a log axis's labels crowd
     fig = Figure(figsize=(3.2 * max(1, len(splits)) + 2.2, 3.4), layout="constrained")
     handles = {}  # one legend entry a group, to the right of the panels
+    colors = series_colors(points)
     for ax, split in zip(fig.subplots(1, max(1, len(splits)), squeeze=False)[0], splits):
-        for i, (label, group) in enumerate(points.items()):
+        for label, group in points.items():
             xy = [(loss, final[split][metric]) for loss, final in group if final.get(split, {}).get(metric) is not None]
             if xy:
-                handles[label] = ax.scatter([x for x, _ in xy], [y for _, y in xy], s=20, color=f"C{i % 10}")
+                handles[label] = ax.scatter([x for x, _ in xy], [y for _, y in xy], s=20, color=colors[label])
         if log_axis:
             ax.set_xscale("log")
         ax.set_xlabel("final training loss (a point a run)")
@@ -419,12 +429,16 @@ def plot_final(path: Path, rows: list[dict], metric: str, fields: list[str] = ()
 
 
 def summarize(
-    roots: str | Path | list, out: str | Path | None = None, paper: bool = False, only: tuple[str, ...] = ()
+    roots: str | Path | list,
+    out: str | Path | None = None,
+    paper: bool = False,
+    only: tuple[str, ...] = (),
+    keep_records: bool | None = None,
 ) -> str:
     """Aggregate the runs (folders and records) below one or several roots, those whose names match
     one of the glob patterns `only` if given; write the tables and plots into `out` (default: the
-    first root) and, when `out` is given, the record of each completed run into `out/records/`.
-    paper: the paper's Table A1 values beside the rows it has."""
+    first root) and, with `keep_records` (default: when `out` is given), the record of each completed
+    run into `out/records/`. paper: the paper's Table A1 values beside the rows it has."""
     from hyla.analysis.plots import plot_curves, save_figure
     from hyla.train.run_dir import RunError
 
@@ -434,7 +448,7 @@ def summarize(
     check_only([run["key"] for run in runs], only, where)
     if not runs:
         raise RunError(f"no run folders (with config.json and summary.json) or run records below {where}")
-    recorded = write_records(runs, Path(out)) if out is not None else 0
+    recorded = write_records(runs, Path(out)) if (out is not None if keep_records is None else keep_records) else 0
     out = Path(out or roots[0])
     out.mkdir(parents=True, exist_ok=True)
     fields, rows = aggregate(runs)
@@ -469,7 +483,8 @@ def summarize(
         out / "results.json",
         [{k: r[k] for k in ("group", "n", "unfinished", "seeds", "values")} for r in rows],
     )
-    return text + (f"\n\nKept the record of each completed run ({recorded}) in {out / 'records'}" if recorded else "")
+    kept = f"\nKept the record of each completed run ({recorded}) in {out / 'records'}" if recorded else ""
+    return f"{text}\n\nWrote results.md, results.csv, results.json and the figures (*.png) to {out}{kept}"
 
 
 def run_folders(root: str | Path) -> list[Path]:
@@ -669,7 +684,8 @@ def latent_structure(args: ResultsOptions) -> str:
         text += "\nSkipped:\n" + "\n".join(f"  {note}" for note in result["skipped"])
     result["statement"] = text
     recorded = write_records(candidates, args.out) if args.out is not None else 0  # with the measurements
-    out = Path(args.out or args.dirs[0])
+    out = Path(args.out or default_out(args.dirs))
+    out.mkdir(parents=True, exist_ok=True)
     write_json(out / "latent_structure.json", result)
     if points:
         save_figure(structure.structure_figure(points, result), out / "latent_structure.png")
@@ -685,9 +701,9 @@ class ResultsOptions:
 
     dirs: Positional[tuple[Path, ...]]
     """folders containing run folders or run records (searched recursively)"""
-    out: Annotated[Path | None, arg(help_behavior_hint="(default: the first of DIRS)")] = None
-    """where to write the tables and plots; given, it also keeps the record of every completed run read
-    in OUT/records/"""
+    out: Annotated[Path | None, arg(help_behavior_hint="(default: results/<name of the first of DIRS>)")] = None
+    """where to write the tables and plots (the default is beside the runs folders, not in them); given,
+    it also keeps the record of every completed run read in OUT/records/"""
     latent_structure: bool = False
     """instead of the tables: topographic similarity of each completed run's latent codes on
     --latent-split against its final metric there, Spearman across runs with a bootstrap CI, overall
@@ -728,5 +744,14 @@ def main(argv: list[str]) -> int:
     from hyla.train.configs import parse_options
 
     args = parse_options(ResultsOptions, argv, "hyla results", __doc__)
-    print(latent_structure(args) if args.latent_structure else summarize(args.dirs, args.out, args.paper, args.only))
+    if args.latent_structure:
+        print(latent_structure(args))
+    else:
+        out = args.out or default_out(args.dirs)
+        print(summarize(args.dirs, out, args.paper, args.only, keep_records=args.out is not None))
     return 0
+
+
+def default_out(dirs: tuple[Path, ...]) -> Path:
+    """`results/<name of the first folder>` in the working directory: a runs folder stays runs only."""
+    return Path("results") / (dirs[0].resolve().name or "root")

@@ -94,6 +94,21 @@ def test_random_bytes_are_damaged_and_a_fallback_names_its_step(tmp_path, capsys
         assert "unsafe" not in last and "zip" not in last.lower() and len(last) < 250 + 2 * len(str(run)), last
 
 
+def test_resume_of_a_complete_run_whose_latest_checkpoint_is_damaged_names_the_step_it_reached(tmp_path, capsys):
+    run = tiny_run(tmp_path)  # checkpoints at 20 (latest) and 15 (previous)
+    (run / "checkpoints" / "latest.pt").write_bytes(os.urandom(4096))
+    assert main(["resume", str(run)]) == 0
+    assert f"{run} is complete (step 20); nothing to do" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv", [["demo", "--preset", "nope"], ["demo", "--steps", "-1"], ["eval", "run", "--samples", "0"]]
+)
+def test_option_errors_name_the_command_not_a_class(capsys, argv):
+    last = fails_in_one_line(capsys, argv)
+    assert last.startswith(f"hyla {argv[0]}: error: --") and "Options" not in last, last
+
+
 def test_outputs_are_named_by_their_options_or_refused(tmp_path, capsys):
     run = tiny_run(tmp_path)
     assert main(["eval", str(run), "--split", "ood", "--samples", "16"]) == 0
@@ -101,10 +116,15 @@ def test_outputs_are_named_by_their_options_or_refused(tmp_path, capsys):
     assert main(["eval", str(run), "--split", "ood", "--samples", "32"]) == 0
     assert set(json.loads((run / "eval-step20-n16.json").read_text())["splits"]) == {"ood", "valid"}
     assert set(json.loads((run / "eval-step20-n32.json").read_text())["splits"]) == {"ood"}
+    assert main(["eval", str(run), "--split", "ood", "--samples", "16", "--batch-size", "8"]) == 0  # its own file
+    assert json.loads((run / "eval-step20-n16-b8.json").read_text())["batch_size"] == 8
+    assert json.loads((run / "eval-step20-n16.json").read_text())["batch_size"] == 32
     before = snapshot(run)
+    (run / "eval-step20-n16-b4.json").write_text((run / "eval-step20-n16-b8.json").read_text())  # renamed by hand
     fails_in_one_line(
-        capsys, ["eval", str(run), "--samples", "16", "--batch-size", "8"], "eval-step20-n16.json", "--batch-size 32"
+        capsys, ["eval", str(run), "--samples", "16", "--batch-size", "4"], "eval-step20-n16-b4.json", "--batch-size 8"
     )
+    (run / "eval-step20-n16-b4.json").unlink()
     assert main(["export", str(run)]) == 0
     fails_in_one_line(capsys, ["export", str(run)], "export exists")
     assert {p: b for p, b in snapshot(run).items() if p.parts[0] != "export"} == before

@@ -333,3 +333,55 @@ parallel: 2
         model = tmp_path / "results" / "models" / name
         assert load_run_at_step(model)[3] == 4
         assert json.loads((model / "manifest.json").read_text())["run"] == f"runs/{name}"
+
+
+def test_hyla_results_writes_beside_the_runs_folder_and_says_where(tmp_path, capsys, monkeypatch):
+    from hyla.cli import main
+
+    runs = tmp_path / "runs" / "grid"
+    fake_run(runs, "a0", "hyla", 0, 0.8)
+    fake_run(runs, "b0", "softmax", 0, 0.5)
+    before = sorted(runs.rglob("*"))
+    monkeypatch.chdir(tmp_path)
+    assert main(["results", "runs/grid"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == "Wrote results.md, results.csv, results.json and the figures (*.png) to results/grid"
+    assert (tmp_path / "results" / "grid" / "results.md").exists()
+    assert sorted(runs.rglob("*")) == before and not (tmp_path / "results" / "grid" / "records").exists()
+
+
+def test_a_mixer_has_one_colour_in_the_demo_and_results_figures(tmp_path):
+    from hyla.analysis.plots import curves_figure
+
+    to_hex = matplotlib.colors.to_hex
+    records = [{"step": 1, "split": "train", "loss": 1.0}, {"step": 2, "split": "train", "loss": 0.5}]
+    demo = curves_figure({mixer: [records] for mixer in ("softmax", "linear", "hyla")}, "r2")
+    demo_colors = {line.get_label(): to_hex(line.get_color()) for line in demo.axes[0].get_lines()}
+    for name, mixer in (("a", "hyla"), ("b", "softmax"), ("c", "linear")):
+        fake_run(tmp_path, name, mixer, 0, 0.5)
+    runs = find_runs([tmp_path])
+    points = fitted_runs(runs, aggregate(runs)[0])  # labels mixer=hyla, mixer=linear, mixer=softmax
+    fit = fit_figure(points, "r2")
+    fit_colors = {
+        label.removeprefix("mixer="): to_hex(dots.get_facecolor()[0])
+        for label, dots in zip(points, fit.axes[0].collections)
+    }
+    assert fit_colors == demo_colors and len(set(demo_colors.values())) == 3
+
+
+def test_a_torn_metrics_line_is_one_warning_line_and_figures_warn_of_nothing(tmp_path):
+    """A run killed while appending to metrics.jsonl, and a run with no final metric (no bars: no
+    legend): `hyla results` says one line about the first, and nothing in Python's or matplotlib's words."""
+    import subprocess
+    import sys
+
+    fake_run(tmp_path / "runs", "a", "hyla", 0, 0.5, status="interrupted")
+    summary = tmp_path / "runs" / "a" / "summary.json"
+    summary.write_text(json.dumps({**json.loads(summary.read_text()), "final": {}}))
+    with open(tmp_path / "runs" / "a" / "metrics.jsonl", "a") as metrics:
+        metrics.write('{"step": 6, "spl')
+    done = subprocess.run(
+        [sys.executable, "-m", "hyla.cli", "results", "runs"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "warning: runs/a/metrics.jsonl: dropped a torn last line (a writer was interrupted)\n"
