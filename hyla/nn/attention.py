@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 
@@ -96,8 +98,7 @@ class MultiHeadAttention(nn.Module):
             kv_cache["k"], kv_cache["v"] = k, v
         k_len = k.shape[1]
         if self.causal:
-            # queries are the last q_len positions of the key sequence (all of it without a cache)
-            causal = torch.ones(q_len, k_len, dtype=torch.bool, device=x.device).tril(k_len - q_len)
+            causal = causal_mask(q_len, k_len, x.device)
             mask = causal if mask is None else mask & causal
         if dropout_mask is None and self.training and self.dropout > 0:
             dropout_mask = self.draw_dropout_mask(q_len, k_len, x.device, q.dtype)
@@ -140,6 +141,22 @@ class MultiHeadAttention(nn.Module):
             f"heads={self.num_heads}, normalization={m.normalization}, value_network={m.value_network}, "
             f"activation={m.activation}, causal={self.causal}"
         )
+
+
+def causal_mask(q_len: int, k_len: int, device: torch.device) -> torch.Tensor:
+    """[q_len, k_len] bool, True = attend: the queries are the last q_len positions of the key
+    sequence (all of it without a KV cache). Eagerly made once per length and device and shared
+    (never written to); torch.compile traces the construction, which it folds into its graph."""
+    if torch.compiler.is_compiling():
+        return _causal_mask(q_len, k_len, device)
+    return _cached_causal_mask(q_len, k_len, device)
+
+
+def _causal_mask(q_len: int, k_len: int, device: torch.device) -> torch.Tensor:
+    return torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril(k_len - q_len)
+
+
+_cached_causal_mask = functools.lru_cache(maxsize=64)(_causal_mask)
 
 
 def draw_dropout_mask(q_len: int, k_len: int, rate: float, device: torch.device, dtype: torch.dtype) -> torch.Tensor:

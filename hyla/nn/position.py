@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -50,8 +51,28 @@ class RelativePositionBias(nn.Module):
                 f"sequence of {max(offset + q_len, k_len)} positions is longer than the position table "
                 f"({self.max_len}); raise seq_len in the model config"
             )
-        device = self.table.weight.device
-        query = torch.arange(offset, offset + q_len, device=device)[:, None]
-        key = torch.arange(k_len, device=device)[None, :]
-        buckets = relative_position_bucket(key - query, self.bidirectional, self.num_buckets, self.max_len)
+        buckets = position_buckets(
+            q_len, k_len, offset, self.bidirectional, self.num_buckets, self.max_len, self.table.weight.device
+        )
         return self.table(buckets).permute(2, 0, 1).unsqueeze(0)  # [1, H, Tq, Tk]
+
+
+def position_buckets(
+    q_len: int, k_len: int, offset: int, bidirectional: bool, num_buckets: int, max_distance: int, device: torch.device
+) -> torch.Tensor:
+    """The buckets [Tq, Tk] of queries at offset..offset+Tq-1 and keys at 0..Tk-1. Eagerly computed
+    once per length and device and shared by every layer and step (they depend on nothing else);
+    torch.compile traces the computation, which it folds into its graph."""
+    arguments = (q_len, k_len, offset, bidirectional, num_buckets, max_distance, device)
+    if torch.compiler.is_compiling():
+        return _position_buckets(*arguments)
+    return _cached_position_buckets(*arguments)
+
+
+def _position_buckets(q_len, k_len, offset, bidirectional, num_buckets, max_distance, device) -> torch.Tensor:
+    query = torch.arange(offset, offset + q_len, device=device)[:, None]
+    key = torch.arange(k_len, device=device)[None, :]
+    return relative_position_bucket(key - query, bidirectional, num_buckets, max_distance)
+
+
+_cached_position_buckets = functools.lru_cache(maxsize=64)(_position_buckets)
