@@ -153,9 +153,14 @@ def interventions_figure(groups: list[dict]):
                 ax.set_axis_off()
                 continue
             entry = group["splits"][split]
-            draw_references(ax, entry["reference"], REFERENCES[group["task"]])
-            draw_bars(ax, entry["sites"][site])
             ax.set_title(f"{group['mixer']}, {split}, {site} codes", fontsize=9)
+            if not any(entry["num_scored"]):  # the model's 0 and 1 lie closer than MIN_GAP everywhere
+                note = "no query scored:\nunpatched and B's own too close"
+                ax.text(0.5, 0.5, note, ha="center", fontsize=8, transform=ax.transAxes)
+                ax.set_xticks([])
+            else:
+                draw_references(ax, entry["reference"], REFERENCES[group["task"]])
+                draw_bars(ax, entry["sites"][site])
             if column == 0:
                 unit = "models" if group["error_bars"] == "models" else "queries"
                 ax.set_ylabel(f"{group['task']}, {group['mixer']}\ntransfer (± s.e. over {unit})", fontsize=8)
