@@ -30,6 +30,8 @@ def main(paths: list[str]) -> None:
     for path in paths:
         for file in report_files(Path(path)):
             report = json.loads(file.read_text())
+            if "groups" not in report:  # one model's results, as written before the calibrated score
+                sys.exit(f"interventions_table: {file} has the old layout; rerun hyla interventions")
             print(f"## {file}\n\n{tables(report['groups'])}\n")
 
 
