@@ -16,7 +16,8 @@ How transformers' conventions map onto hyla's:
   returns [B, Tq, H, D], which is what transformers expects back.
 - grouped-query attention (num_key_value_heads < num_attention_heads): k and v are repeated to H
   heads. Exact for softmax; for HYLA this changes the model: the RMS-head normalization and the
-  first value-network layer mix all H heads, and repeated heads enter them several times.
+  first value-network layer mix all H heads, and repeated heads enter them several times (a
+  one-line warning says so, once per mixer and head counts).
 - scaling: hyla divides the scores by sqrt(D); transformers' `scaling` (usually D^-1/2, but
   model-specific) replaces it, applied to the scores before normalization as for softmax (HYLA's
   normalization is not a softmax, so the scale changes its output, not only its sharpness).
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 
 import torch
 
@@ -65,6 +67,21 @@ def _repeat_heads(t: torch.Tensor, heads: int) -> torch.Tensor:
     return t.repeat_interleave(heads // t.shape[1], dim=1)
 
 
+@functools.cache
+def warn_grouped_query(mixer: str, heads: int, kv_heads: int) -> None:
+    """Once per mixer and head counts: repeating key/value heads is exact for a mixer that treats heads
+    apart (softmax, linear), and changes the model of one that mixes them (HYLA)."""
+    spec = resolve_mixer(mixer)
+    if spec.normalization == "rms_head" or spec.value_network == "mlp":
+        warnings.warn(
+            f"attn_implementation={implementation_name(mixer)!r} under grouped-query attention ({heads} query "
+            f"heads, {kv_heads} key/value heads): the key/value heads are repeated, and {mixer} mixes heads, so "
+            "repeated heads count several times: a different model from the same one without grouping",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
 def hyla_attention_forward(
     module: torch.nn.Module,
     query: torch.Tensor,
@@ -87,6 +104,8 @@ def hyla_attention_forward(
         )
     spec = resolve_mixer(mixer)
     heads, q_len, head_dim = query.shape[1], query.shape[2], query.shape[3]
+    if key.shape[1] != heads:
+        warn_grouped_query(mixer, heads, key.shape[1])
     key, value = _repeat_heads(key, heads), _repeat_heads(value, heads)
     if scaling is not None:  # hyla divides by sqrt(D): pre-scale q so the scores are scaled by `scaling`
         query = query * (scaling * math.sqrt(head_dim))

@@ -6,6 +6,7 @@ the example script runs."""
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,21 @@ def test_hyla_softmax_equals_transformers_sdpa_with_gqa_and_padding():
     assert got.shape == (3, 11, 48)
     real = mask.bool()
     torch.testing.assert_close(got[real], want[real], rtol=1e-5, atol=1e-5)
+
+
+def test_hyla_under_grouped_query_attention_warns_once_in_one_line():
+    from hyla.integrations.transformers import warn_grouped_query
+
+    warn_grouped_query.cache_clear()
+    ids = torch.randint(0, 48, (1, 5), generator=torch.Generator().manual_seed(4))
+    with pytest.warns(UserWarning) as caught:
+        tiny_llama("hyla")(ids)  # 2 layers, 4 query heads, 2 key/value heads
+    (warning,) = [str(w.message) for w in caught]
+    assert "grouped-query attention (4 query heads, 2 key/value heads)" in warning and "\n" not in warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tiny_llama("hyla_softmax")(ids)  # exact: no warning
+        tiny_llama("hyla_linear")(ids)
 
 
 @pytest.mark.parametrize("implementation", ["hyla", "hyla_linear", "hyla_softmax_hyla"])
