@@ -4,13 +4,15 @@ Per-head dimensions in the paper's models are tiny (qk_dim/heads = 2 for fuzzy l
 SRAVEN), so the batched matrix products of `attention_naive` are thousands of 16x8 @ 8x2
 multiplications, which run far below the machine's speed. Written as a product broadcast over
 [B, H, Tq, Dv, Tk] and a sum, `torch.compile` fuses each layer into one loop nest that never
-materializes the product, vectorized along the keys (faster on CPU at those sizes; docs/speed.md).
+materializes the product, vectorized along the keys (faster on CPU at those sizes: the attention-alone
+times of benchmarks/README.md, `bench_small_heads.py`; as a whole training step: bench_ledger.py's
+`pointwise` row).
 Eagerly it would materialize the product, so `attention` picks it only when compiling.
 
 On CPU, compile with `torch._inductor.config.cpp.enable_loop_tail_vec = False` (the hyla trainer
 does): otherwise inductor vectorizes the 2-wide head axis and opens an OpenMP region inside it
-per output element, which makes these kernels far slower with more than one thread (the speed
-ledger, docs/speed.md, has the measurements).
+per output element, which makes these kernels far slower with more than one thread (docs/speed.md,
+the ledger's "compiler settings" row).
 """
 
 from __future__ import annotations

@@ -26,9 +26,9 @@ those products) and to at least 16 for the two layers (heads are a side of those
 is the smallest side of a tensor-core product); the padded heads have zero queries, keys, values
 and codes and do not enter the RMS mean. Every product is exact float32 (`input_precision="ieee"`):
 bfloat16/float16 inputs, and the codes and hidden layer rounded to that dtype as the naive form
-rounds them, are widened to float32 first. On an H100 with Triton 3.6 the tensor-core products
+rounds them, are widened to float32 first: on an H100 with Triton 3.6 the tensor-core products
 (bfloat16 inputs, or TF32) gave wrong outputs (relative errors ~2) while exact float32 matched
-the reference, so they are not used (docs/speed.md).
+the reference (experiments/RESULTS.md, "On one H100 (2026-11-24, session 9)", GPU suite).
 
 CPU tensors work in Triton's interpreter (`TRITON_INTERPRET=1` set before this module is first
 imported): that is how the tests run without a GPU. Same values as `attention_naive` up to
