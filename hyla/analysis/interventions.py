@@ -711,9 +711,9 @@ def main(argv: list[str]) -> int:
 
     args = parse_options(InterventionsOptions, argv, "hyla interventions")
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    loaded = [load_run_at_step(path, task=(FUZZY_LOGIC, SRAVEN)) for path in args.runs]  # a bad one fails first
     per_model = []
-    for path, label in zip(args.runs, model_labels(args.runs)):
-        cfg, model, task, step = load_run_at_step(path, task=(FUZZY_LOGIC, SRAVEN))
+    for path, label, (cfg, model, task, step) in zip(args.runs, model_labels(args.runs), loaded):
         print(f"interventions: {label} ({cfg.task}, {cfg.model.mixer}, seed {cfg.seed})", file=sys.stderr)
         metadata = {
             "label": label,
@@ -723,11 +723,8 @@ def main(argv: list[str]) -> int:
             "seed": cfg.seed,
             "checkpoint_step": step,
         }
-        per_model.append(
-            interventions(
-                model.to(device), task, args.tasks, args.samples, args.seed, args.batch_size, metadata=metadata
-            )
-        )
+        options = (args.tasks, args.samples, args.seed, args.batch_size)
+        per_model.append(interventions(model.to(device), task, *options, metadata=metadata))
     out = args.out or Path(args.runs[0]) / "interventions"
     stem = out / f"interventions_tasks{args.tasks}_samples{args.samples}_seed{args.seed}"
     table = write_report(per_model, stem)
