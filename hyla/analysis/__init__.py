@@ -4,7 +4,7 @@ reports, interventions. `hyla analyze RUN` runs `analyze_run`; training loops ca
 
 from hyla.analysis.collect import collect_latents, load_latents, save_latents
 from hyla.analysis.interventions import patch_latents
-from hyla.analysis.pipeline import analysis_hook, analyze, analyze_run, main
+from hyla.analysis.pipeline import analysis_hook, analyze, analyze_run
 from hyla.analysis.probes import logistic_classification_probe, logistic_f1_per_label, ridge_probe
 from hyla.analysis.topographic import topographic_similarity
 
@@ -15,7 +15,6 @@ __all__ = [
     "analyze",
     "analyze_run",
     "analysis_hook",
-    "main",
     "ridge_probe",
     "logistic_f1_per_label",
     "logistic_classification_probe",

@@ -41,7 +41,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "aggregate run folders into mean ± s.e. tables, CSV and plots: hyla results DIR [DIR ...]",
     ),
     "analyze": (
-        "hyla.analysis.pipeline:main",
+        "hyla.cli.analyze:main",
         "latent-code analysis of a run (probes, embeddings, report): "
         "hyla analyze RUN [--split S] [--samples N] [--no-tsne]",
     ),
