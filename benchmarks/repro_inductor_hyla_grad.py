@@ -176,8 +176,19 @@ def main(argv=None) -> int:
     inputs = make_inputs(args, device)
     eager = {"float64": output_and_grads(hyla_attention, inputs, torch.float64)}
     eager["errors_float32"] = errors(output_and_grads(hyla_attention, inputs, torch.float32), eager["float64"])
-    rows = [run_setting(setting, inputs, eager) for setting in args.settings]
-    report = {
+    rows = []
+    for setting in args.settings:
+        rows.append(run_setting(setting, inputs, eager))
+        text = json.dumps(report(args, device, eager, rows), indent=1)
+        if args.out:  # after every setting: a run cut off keeps what it measured
+            with open(args.out, "w") as f:
+                f.write(text + "\n")
+    print(text)
+    return 0
+
+
+def report(args, device, eager, rows) -> dict:
+    return {
         "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
         "torch": torch.__version__,
@@ -189,12 +200,6 @@ def main(argv=None) -> int:
         "failing": [row["setting"] for row in rows if row["status"] == "FAIL"],
         "passing": [row["setting"] for row in rows if row["status"] == "PASS"],
     }
-    text = json.dumps(report, indent=1)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
-    return 0
 
 
 if __name__ == "__main__":
