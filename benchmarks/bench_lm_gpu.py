@@ -74,7 +74,7 @@ def parse_args(argv=None):
 
 
 def experiment_config(args):
-    from hyla.train.configs import get_preset
+    from hyla.train.presets import get_preset
 
     cfg = get_preset(args.preset)
     text = cfg.text

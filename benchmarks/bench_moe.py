@@ -18,9 +18,10 @@ from dataclasses import replace
 import torch
 
 from hyla.nn.feedforward import MixtureOfExperts
-from hyla.train.configs import build_task, get_preset, resolve_model
+from hyla.train.configs import build_task, resolve_model
 from hyla.train.distributed import DistContext
 from hyla.train.loop import Trainer, build_model, process_settings
+from hyla.train.presets import get_preset
 from hyla.train.run_dir import cpu_name, git_commit
 
 

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import torch
 
-from hyla.train.configs import build_task, get_preset, resolve_model
+from hyla.train.configs import build_task, resolve_model
 from hyla.train.loop import build_model
 from hyla.train.optim import make_optimizer, parameter_groups
+from hyla.train.presets import get_preset
 from hyla.train.run_dir import cpu_name, git_commit
 
 RESULTS = Path(__file__).parent / "results" / "optimizer.json"

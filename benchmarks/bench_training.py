@@ -27,9 +27,10 @@ from pathlib import Path
 
 import torch
 
-from hyla.train.configs import ConfigError, ExperimentConfig, build_task, get_preset, parse_overrides, resolve_model
+from hyla.train.configs import ConfigError, ExperimentConfig, build_task, parse_overrides, resolve_model
 from hyla.train.distributed import DistContext
 from hyla.train.loop import Trainer, build_model, process_settings
+from hyla.train.presets import get_preset
 from hyla.train.run_dir import cpu_name, git_commit
 
 RESULTS = Path(__file__).parent / "results" / "training.json"

@@ -295,7 +295,7 @@ def pack_worker(argv: list[str]) -> int:
     from dataclasses import replace
 
     from hyla.train import train_packed
-    from hyla.train.configs import parse_train_args
+    from hyla.train.presets import parse_train_args
 
     size, flags = int(argv[0]), argv[1:]
     cfg, _ = parse_train_args(flags)

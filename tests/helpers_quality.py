@@ -36,7 +36,7 @@ import torch
 import hyla.nn.transformer as transformer
 import hyla.train.optim as optim
 from hyla.train import train
-from hyla.train.configs import get_preset
+from hyla.train.presets import get_preset
 
 BANDS_FILE = Path(__file__).parent / "fixtures" / "learning_quality.json"
 STEPS = {"raven_cpu": 400, "logic_cpu": 1500}

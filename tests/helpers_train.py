@@ -6,7 +6,8 @@ from dataclasses import replace
 
 import torch
 
-from hyla.train.configs import ExperimentConfig, FuzzyLogicConfig, TrainConfig, get_preset
+from hyla.train.configs import ExperimentConfig, FuzzyLogicConfig, TrainConfig
+from hyla.train.presets import get_preset
 
 
 def tiny_config(tmp_path, name: str = "run", mixer: str = "hyla", steps: int = 20, **train) -> ExperimentConfig:

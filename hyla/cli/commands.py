@@ -13,7 +13,6 @@ from typing import Annotated
 from tyro.conf import Positional, arg
 
 from hyla.train.configs import (
-    PRESETS,
     ConfigError,
     ExperimentConfig,
     check_positive,
@@ -21,9 +20,9 @@ from hyla.train.configs import (
     describe_mixers,
     parse_options,
     parse_overrides,
-    parse_train_args,
     task_names,
 )
+from hyla.train.presets import PRESETS, parse_train_args
 
 
 def _run_training(cfg: ExperimentConfig) -> int:

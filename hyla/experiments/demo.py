@@ -20,8 +20,9 @@ from hyla.analysis.plots import plot_curves
 from hyla.analysis.tables import markdown_table
 from hyla.experiments.sweep import SweepSpec, run_sweep
 from hyla.ops.mixers import canonical_mixer_name
-from hyla.train.configs import PRESETS, ConfigError, TrainConfig, check_positive, get_preset, parse_options
+from hyla.train.configs import ConfigError, TrainConfig, check_positive, parse_options
 from hyla.train.jsonio import write_json
+from hyla.train.presets import PRESETS, get_preset
 from hyla.train.run_dir import RunDir
 
 DEFAULT_PRESET = "logic_cpu"

@@ -193,7 +193,8 @@ def override_flags(key: str, value: Any) -> list[str]:
 def check_configs(spec: SweepSpec, threads: int) -> None:
     """Build and validate every run's config; ConfigError naming the sweep file and the grid or
     overrides entry (else the run) that is invalid, with the valid choices."""
-    from hyla.train.configs import ConfigError, parse_train_args
+    from hyla.train.configs import ConfigError
+    from hyla.train.presets import parse_train_args
 
     for run in spec.runs():
         for key in run.overrides:
@@ -602,7 +603,7 @@ def run_sweep(spec: SweepSpec, dry_run: bool = False, progress: bool = True) -> 
 
 def run_steps(spec: SweepSpec, run: Run) -> int:
     """The number of training steps of a run of the sweep."""
-    from hyla.train.configs import get_preset
+    from hyla.train.presets import get_preset
 
     return int(run.overrides.get("train.steps", get_preset(spec.preset).train.steps))
 
@@ -700,8 +701,8 @@ def run_packed_sweep(spec: SweepSpec, size: int, dry_run: bool = False) -> dict[
     architecture (hyla.train.packed: one batched model per pack), `spec.parallel` packs at a time,
     each in a process of its own; returns {run name: exit code}. A stopped pack is packed again and
     resumes exactly."""
-    from hyla.train.configs import parse_train_args
     from hyla.train.packed import plan_packs
+    from hyla.train.presets import parse_train_args
 
     threads = spec.local_threads()
     check_configs(spec, threads)

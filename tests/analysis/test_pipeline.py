@@ -147,7 +147,9 @@ def test_analysis_hook_writes_probe_metrics(tmp_path):
 
 def _tiny_logic_config(configs, out_dir):
     """logic_cpu at a width of 32 for 30 steps, the analysis hook every 15 steps, in `out_dir`/run."""
-    cfg = configs.get_preset("logic_cpu")
+    from hyla.train.presets import get_preset
+
+    cfg = get_preset("logic_cpu")
     return replace(
         cfg,
         out_dir=str(out_dir),

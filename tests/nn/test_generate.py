@@ -141,7 +141,8 @@ def test_hyla_sample_command(tmp_path, capsys):
 
     from hyla.cli import main
     from hyla.train import train
-    from hyla.train.configs import TextConfig, get_preset
+    from hyla.train.configs import TextConfig
+    from hyla.train.presets import get_preset
 
     words = "the model attends to keys and values while heads compose new functions".split()
     generator = torch.Generator().manual_seed(0)

@@ -29,7 +29,8 @@ from torch.torch_version import TorchVersion
 
 from hyla.nn import RelativePositionBias
 from hyla.nn.transformer import ModelConfig, Transformer, truncated_normal_
-from hyla.train.configs import build_task, get_preset, resolve_model
+from hyla.train.configs import build_task, resolve_model
+from hyla.train.presets import get_preset
 
 PAPER_PRESETS = (
     "logic_3var_2term",

@@ -6,18 +6,16 @@ from dataclasses import fields
 import pytest
 
 from hyla.train.configs import (
-    PRESETS,
     ConfigError,
     ExperimentConfig,
     SRavenConfig,
     TaskConfig,
     config_from_dict,
     config_to_dict,
-    get_preset,
-    parse_train_args,
     task_names,
     validate,
 )
+from hyla.train.presets import PRESETS, get_preset, parse_train_args
 
 
 def test_every_preset_is_valid():

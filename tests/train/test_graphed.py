@@ -19,10 +19,11 @@ from helpers_train import tiny_config
 from test_exact_resume import assert_same_run
 
 from hyla.train import graphed, train
-from hyla.train.configs import build_task, get_preset, resolve_model
+from hyla.train.configs import build_task, resolve_model
 from hyla.train.distributed import DistContext
 from hyla.train.loop import Trainer, build_model
 from hyla.train.packed import train_packed
+from hyla.train.presets import get_preset
 
 CPU = DistContext(0, 1, torch.device("cpu"))
 

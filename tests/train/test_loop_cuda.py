@@ -25,8 +25,9 @@ import pytest
 import torch
 from helpers_train import assert_same_weights, final_weights, tiny_config
 
-from hyla.train.configs import PRESETS, build_task, resolve_model
+from hyla.train.configs import build_task, resolve_model
 from hyla.train.loop import build_model, train
+from hyla.train.presets import PRESETS
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 

@@ -18,7 +18,7 @@ import pytest
 
 from hyla.ops import dispatch
 from hyla.train import train
-from hyla.train.configs import get_preset
+from hyla.train.presets import get_preset
 
 TOLERANCE = {"logic_cpu": 1e-5, "raven_cpu": 1e-3}
 
