@@ -33,6 +33,7 @@ BAR_STYLES = {  # the patch coloured and solid; the controls hatched, the leak c
     "random_donor": {"color": "0.85", "edgecolor": "0.4", "hatch": "///"},
     "shuffled_heads": {"color": "white", "edgecolor": "0.4", "hatch": "xxx"},
 }
+LEGEND_INCHES, TITLE_INCHES = 1.0, 0.5  # room below and above the panels, whatever their number
 LINE_STYLES = {  # B's own and unpatched mark the scale; the no-transfer references are grey or red
     "unpatched": {"color": "black", "ls": "-", "lw": 1.0},
     "donor_run": {"color": "tab:green", "ls": "--", "lw": 1.5},
@@ -144,8 +145,10 @@ def interventions_figure(groups: list[dict]):
     from matplotlib.figure import Figure
 
     columns = [(split, site) for split in SPLITS for site in SITES]
-    fig = Figure(figsize=(3.6 * len(columns), 2.9 * max(len(groups), 1)))
-    axes = fig.subplots(max(len(groups), 1), len(columns), squeeze=False)
+    rows = max(len(groups), 1)
+    height = 2.9 * rows + LEGEND_INCHES + TITLE_INCHES
+    fig = Figure(figsize=(3.6 * len(columns), height))
+    axes = fig.subplots(rows, len(columns), squeeze=False)
     for row, group in enumerate(groups):
         for column, (split, site) in enumerate(columns):
             ax = axes[row, column]
@@ -172,7 +175,7 @@ def interventions_figure(groups: list[dict]):
         fig.legend(handles.values(), handles.keys(), fontsize=8, frameon=False, loc="lower center", ncol=5)
     tasks = sorted({group["task"] for group in groups})
     fig.suptitle(f"latent-code interventions: {', '.join(tasks)}", fontsize=10)
-    fig.subplots_adjust(bottom=0.1 + 0.12 / max(len(groups), 1), hspace=0.45, wspace=0.25)
+    fig.subplots_adjust(bottom=LEGEND_INCHES / height, top=1 - TITLE_INCHES / height, hspace=0.45, wspace=0.25)
     return fig
 
 
