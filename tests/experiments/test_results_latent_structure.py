@@ -88,23 +88,25 @@ def test_no_runs_is_a_one_line_error(tmp_path, capsys):
     assert "--latent-layer='first' is not valid" in capsys.readouterr().err
 
 
-def test_latent_structure_from_run_records_alone(runs, tmp_path, capsys):
+def test_latent_structure_from_run_records_alone(runs, tmp_path, capsys, monkeypatch):
     """--out keeps each run's record with its measurement: the correlation comes back from the
-    records alone; other options need the checkpoints, and the runs are skipped, saying why."""
-    out = tmp_path / "results"
+    records alone (written, without --out, into results/again); other options need the checkpoints,
+    and the runs are skipped, saying why."""
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "kept"
     assert main(["results", str(runs), "--latent-structure", "--out", str(out), *OPTIONS]) == 0
     assert "Kept the record of each completed run (4)" in capsys.readouterr().out
     measured = json.loads((out / "latent_structure.json").read_text())
     again = tmp_path / "again"
     shutil.copytree(out / "records", again / "records")
     assert main(["results", str(again), "--latent-structure", *OPTIONS]) == 0
-    result = json.loads((again / "latent_structure.json").read_text())
+    result = json.loads((tmp_path / "results" / "again" / "latent_structure.json").read_text())
     assert result["overall"] == measured["overall"] and all(p["cached"] for p in result["runs"])
     assert main(["results", str(again), "--latent-structure", *OPTIONS, "--only", "hyla_s*"]) == 0
-    result = json.loads((again / "latent_structure.json").read_text())
+    result = json.loads((tmp_path / "results" / "again" / "latent_structure.json").read_text())
     assert sorted(p["name"].rsplit("/", 1)[-1] for p in result["runs"]) == ["hyla_s0", "hyla_s1"]
     assert main(["results", str(again), "--latent-structure", *OPTIONS, "--seed", "7"]) == 0
-    result = json.loads((again / "latent_structure.json").read_text())
+    result = json.loads((tmp_path / "results" / "again" / "latent_structure.json").read_text())
     assert result["runs"] == [] and len(result["skipped"]) == 4
     assert all("not measured with these options" in note for note in result["skipped"])
 

@@ -230,8 +230,8 @@ def test_each_completed_run_is_a_point_of_its_metric_against_its_training_loss(t
     }
     assert points["mixer=hyla"][0] == [[0.02, 0.8], [0.03, 0.6]] and points["mixer=softmax"][0] == [[0.01, 0.5]]
     assert "mixer=linear" not in points
-    # the colours of the curves: C0, C1, C2 for the sorted groups, the unfinished linear run's included
-    assert points["mixer=softmax"][1] == list(matplotlib.colors.to_rgba("C2"))
+    # the colours of the curves: each mixer's own (plots.series_colors), softmax's C0
+    assert points["mixer=softmax"][1] == list(matplotlib.colors.to_rgba("C0"))
     fake_run(tmp_path, "s1", "softmax", 1, 0.1, train_loss=0.5)  # a run that did not fit: losses span decades
     [ax] = fit_figure(fitted_runs(find_runs([tmp_path]), ["model.mixer"]), "r2").axes
     assert ax.get_xscale() == "log"
