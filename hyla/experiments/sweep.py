@@ -18,7 +18,9 @@ key or value ends with one line naming the sweep file and the grid or overrides 
 is a subprocess `hyla train` (or `hyla resume` when a checkpoint exists) writing to
 `<out_dir>/<run name>`, with its output in `<out_dir>/<run name>.log`. Completed runs are
 skipped and a run killed before its first checkpoint starts again from scratch, so re-running the
-same command after an interruption of any kind finishes the sweep.
+same command after an interruption of any kind finishes the sweep. On Linux the trainings end with
+the sweep however it ends, kill -9 included (`end_with_parent`: they checkpoint and exit), and a
+re-run clears the markers a killed sweep left and waits for its trainings to stop.
 
 Launchers (`--launcher`): `local` (default) runs `parallel` runs at once here and waits;
 `slurm` submits each run as a Slurm job (an array job, through submitit: pip install
