@@ -10,6 +10,7 @@ import pytest
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_moe.py"
 
 
+@pytest.mark.slow  # training subprocesses that check the benchmark script; tests/nn guards both MoE forms
 @pytest.mark.parametrize("form", ["routed", "dense"])
 def test_bench_moe_prints_a_rate(form):
     command = [sys.executable, str(SCRIPT), "--form", form, "--steps", "2", "--warmup", "1", "--no-compile"]

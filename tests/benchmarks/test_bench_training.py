@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_training.py"
 
 
@@ -14,6 +16,7 @@ def bench(*args: str, out: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, text=True)
 
 
+@pytest.mark.slow  # a training subprocess that checks the benchmark script, not hyla
 def test_an_override_is_measured_and_recorded(tmp_path):
     out = tmp_path / "training.json"
     args = ["--presets", "logic_4var_2term", "--mixers", "linear", "--modes", "eager", "--threads", "1"]

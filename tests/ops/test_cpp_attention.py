@@ -47,6 +47,38 @@ def naive(q, k, v, **kwargs):
     return attention_naive(q, k, v, value_network="mlp", **kwargs)[0]
 
 
+@pytest.mark.parametrize("layout", ["position_bias_view", "per_example_view", "shared_by_heads"])
+def test_reads_a_bias_of_any_strides_without_copying_it(layout, monkeypatch):
+    """The kernel reads the bias through its strides: the position bias (a transposed view of
+    [Tq, Tk, H]), a per-example view and one broadcast over the heads give the reference's
+    outputs and gradients, and the bias reaches the kernel uncopied."""
+    B, Tq, Tk, H = 2, 5, 7, 3
+    q, k, v, _, m, d, grad = case((B, Tq, Tk, H, 3, 4), bias=False)
+    g = torch.Generator().manual_seed(1)
+    stored = {
+        "position_bias_view": (Tq, Tk, H),
+        "per_example_view": (Tk, B, H, Tq),
+        "shared_by_heads": (Tq, Tk),
+    }[layout]
+    leaf = torch.randn(stored, generator=g, dtype=torch.float64, requires_grad=True)
+    bias = {
+        "position_bias_view": lambda t: t.permute(2, 0, 1).unsqueeze(0),  # [1, H, Tq, Tk]
+        "per_example_view": lambda t: t.permute(1, 2, 3, 0),  # [B, H, Tq, Tk]
+        "shared_by_heads": lambda t: t,  # [Tq, Tk]
+    }[layout]
+    seen = []
+    forward = cpp._forward
+    monkeypatch.setattr(cpp, "_forward", lambda q, k, v, b, *rest: seen.append(b) or forward(q, k, v, b, *rest))
+    kwargs = dict(normalization="rms_head", activation="relu", mask=m, dropout_mask=d)
+    out = cpp.hyla_cpp(q, k, v, bias=bias(leaf), **kwargs)
+    want = naive(q, k, v, bias=bias(leaf), **kwargs)
+    assert seen[0].data_ptr() == leaf.data_ptr() and not seen[0].is_contiguous()
+    assert_close(out, want, rtol=1e-10, atol=1e-12)
+    leaves = [q, k, v, leaf]
+    for x, y in zip(torch.autograd.grad(out, leaves, grad), torch.autograd.grad(want, leaves, grad)):
+        assert_close(x, y, rtol=1e-10, atol=1e-12)
+
+
 @pytest.mark.parametrize("normalization, activation", list(itertools.product(cpp.NORMALIZATIONS, cpp.ACTIVATIONS)))
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_equals_naive_float64(normalization, activation, shape):

@@ -159,6 +159,7 @@ def test_no_correlation_between_neighbouring_draws_calls_and_keys():
 # Batches of every task
 
 
+@pytest.mark.slow  # batches of ~10k-25k samples per task; the stream's statistics tests above guard the generator
 def test_task_draws_are_uniform_where_the_task_definitions_say_so():
     """What the tasks draw from the stream: fuzzy-logic tasks uniform over the split and inputs
     uniform on [0, 1); SRAVEN rule sets uniform over the split, column orders uniform over the

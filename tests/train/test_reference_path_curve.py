@@ -51,6 +51,7 @@ def training_losses(tmp_path, preset: str, steps: int) -> tuple[list[float], lis
     return [r["loss"] for r in records if r["split"] == "train"], attention
 
 
+@pytest.mark.slow  # 4 trainings of 300 steps; the float64 attention tests and AdamW's bit-for-bit test guard the pieces
 @pytest.mark.parametrize("preset, steps", [("logic_cpu", 300), ("raven_cpu", 300)])
 def test_default_and_reference_paths_train_along_the_same_curve(preset, steps, tmp_path, monkeypatch, set_switch):
     default, default_ran = training_losses(tmp_path / "default", preset, steps)

@@ -67,6 +67,7 @@ class _Args(ctypes.Structure):
         + [("scale", ctypes.c_double), ("eps", ctypes.c_double)]
         + [(name, ctypes.c_int64) for name in ("rms_head", "relu", "threads")]
         + [(name, ctypes.c_void_p) for name in ("out", "grad_y", "grad_q", "grad_k", "grad_v", "grad_bias")]
+        + [(f"bias_stride_{axis}", ctypes.c_int64) for axis in "bhqk"]
     )
 
 
@@ -261,7 +262,7 @@ def hyla_cpp(
     bias_t = None
     if bias is not None:
         bias = as_4d(bias)
-        bias_t = bias.expand(bias.shape[0], heads, q_len, k_len).contiguous()  # [1|B, H, Tq, Tk]
+        bias_t = bias.expand(bias.shape[0], heads, q_len, k_len)  # [1|B, H, Tq, Tk], a view: read by strides
     factor = None  # [1|B, Tq, Tk]: the attention-dropout scale, 0 where masked
     for t in (mask, dropout_mask):
         if t is not None:
@@ -288,7 +289,7 @@ def _arguments(q, k, v, bias, factor, scale, rms_head, relu) -> _Args:
     def per_example(t):  # 1 when the tensor differs across the batch
         return int(t is not None and t.shape[0] > 1)
 
-    return _Args(
+    args = _Args(
         batch,
         q_len,
         k.shape[1],
@@ -308,6 +309,9 @@ def _arguments(q, k, v, bias, factor, scale, rms_head, relu) -> _Args:
         int(relu),
         torch.get_num_threads(),
     )
+    if bias is not None:
+        args.bias_stride_b, args.bias_stride_h, args.bias_stride_q, args.bias_stride_k = bias.stride()
+    return args
 
 
 def _run(direction: str, args: _Args, dtype: torch.dtype) -> None:
@@ -365,7 +369,7 @@ def _backward_shape(grad_y, q, k, v, bias, factor, scale, rms_head, relu):
         torch.empty_like(q),
         torch.empty_like(k),
         torch.empty_like(v),
-        q.new_empty(0) if bias is None else torch.empty_like(bias),
+        q.new_empty(0) if bias is None else q.new_empty(bias.shape),  # contiguous, whatever the bias's strides
     )
 
 

@@ -9,8 +9,10 @@
 // [B, H, Tq, Tk] is written to memory: the backward recomputes each pair's scores.
 //
 // Layouts (contiguous): q [B, Tq, H, E], k [B, Tk, H, E], v [B, Tk, H, Dv], y [B, Tq, H, Dv];
-// bias [Gb, H, Tq, Tk]; factor [Gf, Tq, Tk] (attention-dropout scale, 0 where masked);
-// G = 1 (shared by the batch) or B. Keys are padded to a multiple of L with factor 0.
+// factor [Gf, Tq, Tk] (attention-dropout scale, 0 where masked); bias [Gb, H, Tq, Tk] read
+// through its strides (the position bias is a transposed view: no copy per call), its gradient
+// written contiguous; G = 1 (shared by the batch) or B. Keys are padded to a multiple of L with
+// factor 0.
 
 #include <algorithm>
 #include <cmath>
@@ -31,6 +33,7 @@ struct HylaArgs {
   void *out;  // forward: y
   const void *grad_y;  // backward: in
   void *grad_q, *grad_k, *grad_v, *grad_bias;  // backward: out (grad_bias [Gb, H, Tq, Tk])
+  int64_t bias_stride_b, bias_stride_h, bias_stride_q, bias_stride_k;  // in elements
 };
 
 }  // extern "C"
@@ -86,10 +89,11 @@ struct Kernel {
     }
     if (with_bias_rows && a.bias && (m.bias.empty() || a.bias_per_example)) {
       m.bias.assign(Tq * H * Tp, T(0));
-      const T* bias = in(a.bias) + (a.bias_per_example ? b * H * Tq * Tk : 0);
+      const T* bias = in(a.bias) + (a.bias_per_example ? b * a.bias_stride_b : 0);
       for (int64_t h = 0; h < H; ++h)
         for (int64_t i = 0; i < Tq; ++i)
-          for (int64_t j = 0; j < Tk; ++j) m.bias[(i * H + h) * Tp + j] = bias[(h * Tq + i) * Tk + j];
+          for (int64_t j = 0; j < Tk; ++j)
+            m.bias[(i * H + h) * Tp + j] = bias[h * a.bias_stride_h + i * a.bias_stride_q + j * a.bias_stride_k];
     }
   }
 
