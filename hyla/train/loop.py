@@ -38,7 +38,8 @@ from tqdm.auto import tqdm
 
 from hyla.nn.transformer import Transformer
 from hyla.ops import resolve_mixer
-from hyla.ops.attention import cpp, implementations_ran, reset_implementations_ran
+from hyla.ops.kernels import cpp
+from hyla.ops.kernels.common import implementations_ran, reset_implementations_ran
 from hyla.tasks.base import stable_seed
 from hyla.train import distributed, graphed
 from hyla.train.allocator import keep_freed_memory
