@@ -69,14 +69,14 @@ def environment() -> dict:
     return {"torch": torch.__version__, "gpu": gpu, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
-def run(command: list[str], deadline: float, log: Path, env: dict | None = None) -> int:
-    """Run `command` in the tree's root until it ends or `deadline` (then SIGTERM, SIGKILL after 60 s);
-    its output appended to `log`. Returns its exit code (None past the deadline: -15 or -9)."""
+def run(command: list[str], deadline: float, log: Path, env: dict | None = None, cwd: Path = ROOT) -> int:
+    """Run `command` in `cwd` until it ends or `deadline` (then SIGTERM, SIGKILL after 60 s); its
+    output appended to `log`. Returns its exit code (stopped at the deadline: -15 or -9)."""
     with open(log, "a") as f:
         f.write(f"$ {' '.join(command)}\n")
         f.flush()
         process = subprocess.Popen(
-            command, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+            command, cwd=cwd, stdout=f, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
         )
         try:
             return process.wait(timeout=max(1.0, deadline - time.time()))
@@ -127,7 +127,7 @@ def junit_outcomes(path: Path) -> dict[str, str]:
 def speed_probe(args, graphs: str, out: Path) -> dict:
     """steps/s of one SRAVEN HYLA run (300 steps; the CPU smoke: the tiny fuzzy-logic run, 20 steps)."""
     from hyla.train import train
-    from hyla.train.configs import get_preset
+    from hyla.train.presets import get_preset
 
     cfg = get_preset("logic_cpu" if args.cpu_smoke else "raven_3x3_4features")
     steps = 20 if args.cpu_smoke else 300
@@ -181,7 +181,8 @@ def stage_minify(args, out: Path, deadline: float) -> None:
     work = ROOT / "runs" / "gpu_lease" / "minify"
     work.mkdir(parents=True, exist_ok=True)
     env = {"TORCHDYNAMO_REPRO_AFTER": "aot", "TORCHDYNAMO_REPRO_LEVEL": "4", "TORCH_COMPILE_DEBUG_DIR": str(work)}
-    code = run(repro_command(args, ["baseline"], out / "minify.json"), deadline - 30, out / "minify.log", env)
+    # in `work`: the minifier also writes under the working directory's torch_compile_debug/
+    code = run(repro_command(args, ["baseline"], out / "minify.json"), deadline - 30, out / "minify.log", env, work)
     with tarfile.open(out / "minify.tar.gz", "w:gz") as tar:
         tar.add(work, arcname="minify")
     write(out, "minify_status.json", {"exit_code": code, "bytes": (out / "minify.tar.gz").stat().st_size})
@@ -213,7 +214,7 @@ def stage_speed(args, out: Path, deadline: float, preset: str) -> None:
         if args.cpu_smoke
         else ["--steps", "1000", "--repeats", "3"]
     )
-    if (ROOT / ".authors" / "run.py").exists():
+    if (ROOT / ".authors" / "run.py").exists() and not args.cpu_smoke:
         command += ["--authors", str(ROOT / ".authors"), "--jax-python", sys.executable]
     env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
     run([*command, "--out", str(out / f"vs_authors_{preset}.json")], deadline, out / f"speed_{preset}.log", env)
@@ -307,7 +308,7 @@ def progress_of(run_dir: Path, at_steps: tuple[int, ...]) -> dict:
 
 
 def mask_configs(args) -> list:
-    from hyla.train.configs import get_preset
+    from hyla.train.presets import get_preset
 
     cfg = get_preset("raven_3x3_4features")
     steps, stop_at = (40, 20) if args.cpu_smoke else (40_000, MASK_STEPS[-1])
@@ -356,7 +357,7 @@ def stage_masks(args, out: Path, deadline: float) -> None:
 def paper_configs(args) -> dict[str, list]:
     """The runs of experiments/sweeps/table_a1_raven_gpu.yaml by mixer, graphed, continuing where they are."""
     from hyla.experiments.sweep import SweepSpec, train_args
-    from hyla.train.configs import parse_train_args
+    from hyla.train.presets import parse_train_args
 
     spec = SweepSpec.load(ROOT / "experiments" / "sweeps" / "table_a1_raven_gpu.yaml")
     spec.out_dir = str(ROOT / ("runs/gpu_lease_smoke_paper" if args.cpu_smoke else spec.out_dir))
