@@ -516,3 +516,16 @@ def test_streamed_needs_the_mlp_value_network():
 def test_unknown_implementation_lists_valid_choices():
     with pytest.raises(ValueError, match="auto, naive, naive_eager, pointwise, cpp, streamed, fused"):
         attention(*qkv(), normalization="softmax", value_network="mlp", implementation="flash")
+
+
+def test_auto_logs_why_it_passed_over_a_fast_path_once(monkeypatch, caplog):
+    """Each reason a verifier gives is logged once per process (logger hyla.ops, INFO)."""
+    monkeypatch.setattr(dispatch, "_LOGGED", set())
+    q, k, v, bias, mask = random_case(2, 5, 6)
+    with caplog.at_level("INFO", logger="hyla.ops"):
+        for _ in range(2):
+            attention(q, k, v, **axes("softmax"), bias=bias, mask=mask)
+    reasons = [record.getMessage() for record in caplog.records if record.name == "hyla.ops"]
+    assert "hyla.ops.attention: cpp does not apply: HYLA (value_network='mlp') only" in reasons
+    assert len(reasons) == len(set(reasons))
+    assert not any("naive does not apply" in reason for reason in reasons)
