@@ -176,7 +176,7 @@ def test_help_says_once_what_an_unset_option_means(capsys, monkeypatch):
         "demo": "(default: the preset's)",
         "eval": "(default: the task's evaluation splits)",
         "export": "(default: RUN/export)",
-        "results": "(default: the first of DIRS)",
+        "results": "(default: results/<name of the first of DIRS>)",
         "sweep": "(default: this machine's cores / parallel)",
         "sample": "(default: all tokens)",
         "analyze": "(default: all)",
