@@ -3,7 +3,6 @@ streamed) equal to the naive reference on outputs, gradients and latent codes; w
 masks, extreme scores, dtypes and input errors."""
 
 import itertools
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +13,7 @@ from torch.testing import assert_close
 from hyla.ops import NAMED_MIXERS, attention, attention_naive, attention_pointwise, dispatch, hyla_fused, hyla_streamed
 from hyla.ops.dispatch import choose_implementation
 from hyla.ops.kernels import cpp
+from hyla.ops.kernels import naive as naive_module
 from hyla.ops.kernels.common import implementations_ran, reset_implementations_ran
 from hyla.ops.mixers import ACTIVATIONS, NORMALIZATIONS
 
@@ -421,7 +421,7 @@ def test_compiled_auto_keeps_hyla_out_of_the_graph_off_the_cpu(value_network, ex
 def test_naive_eager_runs_outside_the_compiled_graph():
     """naive_eager inside a compiled function is a graph break: attention_naive runs eagerly there,
     and outputs and gradients equal the reference's."""
-    module = sys.modules["hyla.ops.kernels.naive"]
+    module = naive_module
     compiling = []
     naive = module.attention_naive
 

@@ -30,7 +30,12 @@ if DEVICE == "cpu":
     os.environ["TRITON_INTERPRET"] = "1"
 pytest.importorskip("triton")
 
-from hyla.ops import attention, attention_naive, dispatch  # noqa: E402
+from hyla.ops import (  # noqa: E402
+    attention,
+    attention_naive,
+    dispatch,
+    kernels,  # noqa: E402
+)
 from hyla.ops.dispatch import choose_implementation, triton_by_default, triton_covers  # noqa: E402
 from hyla.ops.kernels import triton_hyla  # noqa: E402
 from hyla.ops.kernels.common import implementations_ran, reset_implementations_ran  # noqa: E402
@@ -348,7 +353,7 @@ def test_a_failing_kernel_falls_back_to_the_same_math(failure, monkeypatch):
         reason = "no kernel image"
     else:
         monkeypatch.setitem(sys.modules, "hyla.ops.kernels.triton_hyla", None)  # importing it raises
-        monkeypatch.delattr(sys.modules["hyla.ops.kernels"], "triton_hyla")
+        monkeypatch.delattr(kernels, "triton_hyla")
         reason = "importing it failed"
     case, grad_out = make_case(q_len=9, k_len=11)
     kwargs = dict(normalization="rms_head", activation="relu", value_network="mlp")
