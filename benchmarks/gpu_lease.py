@@ -10,6 +10,8 @@ Stages (docs/gpu.md has the plan, the commands and the time each takes):
                 minify: the same under PyTorch's accuracy minifier, its files as minify.tar.gz
   speed-raven   benchmarks/bench_vs_authors.py, 1,000 steps, 3 repeats: HYLA graphed, a pack of 16 and 2
   speed-logic   processes x packs of 8 (graphed), beside the authors' code (.authors/)
+  speed-mixers  softmax and linear attention, graphed against compiled (CUDA graphs by inductor), both presets,
+                1,000 steps, one repeat: which of the two becomes their default
   masks         the mask question: one graphed pack of SRAVEN HYLA seeds 0, 1, 2 with masks from the CPU's
                 and from the GPU's generator (6 members), 10,000 steps of the 40k schedule
   paper         a chunk of the 9 paper-budget SRAVEN rows (softmax, linear, HYLA x seeds 0-2, 156,250 steps):
@@ -220,6 +222,21 @@ def stage_speed(args, out: Path, deadline: float, preset: str) -> None:
     run([*command, "--out", str(out / f"vs_authors_{preset}.json")], deadline, out / f"speed_{preset}.log", env)
 
 
+def stage_speed_mixers(args, out: Path, deadline: float) -> None:
+    command = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "bench_vs_authors.py"),
+        "--device",
+        "cpu" if args.cpu_smoke else "cuda",
+    ]
+    command += ["--modes", "graphed", "compiled"] + (
+        ["--smoke"] if args.cpu_smoke else ["--steps", "1000", "--repeats", "1"]
+    )
+    for mixer in ("softmax", "linear"):
+        log = out / f"speed_{mixer}.log"
+        run([*command, "--mixer", mixer, "--out", str(out / f"vs_authors_{mixer}.json")], deadline, log)
+
+
 # ----------------------------------------------------------------------------- (d), (e): time-bounded packs
 
 
@@ -405,6 +422,7 @@ STAGES = {
     "minify": stage_minify,
     "speed-raven": lambda args, out, deadline: stage_speed(args, out, deadline, "raven_3x3_4features"),
     "speed-logic": lambda args, out, deadline: stage_speed(args, out, deadline, "logic_4var_2term"),
+    "speed-mixers": stage_speed_mixers,
     "masks": stage_masks,
     "paper": stage_paper,
 }
