@@ -44,7 +44,8 @@ What is guaranteed (tests/train/test_packed.py checks each; kill -9 as a simulat
   and `hyla resume` continues it alone (warning that it is then not bit-identical: env.json and the
   checkpoint record `"packed": true` among the numerics).
 
-Limits: one process (no data parallelism), eager mode (train.compile is refused), and the reference
+Limits: one process (no data parallelism), eager steps (train.compile is refused; with
+train.cuda_graph on, the eager step replayed as a CUDA graph, hyla.train.graphed), and the reference
 attention materializes HYLA's [B, Tq, Tk, Dv] hidden tensor for every member at once.
 """
 
