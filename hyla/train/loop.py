@@ -7,7 +7,8 @@ evaluation and `summary.json`. (`hyla.train.packed` steps several runs' loops to
 
 What is guaranteed (tests/train/test_exact_resume.py checks each):
 - A run is a pure function of its config and its numerics (threads, device, the compile mode that
-  trained, precision, deterministic mode, world size; recorded in env.json): everything random is
+  trained, whether CUDA graphs replayed the steps, precision, deterministic mode, world size;
+  recorded in env.json): everything random is
   a function of (seed, step). The default thread count is a function of the machine (the cores
   this process may use), never of timing.
 - Exact resume: after SIGINT / SIGTERM (the current step, its records, evaluation and analysis
