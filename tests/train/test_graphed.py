@@ -224,17 +224,25 @@ def relative(a: torch.Tensor, b: torch.Tensor) -> float:
 @pytest.mark.parametrize("mixer", ["hyla", "softmax"])
 def test_graphed_steps_equal_eager_steps_on_cuda(preset, mixer):
     """Loss, gradients and weights of graphed steps against eager ones, from the same weights, batches
-    and masks. Eager CUDA steps are not bit-reproducible themselves (atomic adds in the position
-    bias's backward), so they are compared to 1e-5 relative."""
+    and masks, to 1e-5 relative (the gradients as one vector: a parameter the loss does not depend on
+    has a gradient of rounding noise). Under softmax the key bias is such a parameter (softmax is
+    invariant to it): AdamW scales its noise up to steps of the learning rate's size, so its values
+    are left out of the weights' comparison."""
     eager, graphs = paper_trainer(preset, mixer), paper_trainer(preset, mixer, cuda_graph="on")
     assert graphs.graphed is not None
+    compared = [
+        (name, a, b)
+        for (name, a), b in zip(eager.model.named_parameters(), graphs.model.parameters())
+        if not (mixer == "softmax" and name.endswith("attention.key.bias"))
+    ]
     for step in range(STEPS):
         loss_e, _, _ = eager.step(step)
         loss_g, _, _ = graphs.step(step)
         assert graphs.cuda_graph, "the capture failed"
         assert relative(loss_g, loss_e) < 1e-5, step
-        for (name, a), b in zip(eager.model.named_parameters(), graphs.model.parameters()):
-            assert relative(b.grad, a.grad) < 1e-5, (step, name)
+        grads_e, grads_g = (torch.cat([p.grad.flatten() for p in t.model.parameters()]) for t in (eager, graphs))
+        assert relative(grads_g, grads_e) < 1e-5, step
+        for name, a, b in compared:
             assert relative(b, a) < 1e-5, (step, name)
 
 
