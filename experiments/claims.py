@@ -29,7 +29,7 @@ from pathlib import Path
 
 from hyla.experiments import records
 from hyla.experiments.paper import TABLE_A1
-from hyla.experiments.results import mean_se
+from hyla.experiments.result_tables import mean_se
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"

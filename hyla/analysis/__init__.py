@@ -3,7 +3,7 @@ reports, interventions. `hyla analyze RUN` runs `analyze_run`; training loops ca
 `patch_latents` replaces latent codes (`hyla interventions RUN`, docs/interventions.md)."""
 
 from hyla.analysis.collect import collect_latents, load_latents, save_latents
-from hyla.analysis.interventions import patch_latents
+from hyla.analysis.patching import patch_latents
 from hyla.analysis.pipeline import analysis_hook, analyze, analyze_run
 from hyla.analysis.probes import logistic_classification_probe, logistic_f1_per_label, ridge_probe
 from hyla.analysis.topographic import topographic_similarity

@@ -4,41 +4,28 @@ If the latent code `z_qk = a[b, :, q, k]` (docs/math.md) tells the value network
 carry out, then running a query on task A with the codes that the same query computes on task B
 should make the network carry out B's operation.
 
-    with patch_latents(model, layer=1, codes=donor_codes, where=pairs):   # a[B, H, Tq, Tk] replaced
-        logits = model(x)
-
-`patch_latents` works for every mixer and whatever implementation `attention(implementation="auto")`
-would pick: while a layer is patched it computes its output from the (patched) codes with the
-reference formula of `hyla/ops/kernels/naive.py` (`attention_from_codes`). The experiments
-(`fuzzy_logic_interventions`, `sraven_interventions`) and `hyla interventions RUN [RUN ...]` score
-how far the prediction moves toward B's on a calibrated scale (`Scale`: 0 = unpatched, 1 = B's own
-prediction), beside three controls (the leak control: B's query against A's keys; a random other
+The experiments (`fuzzy_logic_interventions`, `sraven_interventions`; `interventions` for one model,
+`hyla interventions RUN [RUN ...]`) patch the codes with `patch_latents` (hyla.analysis.patching) and
+score how far the prediction moves toward B's on a calibrated scale (`Scale`: 0 = unpatched, 1 = B's
+own prediction), beside three controls (the leak control: B's query against A's keys; a random other
 task's codes; B's codes with the heads shuffled) and the scores of reference predictions (constant,
 a perfect random task, wrecked). `hyla.analysis.intervention_report` summarizes several models.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Annotated
 
 import torch
-from tyro.conf import Positional, arg
 
 from hyla.analysis.collect import FUZZY_LOGIC, SRAVEN, task_kind
+from hyla.analysis.patching import LatentPatch, attention_layers, pair_mask, patch_latents
 from hyla.nn.attention import MultiHeadAttention
-from hyla.ops.kernels.common import ACTIVATION_FNS, normalize
-from hyla.ops.kernels.common import raw_scores as scores
-from hyla.train.configs import ConfigError, check_positive, parse_options
-from hyla.train.jsonio import portable_path
+from hyla.ops.kernels.common import normalize, raw_scores
 
-ALL_LAYERS = "all"
 CONDITIONS = ("patched", "query_side", "random_donor", "shuffled_heads")
 """what is patched into A's run: B's codes; the leak control (B's query state against A's keys);
 a random other task's codes; B's codes with the heads permuted"""
@@ -53,176 +40,6 @@ MIN_GAP = 0.1
 """a query is scored only where its 0 and 1 lie this far apart (and, fuzzy logic, A's and B's targets)"""
 CONSTANT_SAMPLES = 4096
 DISTRIBUTE_THREE = 7
-
-
-# ============================================================================= the intervention API
-def attention_from_codes(
-    a: torch.Tensor,
-    v: torch.Tensor,
-    value_network: str,
-    activation: str = "relu",
-    dropout_mask: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """The value network of docs/math.md given the latent codes: a [B, H, Tq, Tk], v [B, Tk, H, Dv]
-    -> y [B, Tq, H, Dv] (before the output projection). The second half of `attention_naive`."""
-    weights = a if dropout_mask is None else a * dropout_mask
-    if value_network == "linear":  # Eq. 4-5
-        return torch.einsum("bhqk,bkhd->bqhd", weights, v)
-    hidden = ACTIVATION_FNS[activation](torch.einsum("bhqk,bkhd->bqkd", weights, v))  # [B, Tq, Tk, Dv], Eq. 6
-    return torch.einsum("bhqk,bqkd->bqhd", weights, hidden)  # Eq. 7
-
-
-class LatentPatch:
-    """What a patched `MultiHeadAttention` runs instead of `attention`: its own codes
-    `normalize(scores(q, k, bias))`, the pairs `where` replaced by `codes`, then `attention_from_codes`.
-
-    codes `[B, H, T, Tk]` (None: nothing replaced) and where (bool, broadcastable to codes, True =
-    replace) cover every query of the sequence; a layer that computes only the last Tq queries (the
-    model's last block when only those are read out) takes their last Tq rows."""
-
-    def __init__(self, module: MultiHeadAttention, index: int, codes: torch.Tensor | None, where: torch.Tensor | None):
-        self.module, self.index, self.codes, self.where = module, index, codes, where
-
-    def __call__(self, q, k, v, *, bias=None, mask=None, dropout_mask=None) -> tuple[torch.Tensor, torch.Tensor]:
-        mixer = self.module.mixer
-        a = normalize(scores(q, k, bias), mixer.normalization, mask)  # [B, H, Tq, Tk]
-        if self.codes is not None:
-            codes = self._rows(self.codes, a, "codes")
-            if self.where is None:
-                a = codes.to(a)
-            else:
-                a = torch.where(self._rows(self.where, a, "where").to(a.device), codes.to(a), a)
-        return attention_from_codes(a, v, mixer.value_network, mixer.activation, dropout_mask), a
-
-    def _rows(self, tensor: torch.Tensor, a: torch.Tensor, name: str) -> torch.Tensor:
-        """The rows of `tensor` [..., T, Tk] for the Tq queries the layer computes, checked against a."""
-        B, H, q_len, k_len = a.shape
-        rows = tensor if tensor.shape[-2] == 1 else tensor[..., -q_len:, :]
-        try:
-            fits = torch.broadcast_shapes(rows.shape, a.shape) == a.shape and tensor.shape[-2] in (1, q_len, k_len)
-        except RuntimeError:
-            fits = False
-        if name == "codes":  # no broadcasting: a code for every (sample, head, query, key)
-            fits = fits and tensor.shape[:2] == (B, H) and tensor.shape[-2] in (q_len, k_len)
-        if not fits:
-            raise ValueError(
-                f"patch_latents: {name} of layer {self.index} has shape {tuple(tensor.shape)}, "
-                f"which does not fit its latent codes [B={B}, H={H}, T={max(q_len, k_len)}, Tk={k_len}]"
-            )
-        return rows
-
-
-def attention_layers(model: torch.nn.Module) -> list[MultiHeadAttention]:
-    """The `MultiHeadAttention` modules of `model` in order (a `Transformer`: one per block)."""
-    return [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
-
-
-def _layer_indices(layer, num_layers: int) -> list[int]:
-    if layer == ALL_LAYERS:
-        return list(range(num_layers))
-    indices = [layer] if isinstance(layer, int) else list(layer) if isinstance(layer, Sequence) else None
-    if not indices or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < num_layers for i in indices):
-        raise ValueError(
-            f"patch_latents: layer={layer!r} is not valid; valid: 0..{num_layers - 1}, a list of "
-            f"them, or {ALL_LAYERS!r}"
-        )
-    if len(set(indices)) != len(indices):
-        raise ValueError(f"patch_latents: layer={layer!r} names a layer twice")
-    return indices
-
-
-def _codes_by_layer(codes, indices: list[int], num_layers: int) -> dict[int, torch.Tensor | None]:
-    """codes: None | a tensor (one layer) | one tensor per model layer | {layer: tensor}."""
-    if codes is None:
-        return dict.fromkeys(indices)
-    if isinstance(codes, torch.Tensor):
-        if len(indices) != 1:
-            raise ValueError(
-                f"patch_latents: one codes tensor for {len(indices)} layers; give one per layer "
-                "(a list as Transformer(..., return_latents=True) returns, or {layer: codes})"
-            )
-        codes = {indices[0]: codes}
-    elif isinstance(codes, Sequence):
-        if len(codes) != num_layers:
-            raise ValueError(
-                f"patch_latents: a list of codes needs one entry per layer ({num_layers}), got {len(codes)}"
-            )
-        codes = dict(enumerate(codes))
-    if not isinstance(codes, dict) or any(i not in codes for i in indices):
-        raise ValueError(f"patch_latents: codes must give the codes of every patched layer {indices}")
-    for i in indices:
-        tensor = codes[i]
-        if not isinstance(tensor, torch.Tensor) or tensor.ndim != 4 or not tensor.is_floating_point():
-            what = (
-                f"a {tensor.dtype} tensor of shape {tuple(tensor.shape)}"
-                if isinstance(tensor, torch.Tensor)
-                else type(tensor).__name__
-            )
-            raise ValueError(f"patch_latents: the codes of layer {i} must be a float tensor [B, H, T, Tk], got {what}")
-    return {i: codes[i] for i in indices}
-
-
-@contextmanager
-def patch_latents(
-    model: torch.nn.Module, layer: int | Sequence[int] | str, codes=None, where: torch.Tensor | None = None
-) -> Iterator[torch.nn.Module]:
-    """Run `model` with the latent codes of some layers and query-key pairs replaced.
-
-    Inside the block, each patched layer computes its codes `a [B, H, T, Tk]` as usual, replaces
-    the pairs `where` by `codes`, and computes its output from them with the reference formula
-    (`attention_from_codes`, docs/math.md), whatever implementation it would otherwise run; its
-    returned latents (`return_latents=True`) are the patched codes. Layers not patched run as usual.
-
-    Args:
-        model: a `Transformer` (its layers are its blocks' attentions), or any module holding
-            `MultiHeadAttention`s (numbered in `model.modules()` order). Must be in eval mode.
-        layer: a layer index, a list of them, or "all".
-        codes: the replacement codes. None: nothing is replaced (the patched layers only switch to
-            the reference formula: the baseline to compare a replacement with, bit for bit); a
-            tensor `[B, H, T, Tk]` when one layer is patched; otherwise one tensor per model layer
-            (the list `model(x, return_latents=True)` returns; only the patched layers are read) or
-            a dict {layer: tensor}. Cast to the model's dtype and device.
-        where: bool, broadcastable to `[B, H, T, Tk]`, True = replace that pair's code (the same
-            pairs in every patched layer); None = every pair. `pair_mask` builds one.
-
-    Replacement happens after masking and normalization (a masked pair that `where` selects gets
-    the donor's code). The patches are removed on exit, also after an error; a one-line ValueError
-    names a bad layer, a codes or where tensor that does not fit the layer, or a model in training.
-    """
-    layers = attention_layers(model)
-    if not layers:
-        raise ValueError(f"patch_latents: {type(model).__name__} has no MultiHeadAttention layer")
-    if model.training:
-        raise ValueError("patch_latents: the model is in training mode; call model.eval() (no attention dropout)")
-    indices = _layer_indices(layer, len(layers))
-    by_layer = _codes_by_layer(codes, indices, len(layers))
-    if where is not None and (not isinstance(where, torch.Tensor) or where.dtype != torch.bool or where.ndim != 4):
-        raise ValueError("patch_latents: where must be a bool tensor broadcastable to [B, H, T, Tk] (True = replace)")
-    for i in indices:
-        if layers[i].latent_patch is not None:
-            raise ValueError(f"patch_latents: layer {i} is already patched (nested patch_latents on one layer)")
-    try:
-        for i in indices:
-            layers[i].latent_patch = LatentPatch(layers[i], i, by_layer[i], where)
-        yield model
-    finally:
-        for i in indices:
-            layers[i].latent_patch = None
-
-
-def pair_mask(queries: torch.Tensor, seq_len: int, keys: torch.Tensor | None = None) -> torch.Tensor:
-    """A `where` for `patch_latents`: per sample the pairs (query, key) of the given positions.
-
-    queries `[B]` (one query per sample); keys `[B, M]` key positions of that query, or None = all
-    keys -> bool `[B, 1, seq_len, seq_len]` (the same pairs in every head)."""
-    B = len(queries)
-    mask = torch.zeros(B, 1, seq_len, seq_len, dtype=torch.bool, device=queries.device)
-    rows = torch.arange(B, device=queries.device)
-    if keys is None:
-        mask[rows, 0, queries] = True
-    else:
-        mask[rows[:, None], 0, queries[:, None], keys] = True
-    return mask
 
 
 # ============================================================================= running patched models
@@ -311,7 +128,7 @@ def query_side_codes(model, x_query: torch.Tensor, x_keys: torch.Tensor, batch_s
         donor, own = layer_projections(model, x_query[rows]), layer_projections(model, x_keys[rows])
         chunks.append(
             [
-                normalize(scores(q_donor, k_own, bias), layer.mixer.normalization, mask)
+                normalize(raw_scores(q_donor, k_own, bias), layer.mixer.normalization, mask)
                 for layer, (q_donor, *_), (_, k_own, bias, mask) in zip(layers, donor, own)
             ]
         )
@@ -660,74 +477,3 @@ class Progress:
 
 def _quiet(name: str) -> None:
     pass
-
-
-# ============================================================================= the command
-@dataclass
-class InterventionsOptions:
-    """Latent-code interventions on trained models: patch a query's codes with another task's, score
-    the transfer (0 = unpatched, 1 = B's own prediction) beside controls and references."""
-
-    runs: Positional[Annotated[tuple[Path, ...], arg(metavar="RUN [RUN ...]", help_behavior_hint="(required)")]]
-    """run folders (`hyla train`) or exported models (`hyla export`), fuzzy logic or SRAVEN; several
-    (e.g. the training seeds of each mixer) are summarized as mean ± s.e. over models per mixer"""
-    out: Annotated[Path | None, arg(help_behavior_hint="(default: RUN/interventions)")] = None
-    """output folder, needed with several models; file names carry --tasks, --samples and --seed"""
-    tasks: int = 16
-    """task pairs per split (fuzzy logic); SRAVEN: tasks x samples grids per split"""
-    samples: int = 32
-    """sequences per task pair"""
-    seed: int = 0
-    batch_size: int = 512
-    device: str = "cpu"
-    """cpu | cuda | cuda:N | auto"""
-
-    def __post_init__(self):
-        if not self.runs:
-            raise ConfigError("give a run folder or an exported model (or several)")
-        check_positive(tasks=self.tasks, samples=self.samples, batch_size=self.batch_size)
-        if self.seed < 0:
-            raise ConfigError(f"--seed={self.seed} must be >= 0")
-        if len(self.runs) > 1 and self.out is None:
-            raise ConfigError(f"--out is needed with {len(self.runs)} models (their summary is written there)")
-        resolved = [path.resolve() for path in self.runs]
-        if len(set(resolved)) < len(resolved):
-            raise ConfigError("a model is named twice")
-
-
-def model_labels(paths: Sequence[Path]) -> list[str]:
-    """A short distinct name per model: its path below the models' common folder, '/' as '-'."""
-    resolved = [Path(path).resolve() for path in paths]
-    if len(resolved) == 1:
-        return [resolved[0].name]
-    parent = Path(os.path.commonpath(resolved))
-    return [str(path.relative_to(parent)).replace(os.sep, "-") for path in resolved]
-
-
-def main(argv: list[str]) -> int:
-    """`hyla interventions RUN [RUN ...] [--out DIR] [--tasks N] [--samples M] [--seed S]`"""
-    from hyla.analysis.intervention_report import write_report
-    from hyla.train import load_run_at_step  # train depends on the model; analysis only needs it here
-
-    args = parse_options(InterventionsOptions, argv, "hyla interventions")
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
-    loaded = [load_run_at_step(path, task=(FUZZY_LOGIC, SRAVEN)) for path in args.runs]  # a bad one fails first
-    per_model = []
-    for path, label, (cfg, model, task, step) in zip(args.runs, model_labels(args.runs), loaded):
-        print(f"interventions: {label} ({cfg.task}, {cfg.model.mixer}, seed {cfg.seed})", file=sys.stderr)
-        metadata = {
-            "label": label,
-            "path": portable_path(path),
-            "task": cfg.task,
-            "mixer": cfg.model.mixer,
-            "seed": cfg.seed,
-            "checkpoint_step": step,
-        }
-        options = (args.tasks, args.samples, args.seed, args.batch_size)
-        per_model.append(interventions(model.to(device), task, *options, metadata=metadata))
-    out = args.out or Path(args.runs[0]) / "interventions"
-    stem = out / f"interventions_tasks{args.tasks}_samples{args.samples}_seed{args.seed}"
-    table = write_report(per_model, stem)
-    print(table)
-    print(f"wrote {stem.with_suffix('.json')} and {stem.with_suffix('.png')}")
-    return 0

@@ -26,18 +26,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "write a run's model as safetensors + config.json: hyla export RUN [--out DIR]",
     ),
     "list": ("hyla.cli.commands:list_main", "list presets, tasks and attention mixers"),
-    "demo": ("hyla.experiments.demo:main", "train softmax, linear and HYLA attention on a CPU preset and compare them"),
+    "demo": ("hyla.cli.demo:main", "train softmax, linear and HYLA attention on a CPU preset and compare them"),
     "sample": (
         "hyla.cli.commands:sample_main",
         "continue a prompt with a language-model run: "
         "hyla sample RUN --prompt TEXT [--tokens N --temperature T --top-k K]",
     ),
     "sweep": (
-        "hyla.experiments.sweep:main",
+        "hyla.cli.sweep:main",
         "train a grid of runs from a YAML file, skipping finished ones: hyla sweep FILE [--parallel N]",
     ),
     "results": (
-        "hyla.experiments.results:main",
+        "hyla.cli.results:main",
         "aggregate run folders into mean ± s.e. tables, CSV and plots: hyla results DIR [DIR ...]",
     ),
     "analyze": (
@@ -46,7 +46,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "hyla analyze RUN [--split S] [--samples N] [--no-tsne]",
     ),
     "interventions": (
-        "hyla.analysis.interventions:main",
+        "hyla.cli.interventions:main",
         "patch latent codes with another task's, score the transfer: "
         "hyla interventions RUN [RUN ...] [--out DIR] [--tasks N] [--seed S]",
     ),

@@ -2,27 +2,20 @@
 
 Trains one model per mixer with the same data, seed and budget, then writes a comparison table
 (Markdown + JSON) and the training curves (PNG) into the output folder. Re-running with the same
---out skips finished runs and resumes interrupted ones.
+--out skips finished runs and resumes interrupted ones. The command's options: hyla.cli.demo.
 """
 
 from __future__ import annotations
 
 import os
-import sys
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
-
-from tyro.conf import arg
+from typing import Any
 
 from hyla.analysis.plots import plot_curves
 from hyla.analysis.tables import markdown_table
-from hyla.experiments.sweep import SweepSpec, run_sweep
-from hyla.ops.mixers import canonical_mixer_name
-from hyla.train.configs import ConfigError, TrainConfig, check_positive, parse_options
+from hyla.experiments.sweep import SweepSpec
+from hyla.train.configs import TrainConfig
 from hyla.train.jsonio import write_json
-from hyla.train.presets import PRESETS, get_preset
 from hyla.train.run_dir import RunDir
 
 DEFAULT_PRESET = "logic_cpu"
@@ -30,94 +23,25 @@ DEFAULT_MIXERS = ("softmax", "linear", "hyla")
 PERCENT_METRICS = ("r2", "acc", "feature_acc")  # shown ×100, as in the paper's tables
 
 
-@dataclass
-class DemoOptions:
-    """Softmax vs linear attention vs HYLA on a CPU-sized fuzzy logic preset: one model per mixer with
-    the same data, seed and budget, then a comparison table and training curves. The defaults are
-    sized for a few minutes on a small CPU (timings: README.md, "Quick start"). Re-running with the
-    same --out skips finished runs and resumes interrupted ones."""
-
-    preset: str = DEFAULT_PRESET
-    mixers: list[str] = field(default_factory=lambda: list(DEFAULT_MIXERS))
-    """mixer names (hyla or authors')"""
-    steps: Annotated[int | None, arg(help_behavior_hint="(default: the preset's)")] = None
-    """training steps per model"""
-    seed: int = 0
-    out: Annotated[Path | None, arg(help_behavior_hint="(default: runs/demo-<timestamp>)")] = None
-    """output folder"""
-    parallel: int = 0
-    """runs trained at the same time, as separate processes (0: all of them; on 2 cores this beats one run at a
-    time with 2 threads)"""
-    threads: Annotated[int | None, arg(help_behavior_hint="(default: the cores divided by the runs at a time)")] = None
-    """threads per run"""
-    compile: bool = False
-    """torch.compile the models"""
-    eval_samples: Annotated[int | None, arg(help_behavior_hint="(default: the preset's)")] = None
-    """samples per split at periodic evaluations"""
-    final_eval_samples: Annotated[int | None, arg(help_behavior_hint="(default: the preset's)")] = None
-    """samples per split at the final evaluation"""
-    progress: bool = True
-    """progress bars (--no-progress: none; not on a terminal: a line per run every 30 s and at its end)"""
-
-    def __post_init__(self):
-        if self.preset not in PRESETS:
-            raise ConfigError(f"--preset {self.preset!r} is not valid; valid presets: {', '.join(PRESETS)}")
-        check_positive(
-            steps=self.steps,
-            threads=self.threads,
-            eval_samples=self.eval_samples,
-            final_eval_samples=self.final_eval_samples,
-        )
-        if self.parallel < 0:
-            raise ConfigError(f"--parallel={self.parallel} must be >= 0")
-        try:
-            self.mixers = [canonical_mixer_name(m) for m in self.mixers]
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
-
-
-def main(argv: list[str]) -> int:
-    args = parse_options(DemoOptions, argv, "hyla demo")
-    out = Path(args.out or f"runs/demo-{time.strftime('%Y%m%d-%H%M%S')}")
-    base = get_preset(args.preset)
-    spec = demo_sweep(args, base.train, out)
-    steps = spec.overrides.get("train.steps", base.train.steps)
-    print(
-        f"hyla demo: {', '.join(args.mixers)} on {args.preset} ({base.task}), {steps} steps each, "
-        f"{spec.parallel} at a time -> {out}"
-    )
-
-    start = time.perf_counter()
-    try:
-        codes = run_sweep(spec, progress=args.progress)
-    except KeyboardInterrupt:
-        print(
-            f"\ninterrupted; the runs keep their checkpoints: run `hyla demo --out {out}` with the same "
-            "settings to continue",
-            file=sys.stderr,
-        )
-        return 130
-    wall = time.perf_counter() - start
-    failed = {m: c for m, c in codes.items() if c != 0}
-    write_outputs(args, spec, out, steps, wall)
-    return 1 if failed else 0
-
-
-def demo_sweep(args: DemoOptions, train: TrainConfig, out: Path) -> SweepSpec:
-    """The demo as a sweep: one run per mixer, all with the same seed and overrides."""
+def demo_sweep(
+    preset: str, mixers: list[str], seed: int, overrides: dict[str, Any], parallel: int, out: Path
+) -> SweepSpec:
+    """The demo as a sweep: one run per mixer, all with the same seed and overrides, `parallel` at a
+    time (0: all of them)."""
     return SweepSpec(
         name="demo",
-        preset=args.preset,
+        preset=preset,
         out_dir=str(out),
-        seeds=[args.seed],
-        overrides=train_overrides(train, args),
-        grid=[{"model.mixer": args.mixers}],
-        parallel=args.parallel or len(args.mixers),
+        seeds=[seed],
+        overrides=overrides,
+        grid=[{"model.mixer": mixers}],
+        parallel=parallel or len(mixers),
     )
 
 
-def write_outputs(args: DemoOptions, spec: SweepSpec, out: Path, steps: int, wall: float) -> None:
-    """Write demo.json, demo.md and curves.png into `out` and print the table and its reading."""
+def write_outputs(spec: SweepSpec, out: Path, preset: str, steps: int, seed: int, wall: float) -> None:
+    """Write demo.json, demo.md and curves.png into `out` and print the table and its reading (the
+    demo `spec` trained `preset` for `steps` steps with `seed`, in `wall` seconds)."""
     run_names = {run.overrides["model.mixer"]: run.name for run in spec.runs()}
     rows = collect_rows(out, run_names)
     metric = rows[0]["metric_name"] if rows else "r2"
@@ -129,9 +53,9 @@ def write_outputs(args: DemoOptions, spec: SweepSpec, out: Path, steps: int, wal
         else ""
     )
     report = {
-        "preset": args.preset,
+        "preset": preset,
         "steps": steps,
-        "seed": args.seed,
+        "seed": seed,
         "wall_time_s": wall,
         "parallel": spec.parallel,
         "metric": metric,
@@ -141,7 +65,7 @@ def write_outputs(args: DemoOptions, spec: SweepSpec, out: Path, steps: int, wal
     }
     write_json(out / "demo.json", report)
     (out / "demo.md").write_text(
-        f"# hyla demo: {args.preset}, {steps} steps, seed {args.seed}\n\n"
+        f"# hyla demo: {preset}, {steps} steps, seed {seed}\n\n"
         f"{table}\n\n{reading}\n\n{note}\nTotal wall time {wall:.0f} s.\n"
     )
     plot_curves(out / "curves.png", {m: [RunDir(out / name).read_metrics()] for m, name in run_names.items()}, metric)
@@ -149,23 +73,30 @@ def write_outputs(args: DemoOptions, spec: SweepSpec, out: Path, steps: int, wal
     print(f"\nwrote {out / 'demo.md'}, {out / 'demo.json'}, {out / 'curves.png'} ({wall:.0f} s)")
 
 
-def train_overrides(train: TrainConfig, args: DemoOptions) -> dict[str, Any]:
-    """The sweep overrides of the preset's training settings that the demo's options ask for."""
-    overrides: dict[str, Any] = {"train.compile": args.compile}
-    if args.steps is not None:
-        scale = args.steps / train.steps
+def train_overrides(
+    train: TrainConfig,
+    steps: int | None = None,
+    compile: bool = False,
+    eval_samples: int | None = None,
+    final_eval_samples: int | None = None,
+    threads: int | None = None,
+) -> dict[str, Any]:
+    """The sweep overrides of the preset's training settings `train` that the demo's options ask for
+    (None: the preset's); a shorter run's warmup, evaluations, logs and checkpoints scale with it."""
+    overrides: dict[str, Any] = {"train.compile": compile}
+    if steps is not None:
+        scale = steps / train.steps
         overrides.update(
             {
-                "train.steps": args.steps,
-                "train.warmup_steps": min(train.warmup_steps, max(1, args.steps // 10)),
+                "train.steps": steps,
+                "train.warmup_steps": min(train.warmup_steps, max(1, steps // 10)),
                 "train.eval_every": max(1, round(train.eval_every * scale)),
-                "train.log_every": max(1, min(train.log_every, args.steps // 10 or 1)),
+                "train.log_every": max(1, min(train.log_every, steps // 10 or 1)),
                 "train.checkpoint_every": max(1, round(train.checkpoint_every * scale)),
             }
         )
-    for name in ("eval_samples", "final_eval_samples", "threads"):
-        if getattr(args, name) is not None:
-            overrides[f"train.{name}"] = getattr(args, name)
+    given = {"eval_samples": eval_samples, "final_eval_samples": final_eval_samples, "threads": threads}
+    overrides.update({f"train.{name}": value for name, value in given.items() if value is not None})
     return overrides
 
 

@@ -19,7 +19,7 @@ is a subprocess `hyla train` (or `hyla resume` when a checkpoint exists) writing
 `<out_dir>/<run name>`, with its output in `<out_dir>/<run name>.log`. Completed runs are
 skipped and a run killed before its first checkpoint starts again from scratch, so re-running the
 same command after an interruption of any kind finishes the sweep. On Linux the trainings end with
-the sweep however it ends, kill -9 included (`end_with_parent`: they checkpoint and exit), and a
+the sweep however it ends, kill -9 included (`hyla.experiments.launch.end_with_parent`: they checkpoint and exit), and a
 re-run clears the markers a killed sweep left and waits for its trainings to stop.
 
 Launchers (`--launcher`): `local` (default) runs `parallel` runs at once here and waits;
@@ -54,35 +54,30 @@ without a summary; a re-run resumes or restarts it) or failed, from the run fold
 summary.json's status, and `<run name>.running` (written while a job trains: the pids of the job
 and of its training) and `<run name>.job` (a queued Slurm job). It ends with the training left: the
 steps the runs not done still need, at the mean seconds per step of the runs completed in the folder.
+
+This module plans a sweep: its file, runs, command lines, markers and status. Launching the runs
+(here or on Slurm, with progress) is hyla.experiments.launch; the command's options, hyla.cli.sweep.
 """
 
 from __future__ import annotations
 
 import fnmatch
-import functools
 import itertools
 import json
 import math
-import multiprocessing
 import os
 import re
-import shutil
-import signal
 import socket
 import statistics
-import subprocess
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import yaml
-from tyro.conf import Positional, arg
 
 from hyla.experiments import records
-from hyla.train.loop import SWEEP_ENDED, Stopped
 from hyla.train.run_dir import RunDir
 
 SPEC_KEYS = ("name", "preset", "out_dir", "seeds", "overrides", "grid", "parallel", "slurm", "results")
@@ -288,22 +283,12 @@ def run_status(run_dir: Path) -> str:
     return "started" if run.exists() else "new"
 
 
-def restart_cleanly(run_dir: Path) -> bool:
-    """Remove a run folder that has no checkpoint (a run killed before its first one), so that it
-    starts again from scratch; whether there was one."""
-    run = RunDir(run_dir)
-    if not run.exists() or run.has_checkpoint():
-        return False
-    shutil.rmtree(run_dir)
-    return True
-
-
-def _marker(spec: SweepSpec, run: Run, kind: str) -> Path:
+def marker_path(spec: SweepSpec, run: Run, kind: str) -> Path:
     """`<out_dir>/<run>.running` (a job trains it now) or `<out_dir>/<run>.job` (queued on Slurm)."""
     return Path(spec.out_dir) / f"{run.name}.{kind}"
 
 
-def _write_marker(path: Path, **info) -> None:
+def write_marker(path: Path, **info) -> None:
     """Atomically (`--status` may read it at any moment): host, time and `info` as JSON."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
@@ -316,45 +301,17 @@ def _running(marker: Path) -> bool:
     (a training stops a few seconds after its sweep is killed: end_with_parent)."""
     if not marker.exists():
         return False
-    info = _local_marker(marker)
-    return info is None or any(_alive(info[key]) for key in ("pid", "training_pid") if key in info)
+    info = local_marker(marker)
+    return info is None or any(alive(info[key]) for key in ("pid", "training_pid") if key in info)
 
 
-def _local_marker(marker: Path) -> dict | None:
+def local_marker(marker: Path) -> dict | None:
     """The marker's content if it was written on this host, else None."""
     info = json.loads(marker.read_text() or "{}")
     return info if info.get("host") == socket.gethostname() else None
 
 
-def settle_markers(spec: SweepSpec, timeout: float = 60.0) -> None:
-    """Before a local sweep launches: remove this host's `.running` markers whose job and training are
-    gone (a sweep killed with kill -9 leaves them), and wait up to `timeout` s for the trainings whose
-    job is gone (a killed sweep's: they checkpoint and stop, see end_with_parent), so that this sweep
-    resumes those runs instead of skipping them as running."""
-    deadline, told = time.monotonic() + timeout, False
-    while True:
-        orphans = []
-        for run in spec.runs():
-            marker = _marker(spec, run, "running")
-            info = _local_marker(marker) if marker.exists() else None
-            if info is None or "pid" not in info or _alive(info["pid"]):
-                continue  # no marker, another host's, or its sweep is alive
-            if "training_pid" in info and _alive(info["training_pid"]):
-                orphans.append(run.name)
-            else:
-                marker.unlink(missing_ok=True)
-        if not orphans:
-            return
-        if time.monotonic() >= deadline:
-            print(f"still training after {timeout:.0f} s, left as running: {', '.join(orphans)}", file=sys.stderr)
-            return
-        if not told:
-            print(f"waiting for the trainings of a killed sweep to stop: {', '.join(orphans)}", file=sys.stderr)
-            told = True
-        time.sleep(0.2)
-
-
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     """Whether process `pid` runs (a zombie, killed and not yet reaped, does not)."""
     try:
         os.kill(pid, 0)
@@ -380,8 +337,8 @@ def sweep_status(spec: SweepSpec) -> dict[str, str]:
             and records.recorded_as_completed(spec.results, f"{out.name}/{run.name}", run.seed, run.overrides)
         ):
             status = "recorded"
-        job, summary = _marker(spec, run, "job"), RunDir(out / run.name).summary_file
-        if _running(_marker(spec, run, "running")):
+        job, summary = marker_path(spec, run, "job"), RunDir(out / run.name).summary_file
+        if _running(marker_path(spec, run, "running")):
             status = "running"
         elif job.exists() and (not summary.exists() or job.stat().st_mtime > summary.stat().st_mtime):
             status = "queued"
@@ -451,156 +408,10 @@ def _hours(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{math.ceil(seconds / 60)} min"
 
 
-class RunJob:
-    """Trains one run of a sweep in a subprocess, logging to `<run>.log`; what every launcher runs.
-
-    Returns the exit code. Under submitit (Slurm), a preemption or the time limit calls `checkpoint`
-    first: the training gets SIGTERM (it saves a checkpoint and exits) and the returned copy of
-    this job is requeued; it resumes, because `run_command` resumes a run that has a checkpoint.
-    """
-
-    def __init__(self, spec: SweepSpec, run: Run, threads: int):
-        self.spec, self.run, self.threads = spec, run, threads
-        self.process: subprocess.Popen | None = None
-
-    def __call__(self) -> int:
-        marker, job_id = _marker(self.spec, self.run, "running"), os.environ.get("SLURM_JOB_ID")
-        _write_marker(marker, pid=os.getpid(), job_id=job_id)
-        try:
-            with open(Path(self.spec.out_dir) / f"{self.run.name}.log", "a") as log:
-                if restart_cleanly(Path(self.spec.out_dir) / self.run.name):
-                    log.write(f"{self.run.name}: killed before its first checkpoint; starting again from scratch\n")
-                    log.flush()
-                self.process = subprocess.Popen(
-                    run_command(self.spec, self.run, self.threads),
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    preexec_fn=stop_with_parent(),
-                )
-                _write_marker(marker, pid=os.getpid(), training_pid=self.process.pid, job_id=job_id)
-                code = self.process.wait()
-            keep_record(self.spec, self.run.name)
-            return code
-        finally:
-            marker.unlink(missing_ok=True)
-
-    def checkpoint(self, *args, **kwargs):
-        import submitit
-
-        if self.process is not None:
-            _stop(self.process.pid)
-        job_file = _marker(self.spec, self.run, "job")
-        if job_file.exists():
-            job_file.touch()  # queued again: newer than the summary the interrupted training wrote
-        return submitit.helpers.DelayedSubmission(RunJob(self.spec, self.run, self.threads))
-
-    def __getstate__(self):
-        return {**self.__dict__, "process": None}  # a process handle does not travel to the requeued job
-
-
-PR_SET_PDEATHSIG = 1  # prctl(2)
-
-
-@functools.cache
-def _prctl():
-    import ctypes
-
-    return ctypes.CDLL(None, use_errno=True).prctl
-
-
-def end_with_parent(parent: int) -> None:
-    """In a child of process `parent`, on Linux: SWEEP_ENDED (SIGUSR1) when the thread that started it
-    ends, with its process, however that ends (kill -9 included). A training then checkpoints and exits
-    (hyla.train.loop.StopSignal), so no run of a killed sweep trains on without it; a re-run resumes it.
-    Not SIGTERM: the signal comes again each time the child passes to another thread of the dying
-    parent, and a second SIGTERM aborts a training at once."""
-    _prctl()(PR_SET_PDEATHSIG, int(SWEEP_ENDED))
-    if os.getppid() != parent:  # the parent died before the signal was set
-        os.kill(os.getpid(), SWEEP_ENDED)
-
-
-def stop_with_parent():
-    """The `preexec_fn` for Popen that calls end_with_parent in the child on Linux; elsewhere None
-    (there the trainings of a killed sweep run to their end)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    _prctl()  # looked up here, before the fork: the child only calls it
-    return functools.partial(end_with_parent, os.getpid())
-
-
-def _stop(pid: int, timeout: float = 60.0) -> None:
-    """SIGTERM the training (it saves a checkpoint at the end of its step) and wait for it to exit;
-    SIGKILL after `timeout` s (Slurm's warning comes 90 s before its kill). Waits with os.waitpid,
-    not Popen.wait: this runs in a signal handler that interrupted a Popen.wait holding its lock."""
-    try:
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if os.waitpid(pid, os.WNOHANG)[0]:
-                return
-            time.sleep(0.1)
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-    except (ProcessLookupError, ChildProcessError):
-        pass  # it had already exited
-
-
-def keep_record(spec: SweepSpec, name: str) -> None:
-    """A completed run's record (hyla.experiments.records) and its exported weights
-    (hyla.experiments.export, into `models/<run name>/`) into the sweep's results folder, if it has
-    one: in the source tree, where committing them keeps the run once its folder is gone."""
-    from hyla.experiments.export import export_run  # export loads the model: only when a run completes
-
-    run_dir = Path(spec.out_dir) / name
-    if spec.results and run_status(run_dir) == "completed":
-        records.write(records.from_folder(run_dir), spec.results)
-        export_run(run_dir, Path(spec.results) / "models" / name, replace=True)
-
-
-def _todo(spec: SweepSpec) -> list[Run]:
+def runs_to_launch(spec: SweepSpec) -> list[Run]:
     """The runs to launch: not completed, not running now, not queued."""
     states = sweep_status(spec)
     return [r for r in spec.runs() if states[r.name] not in ("completed", "recorded", "running", "queued")]
-
-
-def run_sweep(spec: SweepSpec, dry_run: bool = False, progress: bool = True) -> dict[str, int]:
-    """Train every run of the sweep that is not complete, here, `spec.parallel` at a time (each a
-    `hyla` subprocess); returns {run name: exit code}. Progress is read from the runs' metrics.jsonl."""
-    threads = spec.local_threads()
-    check_configs(spec, threads)
-    out = Path(spec.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    if not dry_run:
-        settle_markers(spec)
-    runs, todo = spec.runs(), _todo(spec)
-    print(
-        f"sweep {spec.name}: {len(runs)} runs, {len(runs) - len(todo)} complete or under way, {len(todo)} to run "
-        f"({spec.parallel} at once, {threads} threads each) in {out}"
-    )
-    if dry_run:
-        for r in todo:
-            print(" ".join(run_command(spec, r, threads)))
-        return {}
-    codes = {}
-    bars = RunProgress({r.name: run_steps(spec, r) for r in todo}, progress)
-    with ThreadPoolExecutor(max_workers=max(1, spec.parallel)) as pool:
-        running = {pool.submit(RunJob(spec, r, threads)): r.name for r in todo}
-        try:
-            while running:
-                finished, _ = wait(running, timeout=0.5)
-                for future in finished:
-                    name = running.pop(future)
-                    codes[name] = future.result()
-                    bars.finished(name, last_train_step(out / name), codes[name])
-                for future, name in running.items():
-                    if future.running():  # launched: queued runs are not timed
-                        bars.update(name, last_train_step(out / name))
-        finally:  # on Ctrl-C the runs got it too: the pool waits while they checkpoint and exit
-            bars.close()
-    failed = {n: c for n, c in codes.items() if c != 0}
-    if failed:
-        print(f"{len(failed)} runs failed (see their .log files): {', '.join(failed)}", file=sys.stderr)
-    return codes
 
 
 def run_steps(spec: SweepSpec, run: Run) -> int:
@@ -608,79 +419,6 @@ def run_steps(spec: SweepSpec, run: Run) -> int:
     from hyla.train.presets import get_preset
 
     return int(run.overrides.get("train.steps", get_preset(spec.preset).train.steps))
-
-
-class RunProgress:
-    """One progress bar per run (steps) on a terminal. Elsewhere (a log file, CI) bars redrawn in place
-    would garble the output: each run gets a line (step, elapsed time) when it first makes progress, then
-    (with its ETA) at most every `every` seconds, and one when it finishes.
-
-    `update` is called for launched runs only: a run is timed from its first update. Its first interval
-    (up to the first new step seen) holds its start (imports, building, a resumed run's loading) and steps
-    that may have been written in one go, so the ETA comes from the pace measured after it."""
-
-    def __init__(self, total_steps: dict[str, int], enabled: bool = True, every: float = 30.0):
-        self.as_lines = enabled and not sys.stderr.isatty()
-        self.totals, self.every = total_steps, every
-        self.started: dict[str, tuple[float, int]] = {}  # name -> (time, step) of its first update
-        self.paced_from: dict[str, tuple[float, int]] = {}  # name -> (time, step) of its first new step
-        self.last_line: dict[str, float] = {}
-        self.bars = {}
-        if enabled and not self.as_lines:
-            from tqdm.auto import tqdm
-
-            self.bars = {
-                name: tqdm(total=total, desc=name, position=position, unit="step", dynamic_ncols=True, leave=True)
-                for position, (name, total) in enumerate(total_steps.items())
-            }
-
-    def update(self, name: str, step: int) -> None:
-        now = time.monotonic()
-        start_step = self.started.setdefault(name, (now, step))[1]
-        if name not in self.paced_from and step > start_step:
-            self.paced_from[name] = (now, step)
-            self._restart_bar_clock(name, step)
-        self._advance_bar(name, step)
-        if step > start_step and self.as_lines and now - self.last_line.get(name, -math.inf) >= self.every:
-            self.last_line[name] = now
-            print(self._line(name, step, now), file=sys.stderr, flush=True)
-
-    def _line(self, name: str, step: int, now: float) -> str:
-        """`name: step S/N, 1m05s elapsed, ETA 2m10s` (no ETA until the pace is measured)."""
-        total, elapsed = self.totals[name], now - self.started[name][0]
-        line = f"{name}: step {step}/{total}, {_duration(elapsed)} elapsed"
-        since, paced_step = self.paced_from[name]
-        if step > paced_step:
-            line += f", ETA {_duration((now - since) / (step - paced_step) * (total - step))}"
-        return line
-
-    def _restart_bar_clock(self, name: str, step: int) -> None:
-        """A bar's rate and ETA from here on: not from the first interval's jump."""
-        bar = self.bars.get(name)
-        if bar is not None:
-            bar.reset(total=bar.total)
-            bar.initial = bar.n = bar.last_print_n = step
-            bar.refresh()
-
-    def _advance_bar(self, name: str, step: int) -> None:
-        bar = self.bars.get(name)
-        if bar is not None and step > bar.n:
-            bar.update(step - bar.n)
-
-    def finished(self, name: str, step: int, code: int) -> None:
-        self._advance_bar(name, step)
-        if self.as_lines:
-            outcome = "finished" if code == 0 else f"exited with code {code}"
-            print(f"{name}: {outcome} at step {step}", file=sys.stderr, flush=True)
-
-    def close(self) -> None:
-        for bar in self.bars.values():
-            bar.close()
-
-
-def _duration(seconds: float) -> str:
-    minutes, seconds = divmod(int(seconds), 60)
-    return f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
 
 
 def last_train_step(run: Path) -> int:
@@ -696,174 +434,3 @@ def last_train_step(run: Path) -> int:
             except json.JSONDecodeError:  # the line being written right now
                 continue
     return 0
-
-
-def run_packed_sweep(spec: SweepSpec, size: int, dry_run: bool = False) -> dict[str, int]:
-    """Train the runs that are not complete in packs of at most `size` runs that share an
-    architecture (hyla.train.packed: one batched model per pack), `spec.parallel` packs at a time,
-    each in a process of its own; returns {run name: exit code}. A stopped pack is packed again and
-    resumes exactly."""
-    from hyla.train.packed import plan_packs
-    from hyla.train.presets import parse_train_args
-
-    threads = spec.local_threads()
-    check_configs(spec, threads)
-    out = Path(spec.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    if not dry_run:
-        settle_markers(spec)
-    runs, todo = spec.runs(), {run.name: run for run in _todo(spec)}
-    # resume=True: a run with a checkpoint continues from it, a new one starts
-    packs = plan_packs(
-        [replace(parse_train_args(train_args(spec, run, threads))[0], resume=True) for run in todo.values()], size
-    )
-    print(
-        f"sweep {spec.name}: {len(runs)} runs, {len(runs) - len(todo)} complete or under way, {len(todo)} to run "
-        f"in {len(packs)} packs of at most {size}, {spec.parallel} at a time ({threads} threads each) in {out}"
-    )
-    for pack in packs:
-        print(f"pack: {', '.join(cfg.name for cfg in pack)}", flush=True)
-    if dry_run:
-        return {}
-    for name in todo:
-        restart_cleanly(out / name)
-    pack_markers = [[_marker(spec, todo[cfg.name], "running") for cfg in pack] for pack in packs]
-    markers = [marker for pack in pack_markers for marker in pack]
-    for marker in markers:
-        _write_marker(marker, pid=os.getpid())
-    # a fresh interpreter per worker: forking a process whose OpenMP threads are running can hang
-    context = multiprocessing.get_context("spawn")
-    linux = sys.platform.startswith("linux")
-    try:
-        with ProcessPoolExecutor(
-            max_workers=max(1, spec.parallel),
-            mp_context=context,
-            initializer=end_with_parent if linux else None,
-            initargs=(os.getpid(),) if linux else (),
-        ) as pool:
-            for pack, error in zip(packs, pool.map(_train_pack, packs, pack_markers)):
-                if error:  # reported; the members' summaries say more, and a rerun resumes them
-                    print(f"pack {', '.join(cfg.name for cfg in pack)}: {error}", file=sys.stderr)
-    finally:
-        for marker in markers:
-            marker.unlink(missing_ok=True)
-    for cfg in (cfg for pack in packs for cfg in pack):
-        keep_record(spec, cfg.name)
-    return {cfg.name: 0 if run_status(out / cfg.name) == "completed" else 1 for pack in packs for cfg in pack}
-
-
-def _train_pack(pack: list, markers: list[Path]) -> str:
-    """Train one pack (in a worker process), its members' `markers` naming this process as their
-    training; "" or the error it ended with."""
-    from hyla.train.packed import train_packed
-
-    for marker in markers:
-        _write_marker(marker, pid=os.getppid(), training_pid=os.getpid())
-    try:
-        train_packed(pack)
-    except Stopped as e:
-        if e.signum == SWEEP_ENDED:  # the sweep is gone: no one to report to, and the worker would wait for work
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(128 + e.signum)
-        raise
-    except Exception as e:  # noqa: BLE001 - the error of one pack must not stop the others
-        return f"{type(e).__name__}: {e}"
-    return ""
-
-
-def slurm_executor(spec: SweepSpec):
-    """A submitit executor for Slurm with the spec's `slurm` parameters (job logs in <out_dir>/submitit/)."""
-    from hyla.train.configs import ConfigError
-
-    try:
-        import submitit
-    except ImportError:
-        raise ConfigError("--launcher slurm needs submitit: pip install 'hyla[slurm]'") from None
-    try:
-        executor = submitit.AutoExecutor(folder=Path(spec.out_dir) / "submitit", cluster="slurm")
-    except RuntimeError as e:  # no Slurm here
-        raise ConfigError(f"--launcher slurm: {e}") from None
-    executor.update_parameters(**{"name": spec.name, "timeout_min": 240, **spec.slurm})
-    return executor
-
-
-def submit_sweep(spec: SweepSpec, executor, dry_run: bool = False) -> dict[str, Any]:
-    """Submit every run that is not complete, running or queued as a job of `executor` (a submitit
-    executor: Slurm, or the local one in tests), all in one array; returns {run name: job}."""
-    threads = int(spec.slurm.get("cpus_per_task", 0))  # 0: torch's default
-    check_configs(spec, threads)
-    Path(spec.out_dir).mkdir(parents=True, exist_ok=True)
-    todo = _todo(spec)
-    print(f"sweep {spec.name}: {len(spec.runs())} runs, {len(todo)} to submit")
-    if dry_run or not todo:
-        for r in todo if dry_run else []:
-            print(" ".join(run_command(spec, r, threads)))
-        return {}
-    with executor.batch():
-        jobs = {r.name: executor.submit(RunJob(spec, r, threads)) for r in todo}
-    for run in todo:
-        _write_marker(_marker(spec, run, "job"), job_id=jobs[run.name].job_id)
-    print(
-        f"submitted {len(jobs)} jobs ({', '.join(sorted({j.job_id.split('_')[0] for j in jobs.values()}))}); "
-        f"follow them with: hyla sweep SPEC --status"
-    )
-    return jobs
-
-
-@dataclass
-class SweepOptions:
-    """Train a grid of runs from a sweep file (YAML, see `hyla/experiments/sweep.py`), skipping finished ones:
-    locally, several at once, or as Slurm jobs."""
-
-    spec: Positional[Path]
-    """sweep file (YAML)"""
-    launcher: Literal["local", "slurm"] = "local"
-    """where runs train"""
-    status: bool = False
-    """show which runs are done, running, pending and failed, and exit"""
-    parallel: Annotated[int | None, arg(help_behavior_hint="(default: the file's)")] = None
-    """runs at once with the local launcher, or with --pack packs at once, each in its own process"""
-    threads: Annotated[int | None, arg(help_behavior_hint="(default: this machine's cores / parallel)")] = None
-    """CPU threads of each run or pack; lower it when other work shares the machine"""
-    out_dir: Annotated[str | None, arg(help_behavior_hint="(default: the file's)")] = None
-    """parent folder of the sweep's run folders"""
-    pack: Annotated[int | None, arg(help_behavior_hint="(default: no packs)")] = None
-    """train runs that share an architecture as packs of up to N (one batched model each), --parallel packs at
-    a time, local launcher"""
-    only: list[str] = field(default_factory=list)
-    """train (or with --status, show) only the runs whose names match one of these glob patterns, e.g.
-    'mixer-hyla__*' or mixer-hyla__s0 (the names --status lists)"""
-    dry_run: bool = False
-    """print the commands, run nothing"""
-
-    def __post_init__(self):
-        from hyla.train.configs import check_positive
-
-        check_positive(parallel=self.parallel, threads=self.threads, pack=self.pack)
-
-
-def main(argv: list[str]) -> int:
-    from hyla.train.configs import ConfigError, parse_options
-
-    args = parse_options(SweepOptions, argv, "hyla sweep")
-    try:
-        spec = SweepSpec.load(args.spec)
-        spec.select(args.only)
-    except (OSError, ValueError, yaml.YAMLError) as e:
-        raise ConfigError(f"{args.spec}: {e}") from None
-    if args.parallel:
-        spec.parallel = args.parallel
-    spec.threads = args.threads
-    if args.out_dir:
-        spec.out_dir = args.out_dir
-    if args.status:
-        print_status(spec)
-        return 0
-    if args.pack and args.launcher != "local":
-        raise ConfigError("--pack works with the local launcher")
-    if args.launcher == "slurm":
-        submit_sweep(spec, slurm_executor(spec), args.dry_run)
-        return 0
-    codes = run_packed_sweep(spec, args.pack, args.dry_run) if args.pack else run_sweep(spec, args.dry_run)
-    return 1 if any(codes.values()) else 0

@@ -10,7 +10,7 @@ from matplotlib.image import AxesImage
 from hyla.analysis import figures, pipeline
 from hyla.analysis.plots import curves_figure
 from hyla.analysis.report import _mean_code_lines
-from hyla.experiments.results import final_figure
+from hyla.experiments.result_figures import final_figure
 
 
 def _texts(ax) -> list[str]:

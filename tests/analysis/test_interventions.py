@@ -1,7 +1,8 @@
-"""Latent-code interventions (hyla/analysis/interventions.py, docs/interventions.md): patching with a
-model's own codes changes nothing, patching with other codes is the formula of docs/math.md computed
-independently here in float64, bad input is a one-line ValueError, and the experiments and the
-`hyla interventions` command run end to end on tiny models."""
+"""Latent-code interventions (hyla/analysis/patching.py, hyla/analysis/interventions.py,
+docs/interventions.md): patching with a model's own codes changes nothing, patching with other codes
+is the formula of docs/math.md computed independently here in float64, bad input is a one-line
+ValueError, and the experiments and the `hyla interventions` command run end to end on tiny
+models."""
 
 import json
 import math
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 from hyla.analysis import interventions as iv
-from hyla.analysis import patch_latents
+from hyla.analysis import patch_latents, patching
 from hyla.analysis.intervention_report import group_stat, tables
 from hyla.nn import MultiHeadAttention
 from hyla.nn.transformer import ModelConfig, Transformer
@@ -48,7 +49,7 @@ def test_own_codes_change_nothing_bit_for_bit(mixer):
     layer for the last query only, and products of that shape may round differently (AVX2 CPUs)."""
     model, x = tiny_model(mixer), inputs()
     plain, codes = model(x, return_latents=True)
-    where = iv.pair_mask(torch.full((len(x),), SEQ_LEN - 1), SEQ_LEN)
+    where = patching.pair_mask(torch.full((len(x),), SEQ_LEN - 1), SEQ_LEN)
     for layer in range(2):  # one layer: codes of a plain run are exactly what the patched layer computes
         for mask in (None, where):
             with patch_latents(model, layer=layer):
@@ -67,7 +68,7 @@ def test_own_codes_change_nothing_bit_for_bit(mixer):
         patched, returned = model(x, return_latents=True)
     assert torch.equal(patched, reference)
     assert all(torch.equal(a, b) for a, b in zip(returned, own))
-    assert all(layer.latent_patch is None for layer in iv.attention_layers(model))
+    assert all(layer.latent_patch is None for layer in patching.attention_layers(model))
 
 
 @pytest.mark.parametrize("implementation", MLP_IMPLEMENTATIONS)
@@ -75,7 +76,7 @@ def test_own_codes_change_nothing_bit_for_bit(mixer):
 @torch.no_grad()
 def test_patch_works_whatever_implementation_the_layer_runs(mixer, implementation):
     model, x = tiny_model(mixer), inputs()
-    for layer in iv.attention_layers(model):
+    for layer in patching.attention_layers(model):
         layer.implementation = implementation
     if implementation == "cpp" and model.blocks[0].attention.mixer.normalization == "softmax":
         pytest.skip("the C++ kernel takes rms_head and none only")
@@ -151,7 +152,7 @@ def test_patched_last_block_of_a_transformer_is_the_formula(mixer):
     model = tiny_model(mixer, torch.float64, num_outputs=2, output_dim=3)
     x1, x2 = inputs(dtype=torch.float64), inputs(seed=2, dtype=torch.float64)
     donor = model(x2, return_latents=True)[1]
-    where = iv.pair_mask(torch.full((len(x1),), SEQ_LEN - 1), SEQ_LEN)  # the last query, every key
+    where = patching.pair_mask(torch.full((len(x1),), SEQ_LEN - 1), SEQ_LEN)  # the last query, every key
     with patch_latents(model, layer=1, codes=donor, where=where):
         pruned = model(x1)
         full = model(x1, return_latents=True)[0]
@@ -200,7 +201,7 @@ def test_bad_input_is_a_one_line_value_error_and_patches_are_removed():
     model.eval()
     with pytest.raises(RuntimeError), patch_latents(model, layer="all", codes=codes):
         raise RuntimeError("an error inside the block")
-    assert all(layer.latent_patch is None for layer in iv.attention_layers(model))
+    assert all(layer.latent_patch is None for layer in patching.attention_layers(model))
 
 
 # ----------------------------------------------------------------------------- the experiments' pieces
@@ -257,7 +258,7 @@ def codes_only_model(mixer: str) -> Transformer:
     the fuzzy-logic query, whose token A and B share, is set by its latent codes alone."""
     model = tiny_model(mixer)
     with torch.no_grad():
-        for layer in iv.attention_layers(model):
+        for layer in patching.attention_layers(model):
             layer.value.weight.zero_()
             layer.value.bias.normal_(generator=torch.Generator().manual_seed(0))
         model.head.weight.mul_(50.0)  # predictions of A and B far enough apart to be scored

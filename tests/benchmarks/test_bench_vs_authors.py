@@ -11,6 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import bench_vs_authors as bench  # noqa: E402
 
+from hyla.cli import sweep as sweep_command  # noqa: E402
 from hyla.experiments import sweep  # noqa: E402
 
 
@@ -35,7 +36,7 @@ def test_processes_by_packs_is_a_packed_sweep(tmp_path, capsys):
     spec = sweep.SweepSpec.load(command[4])
     assert spec.seeds == list(range(6)) and spec.out_dir == str(tmp_path / "measure")
     assert spec.overrides["train.steps"] == 5 and spec.overrides["train.batch_size"] == 16
-    assert sweep.main([*command[4:], "--dry-run"]) == 0
+    assert sweep_command.main([*command[4:], "--dry-run"]) == 0
     packs = [line for line in capsys.readouterr().out.splitlines() if line.startswith("pack: ")]
     assert packs == ["pack: base__s0, base__s1, base__s2", "pack: base__s3, base__s4, base__s5"]
 

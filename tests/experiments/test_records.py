@@ -11,7 +11,7 @@ from test_sweep_results import fake_run, write_spec
 
 from hyla.experiments import records
 from hyla.experiments.results import summarize
-from hyla.experiments.sweep import SweepSpec, _todo, sweep_status
+from hyla.experiments.sweep import SweepSpec, runs_to_launch, sweep_status
 
 
 def test_thin_keeps_every_evaluation_and_the_last_training_row():
@@ -105,7 +105,7 @@ grid: {{model.mixer: [softmax, hyla, linear]}}
     states = sweep_status(spec)
     # hyla's record has other settings (20 steps): it trains again
     assert states == {"mixer-softmax__s0": "recorded", "mixer-hyla__s0": "new", "mixer-linear__s0": "new"}
-    assert [run.name for run in _todo(spec)] == ["mixer-hyla__s0", "mixer-linear__s0"]
+    assert [run.name for run in runs_to_launch(spec)] == ["mixer-hyla__s0", "mixer-linear__s0"]
 
 
 def test_records_in_the_source_tree_are_not_git_ignored():

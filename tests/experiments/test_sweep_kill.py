@@ -13,7 +13,8 @@ import time
 import pytest
 
 from hyla.cli import main
-from hyla.experiments.sweep import SweepSpec, _alive, settle_markers, sweep_status
+from hyla.experiments.launch import settle_markers
+from hyla.experiments.sweep import SweepSpec, alive, sweep_status
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
 
@@ -67,7 +68,7 @@ def test_kill_9_of_a_sweep_stops_its_trainings_and_a_rerun_finishes_it(tmp_path,
         os.kill(sweep.pid, signal.SIGKILL)  # the sweep alone, not its process group
         sweep.wait()
         killed = time.monotonic()
-        while any(map(_alive, pids.values())):
+        while any(map(alive, pids.values())):
             assert time.monotonic() - killed < 15, "the trainings outlived their sweep"
             time.sleep(0.05)
     finally:

@@ -12,7 +12,8 @@ import time
 import pytest
 import torch
 
-from hyla.experiments.sweep import SweepSpec, print_status, run_sweep, submit_sweep, sweep_status
+from hyla.experiments.launch import run_sweep, submit_sweep
+from hyla.experiments.sweep import SweepSpec, print_status, sweep_status
 
 submitit = pytest.importorskip("submitit")
 

@@ -23,8 +23,9 @@ from test_exact_resume import (
 )
 
 from hyla.experiments import records
-from hyla.experiments.results import aggregate, find_runs
-from hyla.experiments.sweep import SweepSpec, run_packed_sweep, run_status
+from hyla.experiments.launch import run_packed_sweep
+from hyla.experiments.result_tables import aggregate, find_runs
+from hyla.experiments.sweep import SweepSpec, run_status
 from hyla.nn.transformer import Transformer
 from hyla.train import NonFiniteLossError, RunDir, load_run, train
 from hyla.train import checkpoint as ckpt

@@ -1,0 +1,89 @@
+"""`hyla interventions RUN [RUN ...]`: its options and their parsing (the experiments:
+hyla.analysis.interventions; the summary of several models: hyla.analysis.intervention_report)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import torch
+from tyro.conf import Positional, arg
+
+from hyla.analysis.collect import FUZZY_LOGIC, SRAVEN
+from hyla.analysis.intervention_report import write_report
+from hyla.analysis.interventions import interventions
+from hyla.train.configs import ConfigError, check_positive, parse_options
+from hyla.train.jsonio import portable_path
+
+
+@dataclass
+class InterventionsOptions:
+    """Latent-code interventions on trained models: patch a query's codes with another task's, score
+    the transfer (0 = unpatched, 1 = B's own prediction) beside controls and references."""
+
+    runs: Positional[Annotated[tuple[Path, ...], arg(metavar="RUN [RUN ...]", help_behavior_hint="(required)")]]
+    """run folders (`hyla train`) or exported models (`hyla export`), fuzzy logic or SRAVEN; several
+    (e.g. the training seeds of each mixer) are summarized as mean ± s.e. over models per mixer"""
+    out: Annotated[Path | None, arg(help_behavior_hint="(default: RUN/interventions)")] = None
+    """output folder, needed with several models; file names carry --tasks, --samples and --seed"""
+    tasks: int = 16
+    """task pairs per split (fuzzy logic); SRAVEN: tasks x samples grids per split"""
+    samples: int = 32
+    """sequences per task pair"""
+    seed: int = 0
+    batch_size: int = 512
+    device: str = "cpu"
+    """cpu | cuda | cuda:N | auto"""
+
+    def __post_init__(self):
+        if not self.runs:
+            raise ConfigError("give a run folder or an exported model (or several)")
+        check_positive(tasks=self.tasks, samples=self.samples, batch_size=self.batch_size)
+        if self.seed < 0:
+            raise ConfigError(f"--seed={self.seed} must be >= 0")
+        if len(self.runs) > 1 and self.out is None:
+            raise ConfigError(f"--out is needed with {len(self.runs)} models (their summary is written there)")
+        resolved = [path.resolve() for path in self.runs]
+        if len(set(resolved)) < len(resolved):
+            raise ConfigError("a model is named twice")
+
+
+def model_labels(paths: Sequence[Path]) -> list[str]:
+    """A short distinct name per model: its path below the models' common folder, '/' as '-'."""
+    resolved = [Path(path).resolve() for path in paths]
+    if len(resolved) == 1:
+        return [resolved[0].name]
+    parent = Path(os.path.commonpath(resolved))
+    return [str(path.relative_to(parent)).replace(os.sep, "-") for path in resolved]
+
+
+def main(argv: list[str]) -> int:
+    """`hyla interventions RUN [RUN ...] [--out DIR] [--tasks N] [--samples M] [--seed S]`"""
+    from hyla.train import load_run_at_step  # train depends on the model; analysis only needs it here
+
+    args = parse_options(InterventionsOptions, argv, "hyla interventions")
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    loaded = [load_run_at_step(path, task=(FUZZY_LOGIC, SRAVEN)) for path in args.runs]  # a bad one fails first
+    per_model = []
+    for path, label, (cfg, model, task, step) in zip(args.runs, model_labels(args.runs), loaded):
+        print(f"interventions: {label} ({cfg.task}, {cfg.model.mixer}, seed {cfg.seed})", file=sys.stderr)
+        metadata = {
+            "label": label,
+            "path": portable_path(path),
+            "task": cfg.task,
+            "mixer": cfg.model.mixer,
+            "seed": cfg.seed,
+            "checkpoint_step": step,
+        }
+        options = (args.tasks, args.samples, args.seed, args.batch_size)
+        per_model.append(interventions(model.to(device), task, *options, metadata=metadata))
+    out = args.out or Path(args.runs[0]) / "interventions"
+    stem = out / f"interventions_tasks{args.tasks}_samples{args.samples}_seed{args.seed}"
+    table = write_report(per_model, stem)
+    print(table)
+    print(f"wrote {stem.with_suffix('.json')} and {stem.with_suffix('.png')}")
+    return 0
