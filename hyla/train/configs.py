@@ -248,7 +248,7 @@ class TrainConfig:
     possible (a CPU) or fails, training warns once and runs eagerly"""
     dropout_masks: str = "cpu"
     """cpu | device: the generator attention-dropout masks come from (cpu: the same masks on every device;
-    device: the training device's, as hyla's CUDA runs drew them before 2026-11-26)"""
+    device: the training device's, to reproduce runs that drew them there: docs/gpu.md, "Eager HYLA on CUDA")"""
     deterministic: bool = False
     """torch.use_deterministic_algorithms(True)"""
     device: str = "auto"

@@ -96,12 +96,12 @@ def resolve_compile_mode(mode: str, device: torch.device) -> str:
     return "reduce-overhead" if device.type == "cuda" else "default"
 
 
-# Compiled on CUDA, the paper's SRAVEN HYLA model did not learn on an H100 (3 of 3 seeds at chance
-# after 40k steps) while softmax and linear attention compiled the same way learned, and eager HYLA
-# runs on an H200 learned, if less well than on the CPU (experiments/RESULTS.md). The fault:
-# inductor's backward of HYLA's pointwise form on CUDA (tests/ops/test_attention.py); `auto` now
-# keeps HYLA out of the graph there (naive_eager). A compiled model around it has not trained on a
-# GPU yet: until one has, such models train eagerly.
+# A model with HYLA's value network trains eagerly on CUDA, whatever train.compile says: inductor's
+# backward of HYLA's pointwise form is wrong on CUDA (tests/ops/test_attention.py), and compiled, the
+# paper's SRAVEN HYLA model stayed at chance on an H100 (3 of 3 seeds, 40k steps) while softmax and
+# linear attention compiled the same way learned (docs/gpu.md, experiments/RESULTS.md). `auto` keeps
+# HYLA's op out of the graph on CUDA (naive_eager), but no compiled model around that op has been
+# shown to learn on a GPU, and a model that fails to learn shows it only after a whole training.
 COMPILED_HYLA_ON_CUDA = (
     "train.compile is ignored for a model with HYLA's value network on CUDA: compiled, the SRAVEN "
     "HYLA model did not learn on an H100 (docs/gpu.md); training eagerly"
@@ -202,7 +202,8 @@ class Trainer:
     def dropout_masks(self, step: int, seq_len: int) -> list[torch.Tensor] | None:
         """The attention-dropout keep-masks of update `step` (None: no dropout): with
         train.dropout_masks cpu those the eager forward draws; with device, masks of the same shapes
-        from the device's generator, as hyla's CUDA runs drew them before 2026-11-26."""
+        from the device's generator (to reproduce runs that drew them there: docs/gpu.md, "Eager HYLA
+        on CUDA")."""
         self.seed_dropout(step)
         masks = self.model.draw_dropout_masks(seq_len)
         if masks is None or self.cfg.train.dropout_masks == "cpu" or self.ctx.device.type == "cpu":
@@ -301,7 +302,7 @@ class Progress:
 
 SWEEP_ENDED = getattr(signal, "SIGUSR1", None)
 """The signal a training started by `hyla sweep` gets when the sweep ends, however it ends (on Linux:
-the parent-death signal, hyla.experiments.sweep.end_with_parent): a stop request like SIGTERM's,
+the parent-death signal, hyla.experiments.launch.end_with_parent): a stop request like SIGTERM's,
 except that repeats of it are the same request (a dying sweep sends one per thread), never an abort."""
 
 
