@@ -1,11 +1,10 @@
-"""The C++ HYLA kernel (hyla/ops/kernels/cpp.py): outputs and gradients equal to the naive
-reference, for every input it takes; what it refuses; threads; building and falling back."""
-
-import itertools
+"""The C++ HYLA kernel (hyla/ops/kernels/cpp.py), beyond the comparison of every implementation with
+the reference in test_attention.py: a bias of any strides, gradcheck, threads, what it refuses,
+compiled, building and falling back."""
 
 import pytest
 import torch
-from torch.testing import assert_close
+from helpers_ops import assert_all_close, assert_close, make_case, outputs_and_grads
 
 from hyla.ops import attention, attention_naive
 from hyla.ops.dispatch import choose_implementation
@@ -13,34 +12,6 @@ from hyla.ops.kernels import cpp
 from hyla.ops.kernels.common import implementations_ran, reset_implementations_ran
 
 pytestmark = pytest.mark.skipif(not cpp.available(), reason="the C++ kernel did not build on this machine")
-
-# B, Tq, Tk, H, Dk, Dv: SRAVEN's and fuzzy logic's head sizes, one query (a read-out layer), and
-# head counts the kernel has no specialization for (3, 40)
-SHAPES = [(2, 9, 9, 16, 4, 4), (3, 16, 16, 8, 2, 2), (2, 1, 16, 8, 2, 2), (2, 5, 7, 3, 3, 5), (2, 4, 6, 40, 2, 3)]
-
-
-def case(shape, dtype=torch.float64, bias=True, mask=True, dropout=True, per_example=False, seed=0):
-    """Leaves q, k, v, bias; a mask with a fully masked query row; a dropout mask; an output gradient.
-    per_example: bias, mask and dropout differ across the batch ([B, ...]) instead of being shared."""
-    B, Tq, Tk, H, Dk, Dv = shape
-    g = torch.Generator().manual_seed(seed)
-    q, k, v = (
-        torch.randn(B, T, H, D, generator=g, dtype=dtype, requires_grad=True) for T, D in ((Tq, Dk), (Tk, Dk), (Tk, Dv))
-    )
-    n = B if per_example else 1
-    b = torch.randn(n, H, Tq, Tk, generator=g, dtype=dtype, requires_grad=True) if bias else None
-    m = None
-    if mask:
-        m = torch.rand(n, 1, Tq, Tk, generator=g) > 0.3
-        m[0, 0, 0] = False
-    d = torch.bernoulli(torch.full((n, 1, Tq, Tk), 0.8, dtype=dtype), generator=g) / 0.8 if dropout else None
-    return q, k, v, b, m, d, torch.randn(B, Tq, H, Dv, generator=g, dtype=dtype)
-
-
-def outputs_and_grads(fn, q, k, v, b, grad, **kwargs):
-    leaves = [t for t in (q, k, v, b) if t is not None]
-    out = fn(q, k, v, bias=b, **kwargs)
-    return [out, *torch.autograd.grad(out, leaves, grad)]
 
 
 def naive(q, k, v, **kwargs):
@@ -53,7 +24,8 @@ def test_reads_a_bias_of_any_strides_without_copying_it(layout, monkeypatch):
     [Tq, Tk, H]), a per-example view and one broadcast over the heads give the reference's
     outputs and gradients, and the bias reaches the kernel uncopied."""
     B, Tq, Tk, H = 2, 5, 7, 3
-    q, k, v, _, m, d, grad = case((B, Tq, Tk, H, 3, 4), bias=False)
+    case = make_case(B, Tq, Tk, H, 3, 4, bias=None)
+    q, k, v = case.leaves()
     g = torch.Generator().manual_seed(1)
     stored = {
         "position_bias_view": (Tq, Tk, H),
@@ -69,66 +41,38 @@ def test_reads_a_bias_of_any_strides_without_copying_it(layout, monkeypatch):
     seen = []
     forward = cpp._forward
     monkeypatch.setattr(cpp, "_forward", lambda q, k, v, b, *rest: seen.append(b) or forward(q, k, v, b, *rest))
-    kwargs = dict(normalization="rms_head", activation="relu", mask=m, dropout_mask=d)
+    kwargs = dict(normalization="rms_head", activation="relu", mask=case.mask, dropout_mask=case.dropout_mask)
     out = cpp.hyla_cpp(q, k, v, bias=bias(leaf), **kwargs)
     want = naive(q, k, v, bias=bias(leaf), **kwargs)
     assert seen[0].data_ptr() == leaf.data_ptr() and not seen[0].is_contiguous()
-    assert_close(out, want, rtol=1e-10, atol=1e-12)
     leaves = [q, k, v, leaf]
-    for x, y in zip(torch.autograd.grad(out, leaves, grad), torch.autograd.grad(want, leaves, grad)):
-        assert_close(x, y, rtol=1e-10, atol=1e-12)
-
-
-@pytest.mark.parametrize("normalization, activation", list(itertools.product(cpp.NORMALIZATIONS, cpp.ACTIVATIONS)))
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
-def test_equals_naive_float64(normalization, activation, shape):
-    for bias, mask, dropout, per_example in itertools.product([False, True], repeat=4):
-        q, k, v, b, m, d, grad = case(shape, bias=bias, mask=mask, dropout=dropout, per_example=per_example)
-        kwargs = dict(normalization=normalization, activation=activation, mask=m, dropout_mask=d)
-        got = outputs_and_grads(cpp.hyla_cpp, q, k, v, b, grad, **kwargs)
-        want = outputs_and_grads(naive, q, k, v, b, grad, **kwargs)
-        where = f"{bias=}, {mask=}, {dropout=}, {per_example=}"
-        for what, x, y in zip(("output", "q", "k", "v", "bias"), got, want):
-            assert_close(x, y, rtol=1e-10, atol=1e-12, msg=f"{what} differs ({where})")
+    got = [out, *torch.autograd.grad(out, leaves, case.grad_out)]
+    assert_all_close(got, [want, *torch.autograd.grad(want, leaves, case.grad_out)], what=layout)
 
 
 def test_gradcheck():
-    q, k, v, b, m, d, _ = case((2, 3, 4, 4, 2, 3))
+    case = make_case(2, 3, 4, 4, 2, 3, dropout="per_example")
+    m, d = case.mask, case.dropout_mask
     assert torch.autograd.gradcheck(
-        lambda q, k, v, b: cpp.hyla_cpp(q, k, v, normalization="rms_head", bias=b, mask=m, dropout_mask=d), (q, k, v, b)
+        lambda q, k, v, b: cpp.hyla_cpp(q, k, v, normalization="rms_head", bias=b, mask=m, dropout_mask=d),
+        tuple(case.leaves()),
     )
-
-
-def test_float32_at_the_sraven_size_with_a_causal_mask():
-    q, k, v, b, _, d, grad = case((8, 36, 36, 16, 4, 4), torch.float32, mask=False)
-    kwargs = dict(
-        normalization="rms_head",
-        activation="relu",
-        mask=torch.ones(36, 36, dtype=torch.bool).tril(),
-        dropout_mask=d[0, 0],
-    )
-    got = outputs_and_grads(cpp.hyla_cpp, q, k, v, b, grad, **kwargs)
-    want = outputs_and_grads(naive, q, k, v, b, grad, **kwargs)
-    for x, y in zip(got, want):
-        assert_close(x, y, rtol=1e-4, atol=1e-4 * y.abs().max().item())
 
 
 def test_thread_count_does_not_change_the_output_or_the_input_gradients():
-    q, k, v, b, m, d, grad = case((6, 12, 12, 16, 4, 4), torch.float32)
+    case = make_case(6, 12, 12, 16, 4, 4, dtype=torch.float32, mask="shared", dropout="per_example")
     threads = torch.get_num_threads()
     results = []
     try:
         for n in (1, 2, 3):
             torch.set_num_threads(n)
-            results.append(
-                outputs_and_grads(cpp.hyla_cpp, q, k, v, b, grad, normalization="rms_head", mask=m, dropout_mask=d)
-            )
+            results.append(outputs_and_grads(cpp.hyla_cpp, case, normalization="rms_head"))
     finally:
         torch.set_num_threads(threads)
     for other in results[1:]:
         for x, y in zip(results[0][:4], other[:4]):  # each batch element is one thread's work
             assert torch.equal(x, y)
-        assert_close(results[0][4], other[4])  # the shared bias sums the threads' parts
+        assert_close(results[0][4], other[4], what="grad bias")  # the shared bias sums the threads' parts
 
 
 @pytest.mark.parametrize(
@@ -164,15 +108,12 @@ def test_refuses_what_it_does_not_take(change, match):
 def test_compiled_matches_eager():
     from torch._inductor import config as inductor_config
 
-    q, k, v, b, m, d, grad = case((3, 16, 16, 8, 2, 2), torch.float32)
-    kwargs = dict(normalization="rms_head", mask=m, dropout_mask=d)
+    case = make_case(3, 16, 16, 8, 2, 2, dtype=torch.float32, mask="shared", dropout="per_example")
     torch._dynamo.reset()
     with inductor_config.patch({"cpp.enable_loop_tail_vec": False}):
         compiled = torch.compile(cpp.hyla_cpp, fullgraph=True)
-        got = outputs_and_grads(compiled, q, k, v, b, grad, **kwargs)
-    want = outputs_and_grads(cpp.hyla_cpp, q, k, v, b, grad, **kwargs)
-    for x, y in zip(got, want):
-        assert_close(x, y, rtol=1e-6, atol=1e-6)
+        got = outputs_and_grads(compiled, case, normalization="rms_head")
+    assert_all_close(got, outputs_and_grads(cpp.hyla_cpp, case, normalization="rms_head"), what="compiled")
 
 
 def test_disabled_by_the_environment(monkeypatch, set_switch):
@@ -186,7 +127,8 @@ def test_disabled_by_the_environment(monkeypatch, set_switch):
     reset_implementations_ran()
     out = attention(q, q, q, normalization="rms_head", value_network="mlp")
     assert implementations_ran() == ["fused"]  # auto takes the PyTorch form, with the same values
-    assert_close(out, attention(q, q, q, normalization="rms_head", value_network="mlp", implementation="naive"))
+    naive_out = attention(q, q, q, normalization="rms_head", value_network="mlp", implementation="naive")
+    assert_close(out, naive_out, what="auto without the kernel")
 
 
 def test_a_damaged_cached_library_is_rebuilt(fresh_build):
