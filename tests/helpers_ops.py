@@ -122,8 +122,8 @@ def make_case(
 CASES = {
     "cross": dict(B=2, Tq=15, Tk=37, H=3, Dk=4, Dv=5, mask="causal"),
     "one_query": dict(B=2, Tq=1, Tk=37, H=3, Dk=4, Dv=5, bias="per_example", mask=None, dropout=None),
-    "one_head": dict(B=2, Tq=19, Tk=15, H=1, Dk=3, Dv=2, bias="per_head", dropout="per_example"),
-    "batch_1": dict(B=1, Tq=19, Tk=23, H=5, Dk=2, Dv=20, mask="causal", dropout="per_head"),
+    "one_head": dict(B=2, Tq=19, Tk=15, H=1, Dk=3, Dv=2, dropout="per_example"),
+    "batch_1": dict(B=1, Tq=19, Tk=23, H=5, Dk=2, Dv=20, bias="per_head", mask="causal", dropout="per_head"),
     "one_key": dict(B=3, Tq=13, Tk=1, H=3, Dk=4, Dv=5, bias="pair", mask=None),
     "16_heads": dict(B=2, Tq=9, Tk=9, H=16, Dk=4, Dv=4, bias="per_example", mask="shared", dropout="per_example"),
     "40_heads": dict(B=2, Tq=4, Tk=6, H=40, Dk=2, Dv=3, bias=None, dropout=None),

@@ -1,19 +1,14 @@
-"""`hyla_triton` (the fused Triton HYLA kernels) against the float64 naive reference: outputs and
-gradients of q, k, v and the bias; every activation x normalization none / rms_head; masks (random
-and causal, with fully masked rows), relative-position-style bias, attention dropout, lengths that
-are not multiples of the tiles, value chunks, float32 and bfloat16.
+"""`hyla_triton` (the fused Triton HYLA kernels), beyond the comparison of every implementation with
+the reference in test_attention.py (every activation x normalization none / rms_head, masks with
+fully masked rows, a bias per head, dropout per head, lengths that are not multiples of the tiles,
+two value chunks): tiles and bias layouts, TF32 and bfloat16, dispatch, the custom operators,
+compiling, shared memory, fallbacks and deterministic mode.
 
 Where it runs: on CUDA when a GPU is present, otherwise on CPU tensors in Triton's interpreter
 (`TRITON_INTERPRET=1`, set below before triton is first imported: the interpreter is chosen when
 the kernels are defined). Skipped when triton is not installed (`pip install 'hyla[test]'`).
 
-Tolerances, on max |actual - reference| / max(max |reference|, 1) per tensor:
-- float32: 1e-4 (errors ~1e-7 in the interpreter; on the GPU the atomics add in any order).
-- float32 after `torch.set_float32_matmul_precision("high")`: 5e-3 (TF32 products, 10-bit
-  mantissa, on the GPU; the interpreter multiplies exactly).
-- bfloat16 inputs: 3e-2 against the float64 reference computed from the same bfloat16 values.
-  bfloat16 keeps 8 bits (relative rounding 4e-3), and the kernels round the latent codes and the
-  hidden layer to bfloat16 before each product, as the naive form does in bfloat16.
+Tolerances: tests/helpers_ops.py (TOLERANCES).
 """
 
 import json
@@ -23,6 +18,7 @@ import sys
 
 import pytest
 import torch
+from helpers_ops import assert_all_close, make_case, outputs_and_grads
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -39,69 +35,30 @@ from hyla.ops import (  # noqa: E402
 from hyla.ops.dispatch import choose_implementation, triton_by_default, triton_covers  # noqa: E402
 from hyla.ops.kernels import triton_hyla  # noqa: E402
 from hyla.ops.kernels.common import implementations_ran, reset_implementations_ran  # noqa: E402
-from hyla.ops.mixers import ACTIVATIONS  # noqa: E402
 
 if DEVICE == "cpu" and "Interpreted" not in type(triton_hyla._hyla_forward_kernel).__name__:
     pytest.skip("triton_hyla was imported before TRITON_INTERPRET=1 was set in this process", allow_module_level=True)
 
-NORMALIZATIONS = ["none", "rms_head"]
-FLOAT32_TOLERANCE = 1e-4
-TF32_TOLERANCE = 5e-3
-BFLOAT16_TOLERANCE = 3e-2
-
-
-def make_case(batch=2, q_len=19, k_len=23, heads=3, k_dim=4, v_dim=20, *, causal=True, shared_bias=True, seed=0):
-    """float64 CPU tensors: q, k, v, bias, a mask with one fully masked query row, a [Tq, Tk] dropout
-    mask, and an output gradient. 19 and 23 are not multiples of the 16-wide tiles."""
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randn(batch, q_len, heads, k_dim, generator=g, dtype=torch.float64)
-    k = torch.randn(batch, k_len, heads, k_dim, generator=g, dtype=torch.float64)
-    v = torch.randn(batch, k_len, heads, v_dim, generator=g, dtype=torch.float64)
-    bias = torch.randn(1 if shared_bias else batch, heads, q_len, k_len, generator=g, dtype=torch.float64)
-    mask = torch.rand(batch, 1, q_len, k_len, generator=g) > 0.3
-    mask[:, :, q_len // 2] = False
-    if causal:
-        mask &= torch.ones(q_len, k_len, dtype=torch.bool).tril(k_len - q_len)
-    dropout_mask = (torch.rand(q_len, k_len, generator=g) > 0.2).double() / 0.8
-    grad_out = torch.randn(batch, q_len, heads, v_dim, generator=g, dtype=torch.float64)
-    return dict(q=q, k=k, v=v, bias=bias, mask=mask, dropout_mask=dropout_mask), grad_out
-
-
-def outputs_and_grads(fn, case, grad_out, dtype, device):
-    """(out, grad q, grad k, grad v, grad bias) of fn on the case cast to dtype/device, as float64 CPU."""
-    inputs = {name: t.to(device, dtype if t.is_floating_point() else t.dtype) for name, t in case.items()}
-    leaves = [inputs[name].requires_grad_() for name in ("q", "k", "v", "bias")]
-    out = fn(**inputs)
-    grads = torch.autograd.grad(out, leaves, grad_out.to(device, dtype))
-    return [t.detach().double().cpu() for t in (out, *grads)]
-
 
 def naive(**kwargs):
-    return lambda **t: attention_naive(**t, value_network="mlp", **kwargs)[0]
+    return lambda q, k, v, **t: attention_naive(q, k, v, **t, value_network="mlp", **kwargs)[0]
 
 
 def fused(**kwargs):
-    return lambda **t: triton_hyla.hyla_triton(**t, **kwargs)
+    return lambda q, k, v, **t: triton_hyla.hyla_triton(q, k, v, **t, **kwargs)
 
 
-def assert_matches(actual, expected, tolerance, what=""):
-    names = ("out", "grad q", "grad k", "grad v", "grad bias")
-    for name, a, e in zip(names, actual, expected):
-        assert a.shape == e.shape, f"{what} {name}: shape {a.shape} != {e.shape}"
-        assert torch.isfinite(a).all(), f"{what} {name}: not finite"
-        error = (a - e).abs().max().item() / max(e.abs().max().item(), 1.0)
-        assert error <= tolerance, f"{what} {name}: relative error {error:.2e} > {tolerance:.0e}"
+def through_attention(**kwargs):
+    return lambda q, k, v, **t: attention(q, k, v, **t, **kwargs, value_network="mlp", implementation="triton")
 
 
-@pytest.mark.parametrize("activation", ACTIVATIONS)
-@pytest.mark.parametrize("normalization", NORMALIZATIONS)
-def test_matches_naive_float32(normalization, activation):
-    """Bias, causal + random mask, dropout, two query and two key tiles, two value chunks."""
-    case, grad_out = make_case(seed=len(activation))
-    kwargs = dict(normalization=normalization, activation=activation)
-    expected = outputs_and_grads(naive(**kwargs), case, grad_out, torch.float64, "cpu")
-    actual = outputs_and_grads(fused(**kwargs, tiles=[(16, 16, 16)]), case, grad_out, torch.float32, DEVICE)
-    assert_matches(actual, expected, FLOAT32_TOLERANCE, f"{normalization} {activation}")
+def compare(fast, case, dtype=torch.float32, tolerance=None, what="", tiles=None, **kwargs):
+    """`fast(**kwargs, tiles=tiles)` on the case in `dtype` on DEVICE against the float64 reference
+    (the tolerance of `tolerance`, default `dtype`); returns its outputs and gradients."""
+    expected = outputs_and_grads(naive(**kwargs), case)
+    actual = outputs_and_grads(fast(**kwargs, **({"tiles": tiles} if tiles else {})), case.to(DEVICE, dtype))
+    assert_all_close(actual, expected, tolerance or dtype, what)
+    return actual
 
 
 @pytest.mark.parametrize(
@@ -112,83 +69,45 @@ def test_matches_naive_float32(normalization, activation):
 def test_lengths_and_bias_layouts(q_len, k_len, heads, shared_bias, causal):
     """Cross-attention lengths, 16 heads (no head padding), a bias per batch element (stored, not
     added by atomics), 32-query tiles."""
-    case, grad_out = make_case(q_len=q_len, k_len=k_len, heads=heads, v_dim=16, causal=causal, shared_bias=shared_bias)
+    bias = "shared" if shared_bias else "per_example"
+    case = make_case(2, q_len, k_len, heads, 4, 16, bias=bias, mask="causal" if causal else "random")
     kwargs = dict(normalization="rms_head", activation="relu")
-    expected = outputs_and_grads(naive(**kwargs), case, grad_out, torch.float64, "cpu")
-    actual = outputs_and_grads(fused(**kwargs, tiles=[(32, 16, 16)]), case, grad_out, torch.float32, DEVICE)
-    assert_matches(actual, expected, FLOAT32_TOLERANCE, f"Tq={q_len} Tk={k_len}")
+    compare(fused, case, what=f"Tq={q_len} Tk={k_len}", tiles=[(32, 16, 16)], **kwargs)
 
 
 def test_matches_naive_tf32():
-    case, grad_out = make_case(heads=8, k_dim=16, v_dim=16)
+    case = make_case(2, 19, 23, 8, 16, 16, mask="causal")
     kwargs = dict(normalization="rms_head", activation="relu")
-    expected = outputs_and_grads(naive(**kwargs), case, grad_out, torch.float64, "cpu")
     previous = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("high")
     try:
-        actual = outputs_and_grads(fused(**kwargs), case, grad_out, torch.float32, DEVICE)
+        compare(fused, case, tolerance="tf32", **kwargs)
     finally:
         torch.set_float32_matmul_precision(previous)
-    assert_matches(actual, expected, TF32_TOLERANCE)
 
 
-@pytest.mark.parametrize("normalization", NORMALIZATIONS)
+@pytest.mark.parametrize("normalization", ["none", "rms_head"])
 def test_matches_naive_bfloat16(normalization):
-    case, grad_out = make_case(heads=8, k_dim=16, v_dim=16)
-    case = {name: t.bfloat16().double() if t.is_floating_point() else t for name, t in case.items()}
+    case = make_case(2, 19, 23, 8, 16, 16, mask="causal").to(dtype=torch.bfloat16).to(dtype=torch.float64)
     kwargs = dict(normalization=normalization, activation="gelu")
-    expected = outputs_and_grads(naive(**kwargs), case, grad_out, torch.float64, "cpu")
-    actual = outputs_and_grads(fused(**kwargs), case, grad_out, torch.bfloat16, DEVICE)
-    assert_matches(actual, expected, BFLOAT16_TOLERANCE, normalization)
+    compare(fused, case, torch.bfloat16, what=normalization, **kwargs)
 
 
-def test_per_head_dropout_and_bias_shapes():
-    """A dropout mask per head [B, H, Tq, Tk], a 3-d bias [H, Tq, Tk], no mask."""
-    case, grad_out = make_case(q_len=9, k_len=17, causal=False)
-    case["bias"] = case["bias"][0]
-    case["dropout_mask"] = (torch.rand(2, 3, 9, 17) > 0.2).double() / 0.8
-    del case["mask"]
-    kwargs = dict(normalization="rms_head", activation="silu")
-    expected = outputs_and_grads(naive(**kwargs), case, grad_out, torch.float64, "cpu")
-    actual = outputs_and_grads(fused(**kwargs), case, grad_out, torch.float32, DEVICE)
-    assert_matches(actual, expected, FLOAT32_TOLERANCE)
-
-
-@pytest.mark.parametrize("normalization", NORMALIZATIONS)
-def test_fully_masked_rows_give_zeros_and_finite_grads(normalization):
-    """Masked rows: output and query gradient exactly 0, every gradient finite, also for huge scores."""
-    case, grad_out = make_case(q_len=6, k_len=9, causal=False)
-    masked_rows = ~case["mask"].any(-1).squeeze(1)  # [B, Tq]
-    assert masked_rows.any()
-    case["q"], case["k"] = case["q"] * 1e3, case["k"] * 1e3
-    out, grad_q, grad_k, grad_v, grad_bias = outputs_and_grads(
-        fused(normalization=normalization, activation="relu"), case, grad_out, torch.float32, DEVICE
-    )
-    for t in (out, grad_q, grad_k, grad_v, grad_bias):
-        assert torch.isfinite(t).all()
-    assert (out[masked_rows] == 0).all() and (grad_q[masked_rows] == 0).all()
-
-
-def test_attention_dispatch():
-    """implementation="triton" in `hyla.ops.attention`, with the latent codes; clear errors otherwise."""
-    case, _ = make_case(q_len=5, k_len=7, causal=False)
-    case = {name: t.to(DEVICE, torch.float32) if t.is_floating_point() else t.to(DEVICE) for name, t in case.items()}
-    axes = dict(normalization="rms_head", value_network="mlp", activation="relu")
-    out, codes = attention(**case, **axes, implementation="triton", return_scores=True)
-    expected_out, expected_codes = attention(**case, **axes, implementation="naive", return_scores=True)
-    torch.testing.assert_close(out, expected_out, rtol=FLOAT32_TOLERANCE, atol=FLOAT32_TOLERANCE)
-    torch.testing.assert_close(codes, expected_codes)
+def test_attention_refuses_what_the_kernels_do_not_take():
+    """Clear errors (outputs and codes through `attention`: test_attention.py)."""
+    case = make_case(2, 5, 7, 3, 4, 20).to(DEVICE, torch.float32)
+    q, k, v = case.q, case.k, case.v
     with pytest.raises(ValueError, match="value_network='mlp'"):
-        attention(**case, normalization="none", value_network="linear", implementation="triton")
+        attention(q, k, v, normalization="none", value_network="linear", implementation="triton")
     with pytest.raises(ValueError, match="'none' and 'rms_head'"):
-        attention(**case, normalization="softmax", value_network="mlp", implementation="triton")
+        attention(q, k, v, normalization="softmax", value_network="mlp", implementation="triton")
     with pytest.raises(ValueError, match="power of two"):
-        triton_hyla.hyla_triton(case["q"], case["k"], case["v"], normalization="none", tiles=[(24, 16, 16)])
+        triton_hyla.hyla_triton(q, k, v, normalization="none", tiles=[(24, 16, 16)])
     with pytest.raises(TypeError, match="one dtype"):
-        triton_hyla.hyla_triton(case["q"], case["k"].bfloat16(), case["v"], normalization="none")
+        triton_hyla.hyla_triton(q, k.bfloat16(), v, normalization="none")
     with pytest.raises(TypeError, match="float32, bfloat16"):
         attention(
-            **{n: t.double() if t.is_floating_point() else t for n, t in case.items()}, **axes, implementation="triton"
+            q.double(), k.double(), v.double(), normalization="none", value_network="mlp", implementation="triton"
         )
 
 
@@ -211,15 +130,15 @@ def test_auto_takes_triton_only_on_cuda():
 def test_custom_operator_registration():
     """Schema, fake (meta) implementation and autograd registration of the custom operators, which
     let torch.compile keep the kernels in a full graph."""
-    case, _ = make_case(q_len=5, k_len=7, v_dim=4, causal=False)
-    q, k, v, bias = (case[n].to(DEVICE, torch.float32).requires_grad_() for n in ("q", "k", "v", "bias"))
+    case = make_case(2, 5, 7, 3, 4, 4).to(DEVICE, torch.float32)
+    q, k, v, bias = case.leaves()
     args = (
         q,
         k,
         v,
         bias,
-        case["mask"].to(DEVICE),
-        case["dropout_mask"].to(DEVICE, torch.float32),
+        case.mask,
+        case.dropout_mask,
         "rms_head",
         "tanh",
         [16, 16, 16],
@@ -236,15 +155,9 @@ def test_custom_operator_registration():
 def test_compiles_in_a_full_graph():
     """torch.compile traces the dispatch and keeps the kernels as opaque custom operators (no graph
     break; aot_eager: AOTAutograd runs the registered backward, without inductor's compile time)."""
-    case, grad_out = make_case(q_len=9, k_len=9, causal=False)
-    del case["dropout_mask"]
-    kwargs = dict(normalization="rms_head", value_network="mlp", activation="relu")
-    compiled = torch.compile(
-        lambda **t: attention(**t, **kwargs, implementation="triton"), fullgraph=True, backend="aot_eager"
-    )
-    expected = outputs_and_grads(lambda **t: attention_naive(**t, **kwargs)[0], case, grad_out, torch.float64, "cpu")
-    actual = outputs_and_grads(compiled, case, grad_out, torch.float32, DEVICE)
-    assert_matches(actual, expected, FLOAT32_TOLERANCE)
+    case = make_case(2, 9, 9, 3, 4, 20, dropout=None)
+    kwargs = dict(normalization="rms_head", activation="relu")
+    compare(lambda **kw: torch.compile(through_attention(**kw), fullgraph=True, backend="aot_eager"), case, **kwargs)
 
 
 def test_importing_hyla_does_not_import_triton():
@@ -321,16 +234,12 @@ def test_a_tile_too_large_for_the_gpu_gives_way_to_a_smaller_one(monkeypatch):
 
     for name in ("_hyla_forward_kernel", "_hyla_backward_kernel"):
         monkeypatch.setattr(triton_hyla, name, SmallGpu(getattr(triton_hyla, name)))
-    case, grad_out = make_case(heads=4, v_dim=32)
+    case = make_case(2, 19, 23, 4, 4, 32, mask="causal")
     kwargs = dict(normalization="rms_head", activation="relu")
-    expected = outputs_and_grads(naive(**kwargs), case, grad_out, torch.float64, "cpu")
     reset_implementations_ran()
-    actual = outputs_and_grads(
-        fused(**kwargs, tiles=[(16, 16, 32), (16, 16, 16)]), case, grad_out, torch.float32, DEVICE
-    )
-    assert_matches(actual, expected, FLOAT32_TOLERANCE)
+    compare(fused, case, **kwargs, tiles=[(16, 16, 32), (16, 16, 16)])
     assert launched == [32, 16, 32, 16]  # forward, then backward
-    outputs_and_grads(fused(**kwargs, tiles=[(16, 16, 32), (16, 16, 16)]), case, grad_out, torch.float32, DEVICE)
+    outputs_and_grads(fused(**kwargs, tiles=[(16, 16, 32), (16, 16, 16)]), case.to(DEVICE, torch.float32))
     assert launched[4:] == [16, 16]  # the tile too large is remembered
     assert implementations_ran() == []  # (no fallback to PyTorch)
 
@@ -355,16 +264,12 @@ def test_a_failing_kernel_falls_back_to_the_same_math(failure, monkeypatch):
         monkeypatch.setitem(sys.modules, "hyla.ops.kernels.triton_hyla", None)  # importing it raises
         monkeypatch.delattr(kernels, "triton_hyla")
         reason = "importing it failed"
-    case, grad_out = make_case(q_len=9, k_len=11)
-    kwargs = dict(normalization="rms_head", activation="relu", value_network="mlp")
-    expected = outputs_and_grads(lambda **t: attention_naive(**t, **kwargs)[0], case, grad_out, torch.float64, "cpu")
+    case = make_case(2, 9, 11, 3, 4, 20, mask="causal")
+    kwargs = dict(normalization="rms_head", activation="relu")
     reset_implementations_ran()
     with pytest.warns(RuntimeWarning, match=reason) as warned:
-        actual = outputs_and_grads(
-            lambda **t: attention(**t, **kwargs, implementation="triton"), case, grad_out, torch.float32, DEVICE
-        )
+        compare(through_attention, case, **kwargs)
     assert len(warned) == 1  # once, though forward and backward both fell back
-    assert_matches(actual, expected, FLOAT32_TOLERANCE)
     ran = implementations_ran()
     assert (
         ran[0] == "triton" and len(ran) == 2 and ran[1].startswith("triton fell back to PyTorch") and reason in ran[1]
@@ -379,18 +284,16 @@ def test_deterministic_mode_uses_no_atomics(monkeypatch):
         raise AssertionError("the atomic backward kernel ran in deterministic mode")
 
     monkeypatch.setattr(triton_hyla, "_launch_backward", no_atomics)
-    case, grad_out = make_case(q_len=9, k_len=11)
+    case = make_case(2, 9, 11, 3, 4, 20, mask="causal")
     kwargs = dict(normalization="rms_head", activation="relu")
-    expected = outputs_and_grads(naive(**kwargs), case, grad_out, torch.float64, "cpu")
     previous = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True)
     try:
         with pytest.warns(RuntimeWarning, match="deterministic"):
-            first = outputs_and_grads(fused(**kwargs), case, grad_out, torch.float32, DEVICE)
-        second = outputs_and_grads(fused(**kwargs), case, grad_out, torch.float32, DEVICE)
+            first = compare(fused, case, **kwargs)
+        second = outputs_and_grads(fused(**kwargs), case.to(DEVICE, torch.float32))
     finally:
         torch.use_deterministic_algorithms(previous)
-    assert_matches(first, expected, FLOAT32_TOLERANCE)
     assert all(torch.equal(a, b) for a, b in zip(first, second))
 
 
