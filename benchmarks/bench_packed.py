@@ -36,9 +36,10 @@ from bench_training import machine
 
 from hyla.train.configs import build_task, resolve_model
 from hyla.train.distributed import DistContext
-from hyla.train.loop import Trainer, build_model
+from hyla.train.loop import build_model
 from hyla.train.packed import PackedUpdate
 from hyla.train.presets import get_preset
+from hyla.train.step import Trainer
 
 RESULTS = Path(__file__).parent / "results" / "packed.json"
 RTOL, ATOL = 1e-4, 1e-5

@@ -29,9 +29,10 @@ import torch
 
 from hyla.train.configs import ConfigError, ExperimentConfig, build_task, parse_overrides, resolve_model
 from hyla.train.distributed import DistContext
-from hyla.train.loop import Trainer, build_model, process_settings
+from hyla.train.loop import build_model, process_settings
 from hyla.train.presets import get_preset
 from hyla.train.run_dir import cpu_name, git_commit
+from hyla.train.step import Trainer
 
 RESULTS = Path(__file__).parent / "results" / "training.json"
 # The authors' JAX code on the 2-core CPU, 2 threads (medians of bench_vs_authors.py, quiet machine,

@@ -189,7 +189,7 @@ class TextConfig(TaskConfig):
 # ============================================================================= end of language modeling
 
 
-# auto: reduce-overhead (inductor with CUDA graphs) on CUDA, default elsewhere (hyla.train.loop.resolve_compile_mode)
+# auto: reduce-overhead (inductor with CUDA graphs) on CUDA, default elsewhere (hyla.train.step.resolve_compile_mode)
 COMPILE_MODES = ("auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 # fp32: float32 matmuls in full precision; tf32: TensorFloat-32 matmuls on CUDA; bf16: autocast to bfloat16
 PRECISIONS = ("fp32", "tf32", "bf16")

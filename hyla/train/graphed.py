@@ -90,7 +90,7 @@ class CudaGraphs:
 
 
 class GraphedUpdate:
-    """One optimization step of `trainers` (hyla.train.loop.Trainer), replayed as a CUDA graph.
+    """One optimization step of `trainers` (hyla.train.step.Trainer), replayed as a CUDA graph.
 
     `gradient_step(inputs) -> (losses, predictions)`: zero the gradients, forward, backward and every
     trainer's optimizer step, reading only `inputs` (a pytree of tensors: batches, dropout masks);

@@ -66,18 +66,9 @@ from hyla.nn.feedforward import MixtureOfExperts
 from hyla.nn.transformer import Transformer
 from hyla.train import distributed, graphed
 from hyla.train.configs import ConfigError, ExperimentConfig, build_task, resolve_model, validate
-from hyla.train.loop import (
-    AnalysisHook,
-    NonFiniteLossError,
-    StopSignal,
-    Trainer,
-    TrainingLoop,
-    gradient_step,
-    open_session,
-    process_settings,
-    update,
-)
+from hyla.train.loop import AnalysisHook, NonFiniteLossError, StopSignal, TrainingLoop, open_session, process_settings
 from hyla.train.run_dir import RunDir
+from hyla.train.step import Trainer, gradient_step, update
 
 # Process-wide settings: one value per pack.
 PROCESS_SETTINGS = ("device", "threads", "deterministic", "precision", "cuda_graph")
@@ -192,7 +183,7 @@ class PackedUpdate:
     def __call__(self, trainers: list[Trainer], steps: list[int]) -> list[tuple[torch.Tensor, torch.Tensor, Any]]:
         """Update number steps[i] of trainers[i], for every i: the members' batches and parameters
         are stacked, one vmapped forward and backward computes them all, then every member takes its
-        own AdamW step and schedule step (`hyla.train.loop.update`, as a solo run's step). Returns
+        own AdamW step and schedule step (`hyla.train.step.update`, as a solo run's step). Returns
         each member's (loss, predictions, batch)."""
         batches = [trainer.batch(step) for trainer, step in zip(trainers, steps)]
         x = _stack([batch.x for batch in batches], "inputs")  # [M, B, T, ...]

@@ -21,9 +21,10 @@ from test_exact_resume import assert_same_run
 from hyla.train import graphed, train
 from hyla.train.configs import build_task, resolve_model
 from hyla.train.distributed import DistContext
-from hyla.train.loop import Trainer, build_model
+from hyla.train.loop import build_model
 from hyla.train.packed import train_packed
 from hyla.train.presets import get_preset
+from hyla.train.step import Trainer
 
 CPU = DistContext(0, 1, torch.device("cpu"))
 

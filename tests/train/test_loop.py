@@ -15,7 +15,8 @@ from hyla.train import NonFiniteLossError, evaluate, load_run, train
 from hyla.train import checkpoint as ckpt
 from hyla.train.configs import ConfigError, build_task, resolve_model
 from hyla.train.distributed import DistContext
-from hyla.train.loop import Trainer, build_model, update
+from hyla.train.loop import build_model
+from hyla.train.step import Trainer, update
 
 
 def test_run_folder_contents(tmp_path):

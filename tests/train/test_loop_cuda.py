@@ -71,7 +71,7 @@ def cpu_runs(tmp_path_factory) -> dict[tuple[str, float], list[float]]:
     "mixer, compile, compile_mode, precision, trained_mode",
     [
         ("hyla", False, "auto", "fp32", None),
-        ("hyla", True, "auto", "fp32", None),  # eager, with a warning (hyla.train.loop.COMPILED_HYLA_ON_CUDA)
+        ("hyla", True, "auto", "fp32", None),  # eager, with a warning (hyla.train.step.COMPILED_HYLA_ON_CUDA)
         ("linear", False, "auto", "fp32", None),
         ("linear", True, "default", "fp32", "default"),
         ("linear", True, "reduce-overhead", "fp32", "reduce-overhead"),
