@@ -219,15 +219,16 @@ class Result:
             assert_close(got, want, dtype, f"{what}: grad {name}")
 
 
-def run(implementation: str, case: Case, **axes) -> Result:
-    """`attention(..., implementation=implementation, return_latents=True)` on the case, and the
-    gradients of its loss. The streamed form takes STREAMED_BLOCK keys per block."""
+def run(implementation: str, case: Case, function=attention, **axes) -> Result:
+    """`function(..., implementation=implementation, return_latents=True)` on the case (`function`:
+    `attention`, or it compiled), and the gradients of its loss. The streamed form takes
+    STREAMED_BLOCK keys per block."""
     leaves = case.leaves()
     q, k, v, *bias = leaves
     kwargs = dict(bias=bias[0] if bias else None, mask=case.mask, dropout_mask=case.dropout_mask)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(streamed, "key_block_size", lambda *args: STREAMED_BLOCK)
-        out, codes = attention(q, k, v, **axes, **kwargs, return_latents=True, implementation=implementation)
+        out, codes = function(q, k, v, **axes, **kwargs, return_latents=True, implementation=implementation)
     loss = (out * case.grad_out).sum() + (codes * case.grad_codes).sum()
     return Result(out, codes, list(torch.autograd.grad(loss, leaves)))
 
