@@ -181,8 +181,24 @@ def other_numbers() -> dict[str, str]:
     for mixer in MIXERS:
         n[f"demo_{mixer}"], n[f"demo_{mixer}_2"] = f"{demo[mixer]:.1f}", f"{demo[mixer]:.2f}"
         n[f"lm_{mixer}"] = f"{lm[mixer]['valid_loss'][0]:.3f}"
+    n.update(intervention_numbers("interventions_weights_raven_cpu/interventions_tasks16_samples32_seed0.json"))
     speed = vs_authors("a609782")
     n["speed_logic"], n["speed_raven"] = f"{speed['logic_4var_2term']:.2f}", f"{speed['raven_3x3_4features']:.2f}"
+    return n
+
+
+def intervention_numbers(file: str) -> dict[str, str]:
+    """Calibrated transfer on OOD tasks, every layer patched at the row site, per mixer: the patch,
+    the leak control (B's query against A's keys) and the perfect-random-rule reference."""
+    groups = json.loads((RESULTS / file).read_text())["groups"]
+    n = {}
+    for group in groups:
+        ood = group["splits"]["ood"]
+        row = ood["sites"]["row"]["all layers"]
+        mixer = group["mixer"]
+        n[f"iv_{mixer}"] = f"{row['patched']['mean']:.2f}"
+        n[f"iv_{mixer}_leak"] = f"{row['query_side']['mean']:.2f}"
+        n[f"iv_{mixer}_random"] = f"{ood['reference']['random_rule']['mean']:.2f}"
     return n
 
 

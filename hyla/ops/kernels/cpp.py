@@ -13,7 +13,7 @@ per vector lane (an AVX-512 register of float32). Per query q and key j, all in 
 f is the attention-dropout scale and 0 where the mask is False (a masked or dropped pair
 contributes nothing, as in the reference). The backward recomputes each pair from q, k and v
 instead of storing anything of size [B, H, Tq, Tk]. Same values as `attention_naive` up to float
-rounding; tests/ops/test_cpp_attention.py compares outputs and gradients in float64 and float32.
+rounding; tests/ops/test_attention.py compares outputs and gradients in float64 and float32.
 What it gains in training steps/s is in the speed ledger, docs/speed.md.
 
 The kernel is compiled on first use with the system C++ compiler (`$CXX`, else `c++`) for this

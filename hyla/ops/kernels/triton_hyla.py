@@ -32,7 +32,7 @@ the reference (experiments/RESULTS.md, "On one H100 (2026-11-24, session 9)", GP
 
 CPU tensors work in Triton's interpreter (`TRITON_INTERPRET=1` set before this module is first
 imported): that is how the tests run without a GPU. Same values as `attention_naive` up to
-rounding; tested against it on outputs and gradients (tests/ops/test_triton_attention.py).
+rounding; tested against it on outputs and gradients (tests/ops/test_attention.py).
 """
 
 from __future__ import annotations
