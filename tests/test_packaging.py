@@ -1,12 +1,14 @@
 """The package as users get it: `hyla --version`, and (slow) a wheel built with `python -m build` that
 installs into a fresh virtual environment and runs from outside the source tree."""
 
+import re
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 from hyla.cli import main, version
 
@@ -16,6 +18,21 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_version_flag(capsys):
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.strip() == f"hyla {version()}"
+
+
+def test_the_quick_start_installs_the_cpu_build_the_cpu_extra_pins():
+    """README's main-job command takes torch from PyTorch's CPU index first, at the version the `cpu`
+    extra pins, and that pin admits the CPU build's local version, so the extra adds no CUDA build."""
+    readme = (ROOT / "README.md").read_text()
+    [command] = [line for line in readme.splitlines() if line.endswith("hyla demo") and "pip install" in line]
+    cpu_step = re.search(r"pip install torch==(\S+) --index-url https://download\.pytorch\.org/whl/cpu", command)
+    assert cpu_step, command
+    assert command.index(cpu_step.group(0)) < command.index("pip install -e '.[cpu]'")
+    [extra] = re.findall(r'^cpu = \["([^"]+)"\]', (ROOT / "pyproject.toml").read_text(), re.MULTILINE)
+    pin = Requirement(extra)
+    assert pin.name == "torch"
+    assert pin.specifier.contains(cpu_step.group(1))
+    assert pin.specifier.contains(f"{cpu_step.group(1)}+cpu")
 
 
 def _source_modules() -> set[str]:
