@@ -188,15 +188,15 @@ def other_numbers() -> dict[str, str]:
 
 
 def intervention_numbers(file: str) -> dict[str, str]:
-    """Calibrated transfer on OOD tasks, every layer patched at the row site, per mixer: the patch,
-    the leak control (B's query against A's keys) and the perfect-random-rule reference."""
+    """Calibrated transfer on OOD tasks, every layer patched at the row site, per mixer (mean ± s.e.
+    over the trained models): the patch, the leak control (B's query against A's keys) and the perfect-random-rule reference."""
     groups = json.loads((RESULTS / file).read_text())["groups"]
     n = {}
     for group in groups:
         ood = group["splits"]["ood"]
         row = ood["sites"]["row"]["all layers"]
         mixer = group["mixer"]
-        n[f"iv_{mixer}"] = f"{row['patched']['mean']:.2f}"
+        n[f"iv_{mixer}"] = f"{row['patched']['mean']:.2f} ± {row['patched']['se']:.2f}"
         n[f"iv_{mixer}_leak"] = f"{row['query_side']['mean']:.2f}"
         n[f"iv_{mixer}_random"] = f"{ood['reference']['random_rule']['mean']:.2f}"
     return n
