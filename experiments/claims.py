@@ -189,7 +189,8 @@ def other_numbers() -> dict[str, str]:
 
 def intervention_numbers(file: str) -> dict[str, str]:
     """Calibrated transfer on OOD tasks, every layer patched at the row site, per mixer (mean ± s.e.
-    over the trained models): the patch, the leak control (B's query against A's keys) and the perfect-random-rule reference."""
+    over the trained models): the patch, the leak control (B's query against A's keys) and the
+    perfect-random-rule reference."""
     groups = json.loads((RESULTS / file).read_text())["groups"]
     n = {}
     for group in groups:
