@@ -154,7 +154,8 @@ class GraphedUpdate:
             return
         if spec != self.spec or any(a.shape != b.shape or a.dtype != b.dtype for a, b in zip(leaves, self.static)):
             raise ValueError("a graphed step's inputs changed their structure, shapes or dtypes")
-        torch._foreach_copy_(self.static, leaves)
+        for static, leaf in zip(self.static, leaves):  # a few tensors: public copies, no private op
+            static.copy_(leaf)
 
     def _capture(self) -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
         """Warm up on the side stream, undo the warm-up's updates, capture the step."""
