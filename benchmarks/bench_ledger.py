@@ -11,13 +11,13 @@ eager as the mechanism runs in training, `--threads`); its steps/s is the run's 
 `steps_per_second` (the first step, with compilation, is not timed) and its peak memory the
 process's maximum resident set. "on" is the default; "off" the same command with the mechanism
 turned off: by its environment switch, by taking it out in the training process before it starts
-(`OFF_PATCHES`: an implementation dropped from `hyla.ops.dispatch.BACKENDS`, the q/k/v projection
-as three products, gelu_tanh as aten's kernel also under torch.compile), or by running another
-checkout (`--off-tree NAME=DIR`). The sides alternate (on off on off ...), so a drift of a shared
-machine's speed falls on both; the ratio on/off is taken pair by pair and its min / median / max
-reported, with the memory ratio. Packing is measured by bench_packed.py (a pack of 8 runs against
-one run, model-steps/s). The JSON is rewritten after every row; numbers taken while the machine
-is busy (`load_average` in the JSON) are not measurements.
+(`OFF_PATCHES`: an implementation dropped from `hyla.ops.dispatch.BACKENDS`, gelu_tanh as aten's
+kernel also under torch.compile), or by running another checkout (`--off-tree NAME=DIR`). The sides
+alternate (on off on off ...), so a drift of a shared machine's speed falls on both; the ratio
+on/off is taken pair by pair and its min / median / max reported, with the memory ratio. Packing is
+measured by bench_packed.py (a pack of 8 runs against one run, model-steps/s). The JSON is rewritten
+after every row; numbers taken while the machine is busy (`load_average` in the JSON) are not
+measurements.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class Mechanism:
     """How to run one mechanism's rows. off_env: the environment that turns it off; off_patch: a
     key of OFF_PATCHES applied in the training process instead; compiled: None follows --eager;
     overrides: extra `hyla train` options per preset (presets without an entry are skipped when
-    the dict is not empty)."""
+    the dict is not empty); steps: the preset's steps where they differ from STEPS."""
 
     what: str
     mixer: str = "hyla"
@@ -53,6 +53,7 @@ class Mechanism:
     off_patch: str | None = None
     compiled: bool | None = None
     overrides: dict = field(default_factory=dict)
+    steps: dict = field(default_factory=dict)
 
 
 MECHANISMS = {
@@ -72,8 +73,8 @@ MECHANISMS = {
         off_patch="streamed",
         compiled=False,
         overrides={"logic_4var_2term": ["--fuzzy_logic.seq_len", "320"]},
+        steps={"logic_4var_2term": 40},  # at T = 320 a step takes about a second; the row is for memory
     ),
-    "stacked_projection": Mechanism("q, k and v as one product (linear_group)", off_patch="stacked_projection"),
     "gelu_tanh": Mechanism("gelu_tanh as x*sigmoid(2z) under torch.compile", off_patch="gelu_tanh", compiled=True),
     "packing": Mechanism("8 runs trained as one vmapped pack (bench_packed.py) against one run"),
 }
@@ -83,12 +84,6 @@ def _drop_backend(name: str) -> None:
     from hyla.ops import dispatch
 
     dispatch.BACKENDS[:] = [backend for backend in dispatch.BACKENDS if backend.name != name]
-
-
-def _separate_projections() -> None:
-    from hyla.nn import attention
-
-    attention.linear_group = lambda x, layers: [layer(x) for layer in layers]
 
 
 def _plain_gelu_tanh() -> None:
@@ -104,7 +99,6 @@ OFF_PATCHES = {
     "fused": lambda: _drop_backend("fused"),
     "pointwise": lambda: _drop_backend("pointwise"),
     "streamed": lambda: _drop_backend("streamed"),
-    "stacked_projection": _separate_projections,
     "gelu_tanh": _plain_gelu_tanh,
 }
 
@@ -135,7 +129,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def train_command(preset: str, mechanism: Mechanism, args, scratch: str, off_patch: str | None) -> list[str]:
     """A `hyla train` process of the preset's steps, with the mechanism's mixer and compile setting."""
-    steps = str(args.steps[preset])
+    steps = str(args.steps[preset] if args.quick else mechanism.steps.get(preset, args.steps[preset]))
     compiled = (not args.eager) if mechanism.compiled is None else mechanism.compiled
     options = [
         "--preset",

@@ -7,7 +7,6 @@ import functools
 import torch
 from torch import nn
 
-from hyla.nn.linear import linear_group
 from hyla.ops import attention, resolve_mixer
 
 
@@ -85,10 +84,7 @@ class MultiHeadAttention(nn.Module):
         context = x if context is None else context
         self._check_shapes(x, context)
         q_len, heads = x.shape[1], self.num_heads
-        if context is x:
-            q, k, v = linear_group(x, [self.query, self.key, self.value])
-        else:
-            q, (k, v) = self.query(x), linear_group(context, [self.key, self.value])
+        q, k, v = self.query(x), self.key(context), self.value(context)
         q = q.unflatten(-1, (heads, -1))  # [B, Tq, H, Dk]
         k = k.unflatten(-1, (heads, -1))  # [B, Tk, H, Dk]
         v = v.unflatten(-1, (heads, -1))  # [B, Tk, H, Dv]

@@ -1,49 +1,13 @@
 """The training hot path's fast versions against their plain references, outputs and gradients:
-`linear_group` vs its layers one by one (eager and compiled), compiled `gelu_tanh` vs F.gelu, and
-the model's last block computing only the read-out positions vs every position. (The attention
-implementations are tested against `attention_naive` in tests/ops/test_attention.py.)"""
+compiled `gelu_tanh` vs F.gelu, and the model's last block computing only the read-out positions vs
+every position. (The attention implementations are tested against `attention_naive` in tests/ops/test_attention.py.)"""
 
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from hyla.nn.feedforward import gelu_tanh
-from hyla.nn.linear import linear_group
 from hyla.nn.transformer import ModelConfig, Transformer
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("bias", [True, False])
-@pytest.mark.parametrize("compiled", [False, True])
-def test_linear_group_equals_the_layers_one_by_one(dtype, bias, compiled):
-    torch.manual_seed(0)
-    layers = [nn.Linear(24, out, bias=bias).to(dtype) for out in (16, 16, 8)]
-    x, grads = torch.randn(3, 5, 24, dtype=dtype), [torch.randn(3, 5, out, dtype=dtype) for out in (16, 16, 8)]
-    group = linear_group
-    if compiled:
-        torch._dynamo.reset()
-        group = torch.compile(linear_group, fullgraph=True)
-    results = []
-    for run in (lambda inp: [layer(inp) for layer in layers], lambda inp: group(inp, layers)):
-        inp = x.clone().requires_grad_()
-        outputs = run(inp)
-        torch.autograd.backward(outputs, grads)
-        results.append([*outputs, inp.grad, *(p.grad.clone() for layer in layers for p in layer.parameters())])
-        for layer in layers:
-            layer.zero_grad(set_to_none=True)
-    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 1e-12, "atol": 1e-12}
-    assert len(results[1]) == len(results[0]) == 4 + 3 * (1 + bias)
-    for got, want in zip(results[1], results[0]):
-        torch.testing.assert_close(got, want, **tol)
-
-
-def test_linear_group_of_mixed_bias_and_of_one_layer():
-    torch.manual_seed(0)
-    layers, x = [nn.Linear(6, 4), nn.Linear(6, 3, bias=False)], torch.randn(2, 6)
-    for got, layer in zip(linear_group(x, layers), layers):
-        torch.testing.assert_close(got, layer(x))
-    assert torch.equal(linear_group(x, layers[:1])[0], layers[0](x))
 
 
 def test_compiled_gelu_tanh_equals_the_tanh_approximation():
