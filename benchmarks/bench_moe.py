@@ -20,7 +20,8 @@ import torch
 from hyla.nn.feedforward import MixtureOfExperts
 from hyla.train.configs import build_task, resolve_model
 from hyla.train.distributed import DistContext
-from hyla.train.loop import build_model, process_settings
+from hyla.train.loop import build_model
+from hyla.train.numerics import process_settings
 from hyla.train.presets import get_preset
 from hyla.train.run_dir import cpu_name, git_commit
 from hyla.train.step import Trainer

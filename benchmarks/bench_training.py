@@ -29,7 +29,8 @@ import torch
 
 from hyla.train.configs import ConfigError, ExperimentConfig, build_task, parse_overrides, resolve_model
 from hyla.train.distributed import DistContext
-from hyla.train.loop import build_model, process_settings
+from hyla.train.loop import build_model
+from hyla.train.numerics import process_settings
 from hyla.train.presets import get_preset
 from hyla.train.run_dir import cpu_name, git_commit
 from hyla.train.step import Trainer

@@ -39,8 +39,8 @@ from hyla.experiments.sweep import (
     train_args,
     write_marker,
 )
-from hyla.train.loop import SWEEP_ENDED, Stopped
 from hyla.train.run_dir import RunDir
+from hyla.train.signals import SWEEP_ENDED, Stopped
 
 
 def restart_cleanly(run_dir: Path) -> bool:
@@ -379,7 +379,7 @@ def _prctl():
 def end_with_parent(parent: int) -> None:
     """In a child of process `parent`, on Linux: SWEEP_ENDED (SIGUSR1) when the thread that started it
     ends, with its process, however that ends (kill -9 included). A training then checkpoints and exits
-    (hyla.train.loop.StopSignal), so no run of a killed sweep trains on without it; a re-run resumes it.
+    (hyla.train.signals.StopSignal), so no run of a killed sweep trains on without it; a re-run resumes it.
     Not SIGTERM: the signal comes again each time the child passes to another thread of the dying
     parent, and a second SIGTERM aborts a training at once."""
     _prctl()(PR_SET_PDEATHSIG, int(SWEEP_ENDED))

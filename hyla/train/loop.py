@@ -4,7 +4,7 @@ Read `open_session` and then `TrainingLoop.run` top to bottom: build the task an
 run folder (fresh or from its checkpoint), then per step: one update (`Trainer`, hyla.train.step),
 and when due a training record, an evaluation, an analysis and a checkpoint (`after_step`); at the
 end the final evaluation and `summary.json`. (`hyla.train.packed` steps several runs' loops
-together.)
+together; `hyla.train.numerics` sets what a run computes with, `hyla.train.signals` stops it.)
 
 What is guaranteed (tests/train/test_exact_resume.py checks each):
 - A run is a pure function of its config and its numerics (threads, device, the compile mode that
@@ -22,14 +22,10 @@ What is guaranteed (tests/train/test_exact_resume.py checks each):
 from __future__ import annotations
 
 import math
-import os
-import signal
 import sys
-import threading
 import time
 import warnings
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -39,11 +35,9 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from hyla.nn.transformer import Transformer
-from hyla.ops.kernels import cpp
 from hyla.ops.kernels.common import implementations_ran, reset_implementations_ran
 from hyla.tasks.base import stable_seed
 from hyla.train import distributed
-from hyla.train.allocator import keep_freed_memory
 from hyla.train.configs import (
     RESUMABLE_CHANGES,
     ConfigError,
@@ -55,8 +49,10 @@ from hyla.train.configs import (
 )
 from hyla.train.distributed import DistContext
 from hyla.train.evaluate import evaluate
+from hyla.train.numerics import numerics, process_settings
 from hyla.train.run_dir import MetricsLog, RunDir, environment, require_tensorboard
-from hyla.train.step import Trainer, generates_value_network
+from hyla.train.signals import StopSignal
+from hyla.train.step import Trainer
 from hyla.train.trackers import open_trackers
 
 AnalysisHook = Callable[[nn.Module, Any, int, Path, int], dict]
@@ -73,17 +69,6 @@ def build_model(cfg: ExperimentConfig) -> Transformer:
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(stable_seed(cfg.seed, "init"))
         return Transformer(cfg.model)
-
-
-def default_threads(world_size: int = 1) -> int:
-    """Threads per process: the cores this process may use, shared among the ranks on this machine."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
-    return max(1, cores // local_ranks)
-
-
-# torch.set_float32_matmul_precision for each train.precision (bf16 autocasts; what stays float32 is exact)
-MATMUL_PRECISION = {"fp32": "highest", "tf32": "high", "bf16": "highest"}
 
 
 @dataclass
@@ -103,61 +88,6 @@ class Progress:
     wall_time: float = 0.0  # seconds of earlier sessions
 
 
-SWEEP_ENDED = getattr(signal, "SIGUSR1", None)
-"""The signal a training started by `hyla sweep` gets when the sweep ends, however it ends (on Linux:
-the parent-death signal, hyla.experiments.launch.end_with_parent): a stop request like SIGTERM's,
-except that repeats of it are the same request (a dying sweep sends one per thread), never an abort."""
-
-
-class Stopped(KeyboardInterrupt):
-    """A session stopped by a signal; `hyla` exits with 128 + its number (SIGINT 130, SIGTERM 143)."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = int(signum)
-
-
-class StopSignal:
-    """SIGINT / SIGTERM (and SWEEP_ENDED) ask the loop to stop after the current step (it checkpoints
-    first); a second SIGINT / SIGTERM interrupts at once (the run then resumes from its last checkpoint)."""
-
-    def __init__(self):
-        self.signum: int | None = None
-
-    @property
-    def requested(self) -> bool:
-        return self.signum is not None
-
-    def stopped(self) -> Stopped:
-        """The exception that ends the session (another rank's stop: SIGTERM's)."""
-        return Stopped(self.signum or signal.SIGTERM)
-
-    def _handle(self, signum, frame):
-        if signum == SWEEP_ENDED and self.requested:
-            return
-        if self.requested:
-            raise Stopped(signum)
-        self.signum = signum
-        why = " (the sweep that started this training ended)" if signum == SWEEP_ENDED else ""
-        tqdm.write(
-            f"{signal.Signals(signum).name}{why}: stopping after this step with a checkpoint "
-            "(send SIGINT or SIGTERM again to abort at once)"
-        )
-
-    @contextmanager
-    def installed(self):
-        if threading.current_thread() is not threading.main_thread():
-            yield self
-            return
-        signals = [signal.SIGINT, signal.SIGTERM] + ([SWEEP_ENDED] if SWEEP_ENDED else [])
-        previous = {sig: signal.signal(sig, self._handle) for sig in signals}
-        try:
-            yield self
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
-
 def train(cfg: ExperimentConfig, analysis_hook: AnalysisHook | None = None) -> Path:
     """Train (or, with cfg.resume, continue) the run described by `cfg`; return its folder.
 
@@ -175,71 +105,6 @@ def train(cfg: ExperimentConfig, analysis_hook: AnalysisHook | None = None) -> P
             return _train(cfg, ctx, analysis_hook)
     finally:
         distributed.teardown(ctx)
-
-
-def numerics(cfg: ExperimentConfig, ctx: DistContext, compile_mode: str | None, packed: bool = False) -> dict[str, Any]:
-    """The settings that change floating-point results (recorded in env.json and checkpoints), and
-    OpenMP's wait policy and spin count, which change only the speed (hyla.cli.bound_openmp_waiting);
-    `compile_mode`: the torch.compile mode that trains (None: eager); `packed`: trained in a pack
-    (hyla.train.packed), whose batched kernels round differently."""
-    settings = {
-        "threads": torch.get_num_threads(),
-        "device": str(ctx.device),
-        "compile": compile_mode is not None,
-        "compile_mode": compile_mode,
-        "precision": cfg.train.precision,
-        "deterministic": cfg.train.deterministic,
-        "world_size": ctx.world_size,
-        "torch": str(torch.__version__),
-        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
-        "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"),
-    }
-    if packed:
-        return {**settings, "packed": True}
-    if ctx.device.type == "cpu" and generates_value_network(cfg):
-        settings["cpp_kernel"] = cpp.available()  # HYLA's C++ kernel, or (without a compiler) PyTorch forms
-    return settings
-
-
-@contextmanager
-def process_settings(cfg: ExperimentConfig, ctx: DistContext):
-    """Threads, deterministic mode, float32 matmul precision, the compiler flag and the global RNG for
-    the duration of a run, restored afterwards; on the CPU, malloc keeps freed memory for reuse
-    (`hyla.train.allocator`, for the rest of the process)."""
-    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
-    cublas, matmul = os.environ.get("CUBLAS_WORKSPACE_CONFIG"), torch.get_float32_matmul_precision()
-    torch.set_num_threads(cfg.train.threads or default_threads(ctx.world_size))
-    if ctx.device.type == "cpu":
-        keep_freed_memory()
-    torch.set_float32_matmul_precision(MATMUL_PRECISION[cfg.train.precision])
-    if cfg.train.deterministic:
-        if ctx.device.type == "cuda" and cublas is None:
-            os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"  # deterministic cuBLAS needs it
-        torch.use_deterministic_algorithms(True)
-    devices = [ctx.device] if ctx.device.type == "cuda" else []
-    try:
-        with torch.random.fork_rng(devices=devices), _compiler_settings(cfg):
-            yield
-    finally:
-        torch.set_num_threads(threads)
-        torch.set_float32_matmul_precision(matmul)
-        torch.use_deterministic_algorithms(deterministic)
-        if cublas is None:
-            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
-
-
-@contextmanager
-def _compiler_settings(cfg: ExperimentConfig):
-    if not cfg.train.compile:
-        yield
-        return
-    from torch._inductor import config as inductor_config
-
-    # Inductor's CPU code vectorizes a loop as short as the per-head dimension (2 in the fuzzy-logic
-    # models) with masked "tail" vectors and parallelizes the reduction inside it: an OpenMP region
-    # for a few elements of work, whose start-up costs more than the work (docs/speed.md).
-    with inductor_config.patch({"cpp.enable_loop_tail_vec": False}):
-        yield
 
 
 def _train(cfg: ExperimentConfig, ctx: DistContext, analysis_hook: AnalysisHook | None) -> Path:
@@ -614,7 +479,7 @@ def _resume_state(cfg: ExperimentConfig, run: RunDir, ctx: DistContext) -> dict 
 
 
 def _warn_if_numerics_changed(saved: dict, now: dict, run: RunDir) -> None:
-    saved = {"precision": "fp32", **saved}  # runs from before train.precision existed trained in fp32
+    saved = {"precision": "fp32", **saved}  # a checkpoint that records no precision trained in fp32
     # (what attention ran is known after the first step: recorded then, not compared; the wait policy
     # changes only the speed)
     changed = {

@@ -66,8 +66,10 @@ from hyla.nn.feedforward import MixtureOfExperts
 from hyla.nn.transformer import Transformer
 from hyla.train import distributed, graphed
 from hyla.train.configs import ConfigError, ExperimentConfig, build_task, resolve_model, validate
-from hyla.train.loop import AnalysisHook, NonFiniteLossError, StopSignal, TrainingLoop, open_session, process_settings
+from hyla.train.loop import AnalysisHook, NonFiniteLossError, TrainingLoop, open_session
+from hyla.train.numerics import process_settings
 from hyla.train.run_dir import RunDir
+from hyla.train.signals import StopSignal
 from hyla.train.step import Trainer, gradient_step, update
 
 # Process-wide settings: one value per pack.

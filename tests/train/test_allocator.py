@@ -55,11 +55,11 @@ def test_training_on_the_cpu_sets_it(monkeypatch, tmp_path, device, expected):
     import torch
     from helpers_train import tiny_config
 
-    from hyla.train import loop
+    from hyla.train import numerics
     from hyla.train.distributed import DistContext
 
     calls = []
-    monkeypatch.setattr(loop, "keep_freed_memory", lambda: calls.append(1))
-    with loop.process_settings(tiny_config(tmp_path), DistContext(0, 1, torch.device(device))):
+    monkeypatch.setattr(numerics, "keep_freed_memory", lambda: calls.append(1))
+    with numerics.process_settings(tiny_config(tmp_path), DistContext(0, 1, torch.device(device))):
         pass
     assert len(calls) == expected

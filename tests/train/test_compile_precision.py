@@ -17,7 +17,8 @@ from helpers_train import assert_same_weights, final_weights, tiny_config
 from hyla.train import loop, packed, train, train_packed
 from hyla.train.configs import build_task, resolve_model
 from hyla.train.distributed import DistContext
-from hyla.train.loop import build_model, process_settings
+from hyla.train.loop import build_model
+from hyla.train.numerics import process_settings
 from hyla.train.step import Trainer, compile_fallbacks, resolve_compile_mode
 
 

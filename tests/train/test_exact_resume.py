@@ -133,7 +133,7 @@ def test_a_second_signal_aborts_at_once_and_the_last_checkpoint_resumes_exactly(
 
 def test_repeats_of_the_sweep_ended_signal_stop_after_the_step_without_aborting(tmp_path, monkeypatch, reference):
     """A sweep killed with kill -9 sends each of its trainings SIGUSR1 once per thread it had: one stop."""
-    from hyla.train.loop import SWEEP_ENDED, Stopped
+    from hyla.train.signals import SWEEP_ENDED, Stopped
 
     class Repeated(SignalAt):
         sent_per_call = 3
@@ -212,7 +212,7 @@ def test_resume_warns_when_the_cpp_kernel_comes_or_goes(tmp_path, set_switch):
 
 
 def test_the_default_thread_count_is_a_function_of_the_machine(monkeypatch):
-    from hyla.train.loop import default_threads
+    from hyla.train.numerics import default_threads
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)

@@ -1,0 +1,94 @@
+"""The numerics of a run: the settings that change floating-point results. `process_settings` sets
+them for the duration of a run (threads, deterministic mode, float32 matmul precision, the compiler
+flag, the global RNG) and `numerics` records them (env.json, checkpoints), so that a resumed run
+can say when it will not be bit-identical to an uninterrupted one."""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+from hyla.ops.kernels import cpp
+from hyla.train.allocator import keep_freed_memory
+from hyla.train.configs import ExperimentConfig
+from hyla.train.distributed import DistContext
+from hyla.train.step import generates_value_network
+
+
+def default_threads(world_size: int = 1) -> int:
+    """Threads per process: the cores this process may use, shared among the ranks on this machine."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    return max(1, cores // local_ranks)
+
+
+# torch.set_float32_matmul_precision for each train.precision (bf16 autocasts; what stays float32 is exact)
+MATMUL_PRECISION = {"fp32": "highest", "tf32": "high", "bf16": "highest"}
+
+
+def numerics(cfg: ExperimentConfig, ctx: DistContext, compile_mode: str | None, packed: bool = False) -> dict[str, Any]:
+    """The settings that change floating-point results (recorded in env.json and checkpoints), and
+    OpenMP's wait policy and spin count, which change only the speed (hyla.cli.bound_openmp_waiting);
+    `compile_mode`: the torch.compile mode that trains (None: eager); `packed`: trained in a pack
+    (hyla.train.packed), whose batched kernels round differently."""
+    settings = {
+        "threads": torch.get_num_threads(),
+        "device": str(ctx.device),
+        "compile": compile_mode is not None,
+        "compile_mode": compile_mode,
+        "precision": cfg.train.precision,
+        "deterministic": cfg.train.deterministic,
+        "world_size": ctx.world_size,
+        "torch": str(torch.__version__),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"),
+    }
+    if packed:
+        return {**settings, "packed": True}
+    if ctx.device.type == "cpu" and generates_value_network(cfg):
+        settings["cpp_kernel"] = cpp.available()  # HYLA's C++ kernel, or (without a compiler) PyTorch forms
+    return settings
+
+
+@contextmanager
+def process_settings(cfg: ExperimentConfig, ctx: DistContext):
+    """Threads, deterministic mode, float32 matmul precision, the compiler flag and the global RNG for
+    the duration of a run, restored afterwards; on the CPU, malloc keeps freed memory for reuse
+    (`hyla.train.allocator`, for the rest of the process)."""
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    cublas, matmul = os.environ.get("CUBLAS_WORKSPACE_CONFIG"), torch.get_float32_matmul_precision()
+    torch.set_num_threads(cfg.train.threads or default_threads(ctx.world_size))
+    if ctx.device.type == "cpu":
+        keep_freed_memory()
+    torch.set_float32_matmul_precision(MATMUL_PRECISION[cfg.train.precision])
+    if cfg.train.deterministic:
+        if ctx.device.type == "cuda" and cublas is None:
+            os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"  # deterministic cuBLAS needs it
+        torch.use_deterministic_algorithms(True)
+    devices = [ctx.device] if ctx.device.type == "cuda" else []
+    try:
+        with torch.random.fork_rng(devices=devices), _compiler_settings(cfg):
+            yield
+    finally:
+        torch.set_num_threads(threads)
+        torch.set_float32_matmul_precision(matmul)
+        torch.use_deterministic_algorithms(deterministic)
+        if cublas is None:
+            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+
+
+@contextmanager
+def _compiler_settings(cfg: ExperimentConfig):
+    if not cfg.train.compile:
+        yield
+        return
+    from torch._inductor import config as inductor_config
+
+    # Inductor's CPU code vectorizes a loop as short as the per-head dimension (2 in the fuzzy-logic
+    # models) with masked "tail" vectors and parallelizes the reduction inside it: an OpenMP region
+    # for a few elements of work, whose start-up costs more than the work (docs/speed.md).
+    with inductor_config.patch({"cpp.enable_loop_tail_vec": False}):
+        yield
