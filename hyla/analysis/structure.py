@@ -102,7 +102,7 @@ def describe_layer(layer: str) -> str:
 
 def select_codes(data: dict, layer: str) -> tuple[np.ndarray, np.ndarray, str, str]:
     """(codes `[N, D]`, task identities, task distance, code-set name) as `hyla analyze` forms
-    them (`pipeline.topographic`): layer "last", "all" or an index (negative from the end)."""
+    them (`measures.topographic`): layer "last", "all" or an index (negative from the end)."""
     from hyla.analysis.collect import SRAVEN
 
     if str(data["task"]) == SRAVEN:  # a task is a rule multiset; a sample's code is its K features' mean

@@ -7,7 +7,7 @@ from matplotlib.collections import PolyCollection
 from matplotlib.container import BarContainer, ErrorbarContainer
 from matplotlib.image import AxesImage
 
-from hyla.analysis import figures, pipeline
+from hyla.analysis import figures, measures, pipeline
 from hyla.analysis.plots import curves_figure
 from hyla.analysis.report import _mean_code_lines
 from hyla.experiments.result_figures import final_figure
@@ -59,7 +59,7 @@ def test_constant_codes_are_judged_relative_to_their_scale(scale):
 def test_constant_codes_get_the_constant_panel_in_similarity_heatmaps(tmp_path, monkeypatch):
     drawn = []
     monkeypatch.setattr(figures, "save_figure", lambda fig, path, **kwargs: drawn.append(fig) or path)
-    similarity = pipeline.label_similarity(_fuzzy_data())
+    similarity = measures.label_similarity(_fuzzy_data())
     assert similarity["layer 0"]["constant_codes"] and not similarity["layer 1"]["constant_codes"]
     pipeline.draw_similarity("valid_fixed_query", similarity, "fuzzy_logic", tmp_path)
     cosines, means = drawn

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from hyla.analysis import analysis_hook, analyze, pipeline
+from hyla.analysis import analysis_hook, analyze, measures, pipeline, progress
 from hyla.tasks import FuzzyLogic, SRaven
 
 LAYERS = 2
@@ -244,14 +244,14 @@ def test_analysis_folder_is_named_by_its_options_and_never_overwritten(tmp_path)
 
 
 def test_progress_lines_have_elapsed_time_eta_and_keep_coming_in_long_stages(tmp_path, monkeypatch, capsys):
-    slow = pipeline.topographic_similarity
+    slow = measures.topographic_similarity
 
     def slow_topographic(*args, **kwargs):  # a long stage: three items of 0.3 s
         time.sleep(0.3)
         return slow(*args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "topographic_similarity", slow_topographic)
-    monkeypatch.setattr(pipeline, "PROGRESS_EVERY", 0.1)
+    monkeypatch.setattr(measures, "topographic_similarity", slow_topographic)
+    monkeypatch.setattr(progress, "PROGRESS_EVERY", 0.1)
     task = Recorder(SRaven())
     model = PlantedModel(task, num_heads=8, num_outputs=4, output_dim=8)
     analyze(
@@ -282,14 +282,14 @@ def test_progress_lines_have_elapsed_time_eta_and_keep_coming_in_long_stages(tmp
 
 
 def test_progress_stops_its_thread_and_is_silent_when_disabled(capsys):
-    with pipeline.Stages(True, every=0.01) as stage:
+    with progress.Stages(True, every=0.01) as stage:
         stage("probes")
         tick = stage.counter("code sets", 2)
         tick()
         time.sleep(0.05)
     assert not stage.thread.is_alive()
     assert "analyze: code sets 1/2 (0 s elapsed, ETA 0 s)" in capsys.readouterr().err.splitlines()
-    with pipeline.Stages(False, every=0.01) as stage:
+    with progress.Stages(False, every=0.01) as stage:
         stage("probes")
         stage.counter("code sets", 2)()
         time.sleep(0.05)
