@@ -31,7 +31,7 @@ HYLA_TRITON (`=1` also opts in on a GPU architecture not in TRITON_VALIDATED). A
 verifier rejects logs its reason once (logger `hyla.ops`, level INFO); one that fails at run time
 warns once and records it. `implementations_ran()` lists what ran; training writes it to env.json.
 
-`return_latents` (`return_scores`, its name in SPEC §9, still works) never changes the choice, so
+`return_latents` (or `return_scores`, its name in SPEC §9) never changes the choice, so
 an analysis run computes the same outputs as training does. The returned latent codes are
 `normalize(raw_scores(q, k, bias))`: the very tensor the output came from for `naive` and
 `pointwise`; the others do not return it (they fold or stream it), so the same two functions
@@ -269,7 +269,7 @@ def attention(
             (cpp, streamed, fused, triton: mlp only; cpp: CPU, see `cpp.covers`; triton:
             normalization none or rms_head, CUDA or Triton's interpreter); `auto` takes the first
             of BACKENDS that applies.
-        return_scores: the same as return_latents (its name in earlier versions).
+        return_scores: the same as return_latents (its name in SPEC §9).
 
     Returns: out [B, Tq, H, Dv], and a [B, H, Tq, Tk] when return_latents.
     """

@@ -25,7 +25,7 @@ The paper quotes 0.3-0.4%: the authors' checker counts an instance only when EVE
 admits a different answer under one explanation. `is_ambiguous(..., every_feature=True)` applies
 that criterion and gives 0.24% (`valid`) and 0.21% (`ood`); the authors' looser
 distribute-three check (no distinct values required) added about 0.04 points (0.24% / 0.26%
-against 0.20% / 0.22%, measured with an earlier random stream that held out other rule sets).
+against 0.20% / 0.22%, measured on splits that held out other rule sets).
 The rest of the gap to the paper is unexplained.
 """
 

@@ -16,7 +16,7 @@ from hyla.train.configs import TrainConfig
 ADAMW_KERNEL_ENV = "HYLA_ADAMW_KERNEL"
 """=0: hyla's AdamW step never calls torch's fused AdamW kernel itself; every step is torch.optim.AdamW's."""
 DEPRECATED_PUBLIC_OPS_ENV = "HYLA_PUBLIC_OPS"
-"""=1 (anything but "" or "0") did what HYLA_ADAMW_KERNEL=0 does; still honoured, with a warning."""
+"""=1 (anything but "" or "0"): the same as HYLA_ADAMW_KERNEL=0, with a FutureWarning to set that instead."""
 
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:

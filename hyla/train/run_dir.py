@@ -94,8 +94,8 @@ class RunDir:
         write_json(self.env_file, {**session, "sessions": [*earlier, session]})
 
     def read_sessions(self) -> list[dict]:
-        """The environments of the run's sessions (env.json), earliest first; an env.json written
-        before env.json kept them counts as one session, an unreadable one as none (its history is
+        """The environments of the run's sessions (env.json), earliest first; an env.json without
+        a "sessions" list counts as one session, an unreadable one as none (its history is
         lost, the training goes on)."""
         try:
             env = json.loads(self.env_file.read_text())
