@@ -138,7 +138,7 @@ class FuzzyLogic(RowwiseTask):
         # With x in [0, 1] and digit d in {0, 1} the literal is 1 - |x - d|, so
         # f = max_k min_i (1 - |x_i - d_ki|) = 1 - min_k max_i |x_i - d_ki|. Variables lead the
         # layout so that both reductions run over outer dimensions, whose elementwise max / min
-        # vectorize across the batch (docs/speed.md).
+        # vectorize across the batch (benchmarks/README.md, `bench_tasks.py`).
         digits = terms.permute(1, 2, 0)[..., None].float()  # [K, L, B, 1]
         targets = 1.0 - (inputs - digits).abs_().amax(dim=1).amin(dim=0)  # [B, T]
         x = torch.empty(B, T, L + 1, device=self.device)

@@ -118,7 +118,7 @@ def fused_adamw_available() -> bool:
 SMALL_TENSOR = 32768
 """Below this many elements a tensor's AdamW update runs on one thread: torch's CPU kernel starts
 the thread team for every tensor, which costs more than the whole update of a small tensor; one
-thread is faster up to about this size (docs/speed.md)."""
+thread is faster up to about this size (benchmarks/README.md, `bench_optimizer.py`)."""
 
 
 @contextlib.contextmanager
