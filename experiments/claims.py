@@ -75,12 +75,6 @@ def last_ood_acc(jsonl: Path) -> float:
     return 100 * [r for r in rows if r.get("split") == "ood"][-1]["acc"]
 
 
-def results_json(folder: str, metric: str) -> dict[str, tuple[float, float]]:
-    """{mixer: (mean, s.e.) ×100} of the table `hyla results` wrote into experiments/results/<folder>."""
-    rows = json.loads((RESULTS / folder / "results.json").read_text())
-    return {row["group"]["model.mixer"]: tuple(100 * v for v in row["values"][f"ood/{metric}"]) for row in rows}
-
-
 def vs_authors(commit: str) -> dict[str, float]:
     """{preset: median ratio of hyla's compiled steps/s to the authors'} of the benchmark entry at `commit`."""
     runs = json.loads((ROOT / "benchmarks" / "results" / "vs_authors_cpu.json").read_text())["runs"]
@@ -90,8 +84,8 @@ def vs_authors(commit: str) -> dict[str, float]:
 
 # ----------------------------------------------------------------------------- formatting
 def pm(values, digits: int = 1) -> str:
-    """'mean ± s.e.' of a list of values (or of a (mean, s.e.) pair)."""
-    mean, se = mean_se(list(values)) if not isinstance(values, tuple) else values
+    """'mean ± s.e.' of a list of values."""
+    mean, se = mean_se(list(values))
     return f"{mean:.{digits}f} ± {se:.{digits}f}"
 
 
@@ -149,10 +143,10 @@ def fuzzy_logic_numbers() -> dict[str, str]:
 
 def sraven_numbers() -> dict[str, str]:
     """SRAVEN 40k on the CPU (`r40_*`) and GPUs (`gpu_*`, `masks_30k`), the authors' code, the
-    paper's, `raven_cpu` and Fig. 5C (`heads*`)."""
+    paper's, `raven_cpu` retrained with kept weights and Fig. 5C (`heads*`)."""
     r40 = {m: list(s.values()) for (m, _, _), s in final_ood("table_a1_raven_40k_cpu", "acc").items()}
     gpu = {m: list(s.values()) for (m, _, _), s in final_ood("table_a1_raven_40k_gpu", "acc").items()}
-    raven_cpu = results_json("table_a1_raven_cpu", "acc")
+    raven_cpu = {m: list(s.values()) for (m, _, _), s in final_ood("weights_raven_cpu", "acc").items()}
     heads = json.loads((RESULTS / "fig5c_raven_single_head_cpu" / "results.json").read_text())
     head = {(r["group"]["model.mixer"], r["group"]["model.num_heads"]): 100 * r["values"]["ood/acc"][0] for r in heads}
     curves = RESULTS / "authors_curve_raven_40k"
