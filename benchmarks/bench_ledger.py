@@ -3,7 +3,7 @@ off, as a paired A/B ratio of whole training steps/s on the paper presets, on th
 
     python benchmarks/bench_ledger.py                          # every mechanism -> benchmarks/results/ledger.json
     python benchmarks/bench_ledger.py --quick                  # a few steps each: checks it runs, measures nothing
-    python benchmarks/bench_ledger.py --mechanisms fused pointwise --repeats 5
+    python benchmarks/bench_ledger.py --mechanisms cpp_kernel gelu_tanh --repeats 5
     python benchmarks/bench_ledger.py --off-tree removed_x=/tmp/tree_without_x   # a mechanism removed
 
 Every measurement is a fresh `hyla train` process (batch 128, the mechanism's mixer, compiled or
@@ -60,12 +60,6 @@ MECHANISMS = {
     "cpp_kernel": Mechanism("the C++ HYLA kernel", off_env={"HYLA_CPP_KERNEL": "0"}),
     "adamw_kernel": Mechanism("hyla's AdamW step calling torch's fused kernel", off_env={"HYLA_ADAMW_KERNEL": "0"}),
     "allocator": Mechanism("glibc malloc thresholds", off_env={"HYLA_MALLOC_TUNING": "0"}),
-    # where auto takes `fused` with the C++ kernel built: HYLA with softmax, eagerly, on the CPU
-    "fused": Mechanism("the hand-written HYLA backward", mixer="softmax_hyla", off_patch="fused", compiled=False),
-    # where auto takes `pointwise`: compiled, value heads <= 16 (softmax and linear value networks)
-    "pointwise": Mechanism(
-        "the broadcast-and-sum form for inductor", mixer="softmax", off_patch="pointwise", compiled=True
-    ),
     # a memory mechanism, taken only above STREAM_THRESHOLD (B*T*T*Dv > 2^24): fuzzy logic (Dv = 2) at T = 320
     "streamed": Mechanism(
         "HYLA streamed over key blocks",
@@ -96,8 +90,6 @@ def _plain_gelu_tanh() -> None:
 
 # mechanism -> what takes it out of the training process (run before `hyla train` parses anything)
 OFF_PATCHES = {
-    "fused": lambda: _drop_backend("fused"),
-    "pointwise": lambda: _drop_backend("pointwise"),
     "streamed": lambda: _drop_backend("streamed"),
     "gelu_tanh": _plain_gelu_tanh,
 }

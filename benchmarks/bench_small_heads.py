@@ -96,7 +96,7 @@ def main(argv=None) -> int:
 def measure_mixer(shape_name: str, shape: tuple, mixer: str, threads: int, repeats: int) -> list[dict]:
     """One row per implementation and mode (eager, compiled) of `mixer` at `shape`, each output
     checked against the first (naive, eager) one."""
-    implementations = ["naive", "pointwise"] + (["fused", "cpp"] if mixer == "hyla" else [])
+    implementations = ["naive"] + (["cpp"] if mixer == "hyla" else [])
     reference = None
     rows = []
     for implementation in implementations:

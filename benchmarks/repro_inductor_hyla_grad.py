@@ -4,9 +4,11 @@
     python benchmarks/repro_inductor_hyla_grad.py --device cpu --batch 2 --seq 4 --heads 2 --dk 2 --dv 2
     python benchmarks/repro_inductor_hyla_grad.py --settings baseline split_reductions=False --out repro.json
 
-Plain PyTorch, nothing from hyla: the pointwise form of HYLA's attention (a linear hypernetwork
-attention) for one layer at the paper's SRAVEN sizes by default (B=64, 36 queries and keys, H=16
-heads of Dk=Dv=4, a relative-position bias and an attention-dropout keep-mask):
+Plain PyTorch, nothing from hyla: HYLA's attention (a linear hypernetwork attention) in the
+broadcast-and-sum form that hyla once compiled for small heads (its `pointwise` implementation,
+removed by the speed ledger), for one layer at the paper's SRAVEN sizes by default (B=64, 36
+queries and keys, H=16 heads of Dk=Dv=4, a relative-position bias and an attention-dropout
+keep-mask):
 
     s = <q, k> / sqrt(Dk) + bias                          [B, H, Tq, Tk]
     a = s / sqrt(mean_heads(s^2) + 1e-6)                  RMS normalization across the heads
@@ -14,7 +16,7 @@ heads of Dk=Dv=4, a relative-position bias and an attention-dropout keep-mask):
     hidden[b, q, d, k] = relu(sum_h w[b,h,q,k] v[b,k,h,d])     the generated network's first layer
     out[b, q, h, d]    = sum_k w[b,h,q,k] hidden[b,q,d,k]      its second layer
 
-written as broadcast products reduced over one axis, as hyla compiles it. For each setting, the
+written as broadcast products reduced over one axis, as hyla compiled it. For each setting, the
 function is compiled (torch._dynamo reset before each) and its output and the gradients of q, k,
 v and the bias under a fixed random upstream gradient are compared with a float64 eager
 reference on the same inputs: in float32 (the compiled result must be about as close to the

@@ -15,7 +15,7 @@ import torch
 
 from hyla.ops import NAMED_MIXERS, attention, dispatch
 from hyla.ops.kernels import cpp, streamed
-from hyla.ops.kernels.common import TRITON_NORMALIZATIONS, shared_by_heads
+from hyla.ops.kernels.common import TRITON_NORMALIZATIONS
 from hyla.ops.mixers import ACTIVATIONS, NORMALIZATIONS
 
 CUDA = torch.cuda.is_available()
@@ -152,7 +152,7 @@ AXES = [(n, "linear", "relu") for n in NORMALIZATIONS] + [
 TAKES = {
     "cpp": lambda n, vn, a: vn == "mlp" and n in cpp.NORMALIZATIONS and a in cpp.ACTIVATIONS,
     "triton": lambda n, vn, a: vn == "mlp" and n in TRITON_NORMALIZATIONS,
-    **{name: lambda n, vn, a: vn == "mlp" for name in ("streamed", "fused")},
+    "streamed": lambda n, vn, a: vn == "mlp",
 }
 
 
@@ -181,8 +181,6 @@ def why_not(implementation: str, case: Case, normalization: str, value_network: 
         if not cpp.covers(q, v, normalization, activation, case.bias, case.mask, case.dropout_mask):
             return "inputs the C++ kernel does not take"
         return None if cpp.available() else "the C++ kernel did not build on this machine"
-    if implementation == "fused":
-        return None if q.device.type == "cpu" and shared_by_heads(case.dropout_mask) else "CPU, dropout shared by heads"
     if implementation == "triton":
         if not dispatch.triton_covers(q, v, normalization):
             return "inputs the Triton kernels do not take, or triton not installed"

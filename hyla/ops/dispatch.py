@@ -20,10 +20,8 @@ applies runs, `naive` always does. Why each is there:
     triton       memory linear in T on CUDA, and faster than `streamed` (docs/speed.md)
     cpp          one C++ kernel on the CPU, each query-key pair in registers
     streamed     memory: HYLA's [B, Tq, Tk, Dv] hidden tensor exists one key block at a time
-    naive_eager  compiled on CUDA, the pointwise form's gradients were wrong (docs/gpu.md): HYLA
-                 stays out of compiled graphs off the CPU
-    pointwise    inductor fuses it; tiny heads make matmuls slow
-    fused        hand-written backward on the CPU: fewer passes over memory
+    naive_eager  correctness: inductor has compiled wrong gradients of HYLA on CUDA (docs/gpu.md),
+                 so HYLA stays out of compiled graphs off the CPU
     naive        the reference
 
 Environment switches, read once per process (`=0` turns a fast path off): HYLA_CPP_KERNEL,
@@ -33,11 +31,10 @@ warns once and records it. `implementations_ran()` lists what ran; training writ
 
 `return_latents` (or `return_scores`, its name in SPEC §9) never changes the choice, so
 an analysis run computes the same outputs as training does. The returned latent codes are
-`normalize(raw_scores(q, k, bias))`: the very tensor the output came from for `naive` and
-`pointwise`; the others do not return it (they fold or stream it), so the same two functions
-compute it beside them: identical values. (Under torch.compile the choice also depends on the
-compile state: a compiled training run and an eager analysis of its checkpoint agree to float
-rounding, not bit for bit.)
+`normalize(raw_scores(q, k, bias))`: the very tensor the output came from for `naive`; the others
+do not return it (they fold or stream it), so the same two functions compute it beside them:
+identical values. (Under torch.compile the choice also depends on the compile state: a compiled
+training run and an eager analysis of its checkpoint agree to float rounding, not bit for bit.)
 """
 
 from __future__ import annotations
@@ -60,11 +57,8 @@ from hyla.ops.kernels.common import (
     raw_scores,
     record_fallback,
     record_ran,
-    shared_by_heads,
 )
-from hyla.ops.kernels.fused import hyla_fused
 from hyla.ops.kernels.naive import attention_naive, attention_naive_eager
-from hyla.ops.kernels.pointwise import attention_pointwise
 from hyla.ops.kernels.streamed import hyla_streamed
 from hyla.ops.torch_internals import constant_under_compile
 
@@ -79,8 +73,6 @@ TRITON_VALIDATED = {(9, 0): "NVIDIA H100 80GB HBM3 and H200; torch 2.11, Triton 
 TRITON_ENV = "HYLA_TRITON"
 # `auto` streams HYLA once its hidden tensor [B, Tq, Tk, Dv] would exceed this many elements.
 STREAM_THRESHOLD = 1 << 24
-# Under torch.compile `auto` takes the pointwise form for heads up to this value dimension.
-POINTWISE_MAX_HEAD_DIM = 16
 
 
 @dataclass(frozen=True)
@@ -192,27 +184,6 @@ def _verify_naive_eager(call: Call) -> str | None:
     return None
 
 
-def _verify_pointwise(call: Call) -> str | None:
-    if not torch.compiler.is_compiling():
-        return "only under torch.compile"
-    if call.v.shape[-1] > POINTWISE_MAX_HEAD_DIM:
-        return f"value heads wider than POINTWISE_MAX_HEAD_DIM={POINTWISE_MAX_HEAD_DIM}"
-    return None
-
-
-def _verify_fused(call: Call) -> str | None:
-    if reason := _hyla_only(call):
-        return reason
-    if torch.compiler.is_compiling():
-        return "eager only"
-    if call.q.device.type != "cpu":
-        return "CPU only"
-    if not shared_by_heads(call.dropout_mask):
-        return "a dropout mask that differs across the heads"
-    # (the fused backward computes in its inputs' dtype: under autocast they mix bfloat16 and float32)
-    return "autocast" if torch.is_autocast_enabled("cpu") else None
-
-
 def _codes_beside(kernel: Callable) -> Callable:
     """An implementation that returns only the output, as (output, None): `attention` computes the
     latent codes beside it when they are asked for."""
@@ -229,13 +200,11 @@ BACKENDS = [
     Backend("cpp", _codes_beside(cpp.hyla_cpp), _verify_cpp),
     Backend("streamed", _codes_beside(hyla_streamed), _verify_streamed),
     Backend("naive_eager", attention_naive_eager, _verify_naive_eager),
-    Backend("pointwise", attention_pointwise, _verify_pointwise),
-    Backend("fused", _codes_beside(hyla_fused), _verify_fused),
     Backend("naive", attention_naive, lambda call: None),
 ]
 # Implementations of HYLA only (value_network="mlp").
-MLP_ONLY = ("triton", "cpp", "streamed", "fused")
-IMPLEMENTATIONS = ("auto", "naive", "naive_eager", "pointwise", "cpp", "streamed", "fused", "triton")
+MLP_ONLY = ("triton", "cpp", "streamed")
+IMPLEMENTATIONS = ("auto", "naive", "naive_eager", "cpp", "streamed", "triton")
 
 
 def attention(
@@ -265,8 +234,8 @@ def attention(
         mask: bool, broadcastable to [B, H, Tq, Tk], True = attend. Fully masked rows give 0.
         return_latents: also return the latent codes a [B, H, Tq, Tk] (normalized, no dropout).
         dropout_mask: multiplies a after normalization (attention dropout: keep-mask / keep).
-        implementation: "auto" | "naive" | "naive_eager" | "pointwise" | "cpp" | "streamed" | "fused" | "triton"
-            (cpp, streamed, fused, triton: mlp only; cpp: CPU, see `cpp.covers`; triton:
+        implementation: "auto" | "naive" | "naive_eager" | "cpp" | "streamed" | "triton"
+            (cpp, streamed, triton: mlp only; cpp: CPU, see `cpp.covers`; triton:
             normalization none or rms_head, CUDA or Triton's interpreter); `auto` takes the first
             of BACKENDS that applies.
         return_scores: the same as return_latents (its name in SPEC §9).

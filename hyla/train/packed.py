@@ -26,8 +26,8 @@ due, every member checkpoints, so that a stopped pack resumes with all members a
 What is guaranteed (tests/train/test_packed.py checks each; kill -9 as a simulated crash):
 - A member follows its solo run (same config and seed): the same batches, dropout masks, learning
   rates and AdamW update arithmetic. Only the rounding of the forward and backward differs (batched
-  kernels, and the plain matmul and reference attention, which vmap can batch, in place of the fused
-  CPU paths): over the tests' 20 steps with dropout (hyla mixer), every weight, metric and summary
+  kernels, and the plain matmul and reference attention, which vmap can batch, in place of the C++
+  kernel): over the tests' 20 steps with dropout (hyla mixer), every weight, metric and summary
   value agrees with the solo run's to a relative 1e-4 (absolute 1e-5), Adam's moments and the
   logged gradient norm to 1e-3 (early in training the RMS-head normalization of small scores
   amplifies rounding in the gradients); the difference grows with training as any float32
@@ -156,7 +156,7 @@ def vmappable_copy(model: Transformer) -> Transformer:
 
     The fast attention paths are autograd Functions without batching rules, so the copy computes
     with the plain path they are tested against: the reference ("naive") attention instead of the
-    fused HYLA backward; and mixtures of experts in their dense form (static shapes).
+    C++ HYLA kernel; and mixtures of experts in their dense form (static shapes).
     """
     skeleton = copy.deepcopy(model)
     for module in skeleton.modules():

@@ -31,8 +31,8 @@ def resolve_compile_mode(mode: str, device: torch.device) -> str:
     return "reduce-overhead" if device.type == "cuda" else "default"
 
 
-# A model with HYLA's value network trains eagerly on CUDA, whatever train.compile says: inductor's
-# backward of HYLA's pointwise form is wrong on CUDA (tests/ops/test_attention.py), and compiled, the
+# A model with HYLA's value network trains eagerly on CUDA, whatever train.compile says: inductor
+# computed wrong gradients of HYLA on CUDA (benchmarks/repro_inductor_hyla_grad.py), and compiled, the
 # paper's SRAVEN HYLA model stayed at chance on an H100 (3 of 3 seeds, 40k steps) while softmax and
 # linear attention compiled the same way learned (docs/gpu.md, experiments/RESULTS.md). `auto` keeps
 # HYLA's op out of the graph on CUDA (naive_eager), but no compiled model around that op has been

@@ -21,7 +21,7 @@ from hyla.ops import NAMED_MIXERS
 from hyla.tasks import FuzzyLogic, SRaven
 
 MIXERS = list(NAMED_MIXERS)  # the eight named mixers of docs/math.md
-MLP_IMPLEMENTATIONS = ("naive", "pointwise", "fused", "streamed", "cpp")
+MLP_IMPLEMENTATIONS = ("naive", "streamed", "cpp")
 SEQ_LEN = 8
 
 

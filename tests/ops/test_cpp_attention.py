@@ -126,7 +126,7 @@ def test_disabled_by_the_environment(monkeypatch, set_switch):
         cpp.hyla_cpp(q, q, q, normalization="rms_head")
     reset_implementations_ran()
     out = attention(q, q, q, normalization="rms_head", value_network="mlp")
-    assert implementations_ran() == ["fused"]  # auto takes the PyTorch form, with the same values
+    assert implementations_ran() == ["naive"]  # auto takes the reference, with the same values
     naive_out = attention(q, q, q, normalization="rms_head", value_network="mlp", implementation="naive")
     assert_close(out, naive_out, what="auto without the kernel")
 
@@ -148,7 +148,7 @@ def test_a_library_that_never_loads_falls_back(fresh_build, monkeypatch):
     with pytest.warns(UserWarning, match="does not load"):
         assert not cpp.available()
     q = torch.randn(2, 3, 4, 2)
-    assert choose_implementation(q, q, 3, "mlp", None, "rms_head") == "fused"
+    assert choose_implementation(q, q, 3, "mlp", None, "rms_head") == "naive"
 
 
 def test_a_failed_build_is_remembered(fresh_build, monkeypatch):
@@ -199,4 +199,4 @@ def test_without_a_working_compiler_auto_falls_back(fresh_build, monkeypatch):
     with pytest.warns(UserWarning, match="did not compile"):
         assert not cpp.available()
     q = torch.randn(2, 3, 4, 2)
-    assert choose_implementation(q, q, 3, "mlp", None, "rms_head") == "fused"
+    assert choose_implementation(q, q, 3, "mlp", None, "rms_head") == "naive"

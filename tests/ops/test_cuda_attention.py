@@ -10,12 +10,11 @@ from hyla.ops import attention
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
-@pytest.mark.parametrize("implementation", ["auto", "pointwise"])
-def test_cuda_compiled_hyla_matches_the_cpu_reference(implementation):
+def test_cuda_compiled_hyla_matches_the_cpu_reference():
     """Compiled at a small size (auto: HYLA kept out of the graph, naive_eager)."""
     axes = dict(normalization="rms_head", value_network="mlp", activation="relu")
     case = make_case(3, 16, 16, 8, 4, 2, dropout=None)
     expected = run("naive", case, **axes)
     torch._dynamo.reset()
-    got = run(implementation, case.to("cuda", torch.float32), function=torch.compile(attention), **axes)
-    got.assert_close(expected, torch.float32, f"compiled {implementation}")
+    got = run("auto", case.to("cuda", torch.float32), function=torch.compile(attention), **axes)
+    got.assert_close(expected, torch.float32, "compiled auto")

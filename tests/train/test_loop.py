@@ -57,7 +57,7 @@ def test_run_folder_contents(tmp_path):
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"),
         "cpp_kernel": cpp.available(),  # (a HYLA model on a CPU)
-        "attention": ["cpp" if cpp.available() else "fused"],
+        "attention": ["cpp" if cpp.available() else "naive"],
     }  # what ran
     state = torch.load(run / "checkpoints" / "latest.pt", weights_only=True)
     assert {"model", "optimizer", "scheduler", "progress", "config", "numerics"} <= state.keys()

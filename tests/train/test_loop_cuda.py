@@ -141,8 +141,9 @@ def test_compiled_sraven_hyla_model_matches_eager_on_cuda():
     """The paper's SRAVEN HYLA model (raven_3x3_4features; attention dropout off: eval mode), one
     batch on CUDA: the compiled model's loss and gradients equal the eager model's to float32
     rounding. `auto` keeps HYLA's value network out of the graph on CUDA (naive_eager): compiled in
-    the pointwise form, this test failed on an H200 (gradients off by up to 0.23 where the largest
-    is 0.22), and runs of this preset did not learn on an H100 (experiments/RESULTS.md)."""
+    the pointwise form (since removed), this test failed on an H200 (gradients off by up to 0.23
+    where the largest is 0.22), and runs of this preset did not learn on an H100
+    (experiments/RESULTS.md)."""
     cfg = PRESETS["raven_3x3_4features"]()
     task = build_task(cfg, "cuda")
     cfg = replace(cfg, model=resolve_model(replace(cfg.model, mixer="hyla"), task))

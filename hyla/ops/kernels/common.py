@@ -42,34 +42,22 @@ def raw_scores(q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None) -> t
     return s if bias is None else s + bias
 
 
-def masked_scores(s: torch.Tensor, mask: torch.Tensor | None, inplace: bool = False) -> torch.Tensor:
+def masked_scores(s: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """Scores s with the pairs where `mask` is False set to the dtype's minimum, so that a softmax or
     a log-sum-exp over the keys leaves them out. The minimum rather than -inf: a fully masked row
-    stays finite (and `masked_softmax` zeroes it). inplace: overwrite s."""
-    if mask is None:
-        return s
-    if inplace:
-        return s.masked_fill_(~mask, torch.finfo(s.dtype).min)
-    return s.masked_fill(~mask, torch.finfo(s.dtype).min)
+    stays finite (and `masked_softmax` zeroes it)."""
+    return s if mask is None else s.masked_fill(~mask, torch.finfo(s.dtype).min)
 
 
-def masked_softmax(
-    s: torch.Tensor,
-    mask: torch.Tensor | None,
-    softmax_lse: torch.Tensor | None = None,
-    inplace: bool = False,
-) -> torch.Tensor:
+def masked_softmax(s: torch.Tensor, mask: torch.Tensor | None, softmax_lse: torch.Tensor | None = None) -> torch.Tensor:
     """softmax of the scores s over the keys (the last axis), exactly 0 where `mask` is False: a fully
     masked row is all 0.
 
     softmax_lse [B, H, Tq, 1]: the log-sum-exp over ALL keys, for when `s` holds only a block of keys.
-    inplace: overwrite s and the result instead of allocating new tensors (no autograd through it).
     """
-    s = masked_scores(s, mask, inplace)
+    s = masked_scores(s, mask)
     p = torch.softmax(s, dim=-1) if softmax_lse is None else torch.exp(s - softmax_lse)
-    if mask is None:
-        return p
-    return p.masked_fill_(~mask, 0.0) if inplace else p.masked_fill(~mask, 0.0)
+    return p if mask is None else p.masked_fill(~mask, 0.0)
 
 
 def normalize(
