@@ -1,0 +1,438 @@
+"""Bit-identical short trainings of two checkouts of hyla: behaviour must not change (issue 55).
+
+For one representative preset per family (and, where dispatch differs per mixer, each of softmax,
+linear and HYLA) this trains the same command in both checkouts,
+
+    python -m hyla.cli train --preset P --model.mixer M --seed 0 --train.steps 200 --train.threads 1
+        --train.device cpu --train.eval_every 0 --train.final_eval_samples 256 --train.log_every 1 ...
+
+and compares the two runs bitwise: every tensor of the final checkpoint (weights, optimizer state,
+schedule; torch.equal on each), every value of every metrics.jsonl record (the loss of every step
+with --train.log_every 1, and the final evaluation) and of summary.json and of the checkpoint's
+progress (the per-step losses it keeps), timings excepted. It prints a table and writes JSON.
+
+Usage:
+
+    python experiments/bit_identical.py --before /work/retrain --after /tmp/after \\
+        --after-python /work/main/.venv/bin/python --out experiments/results/bit_identical/<commit>.json
+    python experiments/bit_identical.py --before D --after D --only logic_cpu:hyla --steps 20   # quick
+    python experiments/bit_identical.py --list                                                 # the cases
+
+Each checkout runs with its own python (--before-python / --after-python; default DIR/.venv/bin/python
+where it exists, else this interpreter) and PYTHONPATH=DIR, so the code of that checkout is what runs
+(checked: hyla must import from DIR). Every run's cwd, out_dir and HYLA_CACHE (tokenizers, the C++
+kernel) lie in a temporary folder and PYTHONDONTWRITEBYTECODE=1, so nothing is written into the
+checkouts. An option that one checkout's `hyla train --help` does not list (an older CLI) is left out
+for that checkout and noted in the JSON. --pause-while PATH: no run starts while PATH exists, and a
+run in progress is paused (SIGSTOP to its own process group) until PATH is gone.
+
+Exit status: 0 when every case is identical, 1 when one differs, 2 when a run failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+# One representative preset per family. Fuzzy logic and SRAVEN run every mixer (attention dispatches
+# per mixer: the C++ HYLA kernel, the PyTorch paths); the paper presets of the same families
+# (logic_*var_*term, raven_3x3_4features) build the same modules at other sizes and are left out.
+# The text family's other presets (wiki_wikitext103, lm_c4_50m) need a download: lm_cpu reads the
+# Python docs shipped with Python. The mixture of experts is a model option, not a preset: lm_cpu
+# with 4 experts (the routed CPU path).
+CASES: dict[str, tuple[str, str, str, list[str]]] = {}  # name: (family, preset, mixer, extra options)
+for _mixer in ("softmax", "linear", "hyla"):
+    CASES[f"logic_cpu:{_mixer}"] = ("fuzzy logic", "logic_cpu", _mixer, [])
+for _mixer in ("softmax", "linear", "hyla"):
+    CASES[f"raven_cpu:{_mixer}"] = ("SRAVEN", "raven_cpu", _mixer, [])
+CASES["lm_cpu:softmax"] = ("text", "lm_cpu", "softmax", [])
+CASES["lm_cpu:hyla"] = ("text", "lm_cpu", "hyla", [])
+CASES["lm_cpu:softmax+moe4"] = ("text, mixture of experts", "lm_cpu", "softmax", ["--model.num_experts", "4"])
+
+FINAL_EVAL_SAMPLES = 256
+# Values that measure time, not behaviour.
+TIMING = re.compile(r"(^|_)(time|wall|seconds?|per_second|elapsed)(_|$)")
+# Checkpoint entries that describe the run, not its state (the config gains fields, the numerics record
+# the environment); compared only where the state lives: model, optimizer, scheduler, progress.
+CHECKPOINT_SKIP = ("config", "numerics", "format")
+
+
+@dataclass
+class Side:
+    label: str
+    root: Path
+    python: str
+    info: dict = field(default_factory=dict)
+    help_text: str = ""
+
+
+def wait_while(path: Path | None) -> None:
+    while path is not None and path.exists():
+        time.sleep(10)
+
+
+def run_paused(cmd: list[str], *, cwd: Path, env: dict, log: Path, pause: Path | None, timeout: float) -> int:
+    """Run cmd (output to log); while `pause` exists its process group is stopped. Returns the exit code."""
+    wait_while(pause)
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        started, stopped = time.monotonic(), 0.0
+        while proc.poll() is None:
+            time.sleep(0.5)
+            if pause is not None and pause.exists():
+                t0 = time.monotonic()
+                os.killpg(proc.pid, signal.SIGSTOP)
+                wait_while(pause)
+                os.killpg(proc.pid, signal.SIGCONT)
+                stopped += time.monotonic() - t0
+            if time.monotonic() - started - stopped > timeout:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                return -9
+        return proc.returncode
+
+
+def environment(side: Side, cache: Path) -> dict:
+    env = dict(os.environ)
+    env.update(
+        PYTHONPATH=str(side.root),
+        PYTHONDONTWRITEBYTECODE="1",
+        HYLA_CACHE=str(cache),
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        RAYON_NUM_THREADS="1",
+        TOKENIZERS_PARALLELISM="false",
+        CUDA_VISIBLE_DEVICES="",
+        COLUMNS="200",
+        NO_COLOR="1",
+    )
+    for name in ("PYTHONHOME", "VIRTUAL_ENV"):
+        env.pop(name, None)
+    return env
+
+
+def probe(side: Side, tmp: Path) -> None:
+    """Which hyla, torch and commit this side runs; fails unless hyla imports from the checkout."""
+    code = (
+        "import json, sys, torch, hyla; "
+        "print(json.dumps({'hyla_file': hyla.__file__, 'torch': torch.__version__, 'python': sys.version.split()[0]}))"
+    )
+    env = environment(side, tmp / f"cache_{side.label}")
+    out = subprocess.run([side.python, "-c", code], cwd=tmp, env=env, capture_output=True, text=True, check=True)
+    side.info = json.loads(out.stdout.strip().splitlines()[-1])
+    hyla_file = Path(side.info["hyla_file"]).resolve()
+    if side.root.resolve() not in hyla_file.parents:
+        sys.exit(f"{side.label}: hyla imports from {hyla_file}, not from {side.root}")
+
+    def git(*args: str) -> str:
+        # without GIT_DIR and the like, which `git bisect run` passes on: the checkout's own repository
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+        cmd = ["git", "--no-optional-locks", "-C", str(side.root), *args]
+        result = subprocess.run(cmd, capture_output=True, text=True, env=clean)
+        return result.stdout.strip() if result.returncode == 0 else ""
+
+    side.info["commit"] = git("rev-parse", "HEAD")
+    side.info["modified_tracked_files"] = git("status", "--porcelain", "--untracked-files=no").splitlines()
+    side.info["python_executable"] = side.python
+    help_run = subprocess.run(
+        [side.python, "-m", "hyla.cli", "train", "--preset", "logic_cpu", "--help"],
+        cwd=tmp,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    side.help_text = (help_run.stdout + help_run.stderr).replace("_", "-")
+    if help_run.returncode != 0 or "--train.steps" not in side.help_text:
+        # this checkout's CLI does not start (a broken commit, say): its runs will fail and say why
+        side.info["help_failed"] = side.help_text[-2000:]
+        side.help_text = ""
+
+
+def supported(side: Side, options: list[str]) -> tuple[list[str], list[str]]:
+    """(the options this side's CLI lists, the ones it does not); options are `--name value` pairs
+    or `--flag`s (a flag is an option not followed by a value)."""
+    if not side.help_text:  # no --help to go by: every option is passed
+        return list(options), []
+    kept, dropped, i = [], [], 0
+    while i < len(options):
+        name = options[i]
+        n = 2 if i + 1 < len(options) and not options[i + 1].startswith("--") else 1
+        pattern = re.escape(name.replace("_", "-")) + r"(?![\w.-])"
+        if name in ("--preset", "--help") or re.search(pattern, side.help_text):
+            kept += options[i : i + n]
+        else:
+            dropped += options[i : i + n]
+        i += n
+    return kept, dropped
+
+
+def train_command(preset: str, mixer: str, extra: list[str], steps: int) -> list[str]:
+    return [
+        "--preset", preset,
+        "--model.mixer", mixer,
+        *extra,
+        "--seed", "0",
+        "--train.steps", str(steps),
+        "--train.threads", "1",
+        "--train.device", "cpu",
+        "--train.eval_every", "0",
+        "--train.eval_samples", str(FINAL_EVAL_SAMPLES),
+        "--train.final_eval_samples", str(FINAL_EVAL_SAMPLES),
+        "--train.log_every", "1",
+        "--train.checkpoint_every", str(steps),
+        "--train.no-progress",
+        "--out_dir", "runs",
+        "--name", "run",
+    ]  # fmt: skip
+
+
+def flatten(value, prefix: str = "") -> dict[str, object]:
+    """Nested dicts and lists as {path: leaf}."""
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, (list, tuple)):
+        items = enumerate(value)
+    else:
+        return {prefix: value}
+    flat: dict[str, object] = {}
+    for key, item in items:
+        flat.update(flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+    if not flat:  # an empty container is a leaf
+        flat[prefix] = value
+    return flat
+
+
+def same_leaf(a, b) -> bool:
+    """Bitwise equality of two non-tensor leaves (floats by their bits; NaN equals NaN)."""
+    if isinstance(a, float) and isinstance(b, float):
+        return a.hex() == b.hex() if not (math.isnan(a) and math.isnan(b)) else True
+    return type(a) is type(b) and a == b
+
+
+def compare_leaves(before: dict, after: dict, skip=lambda key: False) -> dict:
+    """Differences between two flattened records: tensors with torch.equal, other leaves bitwise."""
+    keys_b = {k for k in before if not skip(k)}
+    keys_a = {k for k in after if not skip(k)}
+    differing, max_diff = [], {}
+    for key in sorted(keys_b & keys_a):
+        x, y = before[key], after[key]
+        if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
+            if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
+                differing.append(key)
+            elif x.dtype != y.dtype or x.shape != y.shape:
+                differing.append(key)
+            elif not torch.equal(x, y):
+                differing.append(key)
+                if x.is_floating_point():
+                    max_diff[key] = (x.double() - y.double()).abs().max().item()
+        elif not same_leaf(x, y):
+            differing.append(key)
+    return {
+        "compared": len(keys_b & keys_a),
+        "differing": differing,
+        "only_before": sorted(keys_b - keys_a),
+        "only_after": sorted(keys_a - keys_b),
+        "max_abs_diff": max_diff,
+    }
+
+
+def timing_key(key: str) -> bool:
+    return bool(TIMING.search(key.rsplit(".", 1)[-1]))
+
+
+def compare_runs(run_b: Path, run_a: Path) -> dict:
+    ckpt_b = torch.load(run_b / "checkpoints" / "latest.pt", map_location="cpu", weights_only=True)
+    ckpt_a = torch.load(run_a / "checkpoints" / "latest.pt", map_location="cpu", weights_only=True)
+    flat_b, flat_a = flatten(ckpt_b), flatten(ckpt_a)
+
+    def skip(key: str) -> bool:
+        return key.split(".", 1)[0] in CHECKPOINT_SKIP or timing_key(key)
+
+    checkpoint = compare_leaves(flat_b, flat_a, skip)
+    tensors = [k for k, v in {**flat_b, **flat_a}.items() if isinstance(v, torch.Tensor) and not skip(k)]
+    # non-tensor entries on one side only (e.g. a new hyperparameter key) are listed, tensors count
+    missing_tensors = [k for k in checkpoint["only_before"] + checkpoint["only_after"] if k in tensors]
+    model_diffs = [v for k, v in checkpoint["max_abs_diff"].items() if k.startswith("model.")]
+    weights_differ = [k for k in checkpoint["differing"] if k.startswith("model.")]
+
+    rows_b = [json.loads(line) for line in (run_b / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rows_a = [json.loads(line) for line in (run_a / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    metrics = compare_leaves(flatten(rows_b), flatten(rows_a), timing_key)
+    metrics["rows"] = [len(rows_b), len(rows_a)]
+    loss_b = [r["loss"] for r in rows_b if r.get("split") == "train" and "loss" in r]
+    loss_a = [r["loss"] for r in rows_a if r.get("split") == "train" and "loss" in r]
+    summary = compare_leaves(
+        flatten(json.loads((run_b / "summary.json").read_text())),
+        flatten(json.loads((run_a / "summary.json").read_text())),
+        timing_key,
+    )
+    identical = (
+        not checkpoint["differing"]
+        and not missing_tensors
+        and not metrics["differing"]
+        and len(rows_b) == len(rows_a)
+        and not summary["differing"]
+    )
+    return {
+        "identical": identical,
+        "weights_identical": not weights_differ and not [k for k in missing_tensors if k.startswith("model.")],
+        "tensors_compared": len([k for k in tensors if k in flat_b and k in flat_a]),
+        "max_abs_diff_params": max(model_diffs) if model_diffs else (0.0 if not weights_differ else None),
+        "train_losses": [len(loss_b), len(loss_a)],
+        "train_losses_identical": loss_b == loss_a,
+        "first_differing_train_step": next(
+            (r["step"] for r, s in zip(rows_b, rows_a) if r.get("split") == "train" and r.get("loss") != s.get("loss")),
+            None,
+        ),
+        "final_train_loss": [loss_b[-1] if loss_b else None, loss_a[-1] if loss_a else None],
+        "checkpoint": {
+            **checkpoint,
+            "differing_count": len(checkpoint["differing"]),
+            "differing": checkpoint["differing"][:50],
+            "tensors_on_one_side": missing_tensors,
+        },
+        "metrics": {**metrics, "differing_count": len(metrics["differing"]), "differing": metrics["differing"][:50]},
+        "summary": summary,
+    }
+
+
+def tail(path: Path, n: int = 3000) -> str:
+    text = path.read_text(errors="replace") if path.exists() else ""
+    return text[-n:]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="See the module docstring.")
+    parser.add_argument("--before", type=Path, help="the checkout before the change")
+    parser.add_argument("--after", type=Path, help="the checkout after the change")
+    parser.add_argument("--before-python", help="python for --before (default: DIR/.venv/bin/python or this one)")
+    parser.add_argument("--after-python", help="python for --after (default: DIR/.venv/bin/python or this one)")
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--only", action="append", default=[], help="a case name, or a preset (repeatable)")
+    parser.add_argument("--out", type=Path, help="write the results as JSON here")
+    parser.add_argument("--pause-while", type=Path, help="start no run, and pause a running one, while this exists")
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds a run may take (paused time excepted)")
+    parser.add_argument("--keep", type=Path, help="keep the runs in this folder (default: a temporary one, removed)")
+    parser.add_argument("--list", action="store_true", help="list the cases and exit")
+    args = parser.parse_args()
+    if args.list:
+        for name, (family, preset, mixer, extra) in CASES.items():
+            print(f"{name:24} {family:26} {preset} {mixer} {' '.join(extra)}")
+        return 0
+    if args.before is None or args.after is None:
+        parser.error("--before and --after are required")
+    cases = {n: c for n, c in CASES.items() if not args.only or n in args.only or c[1] in args.only}
+    if not cases:
+        parser.error(f"--only matches no case; the cases: {', '.join(CASES)}")
+
+    def python_for(root: Path, given: str | None) -> str:
+        venv = root / ".venv" / "bin" / "python"
+        return given or (str(venv) if venv.exists() else sys.executable)
+
+    sides = [
+        Side("before", args.before.resolve(), python_for(args.before, args.before_python)),
+        Side("after", args.after.resolve(), python_for(args.after, args.after_python)),
+    ]
+    tmp = Path(args.keep or tempfile.mkdtemp(prefix="bit_identical_")).resolve()
+    tmp.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    wait_while(args.pause_while)
+    for side in sides:
+        probe(side, tmp)
+        print(f"{side.label}: {side.root} at {side.info['commit'][:10] or '?'} with {side.python}", flush=True)
+
+    results, failed = [], False
+    for name, (family, preset, mixer, extra) in cases.items():
+        options = train_command(preset, mixer, extra, args.steps)
+        result = {"case": name, "family": family, "preset": preset, "mixer": mixer, "extra": extra, "sides": {}}
+        runs = {}
+        for side in sides:
+            kept, dropped = supported(side, options)
+            folder = tmp / side.label / name.replace(":", "_").replace("+", "_")
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+            cmd = [side.python, "-m", "hyla.cli", "train", *kept]
+            t0 = time.time()
+            rc = run_paused(
+                cmd,
+                cwd=folder,
+                env=environment(side, tmp / f"cache_{side.label}"),
+                log=folder / "train.log",
+                pause=args.pause_while,
+                timeout=args.timeout,
+            )
+            result["sides"][side.label] = {
+                "command": "python -m hyla.cli train " + " ".join(kept),
+                "options_not_in_this_cli": dropped,
+                "returncode": rc,
+                "seconds": round(time.time() - t0, 1),
+            }
+            if rc != 0:
+                result["sides"][side.label]["log_tail"] = tail(folder / "train.log")
+            runs[side.label] = folder / "runs" / "run"
+            print(f"  {name} {side.label}: rc {rc}, {time.time() - t0:.0f} s", flush=True)
+        if all(s["returncode"] == 0 for s in result["sides"].values()):
+            result.update(compare_runs(runs["before"], runs["after"]))
+        else:
+            result["identical"], failed = None, True
+        results.append(result)
+
+    header = f"{'preset':10} {'mixer':8} {'variant':14} {'identical':9}  {'max |dparam|':12}  notes"
+    lines = [header, "-" * len(header)]
+    for r in results:
+        variant = " ".join(r["extra"]).replace("--model.", "") or "-"
+        if r["identical"] is None:
+            verdict, diff, note = "FAILED", "", "a run failed (see the JSON's log_tail)"
+        else:
+            verdict = "yes" if r["identical"] else "NO"
+            diff = "" if r["identical"] else f"{r['max_abs_diff_params']:.3g}" if r["max_abs_diff_params"] else "0"
+            note = f"{r['tensors_compared']} tensors, {r['train_losses'][1]} train losses"
+            if not r["identical"]:
+                note += f"; first differing train step {r['first_differing_train_step']}"
+                ckpt = r["checkpoint"]
+                note += f"; {ckpt['differing_count']} of {ckpt['compared']} checkpoint entries differ"
+        dropped = {s: v["options_not_in_this_cli"] for s, v in r["sides"].items() if v["options_not_in_this_cli"]}
+        if dropped:
+            note += f"; options left out: {dropped}"
+        lines.append(f"{r['preset']:10} {r['mixer']:8} {variant:14} {verdict:9}  {diff:12}  {note}")
+    wall = time.time() - started
+    lines.append(f"wall time {wall / 60:.1f} min")
+    print("\n".join(lines))
+
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        report = {
+            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+            "steps": args.steps,
+            "seed": 0,
+            "threads": 1,
+            "sides": {s.label: {"root": str(s.root), **s.info} for s in sides},
+            "wall_time_s": round(wall, 1),
+            "all_identical": all(r["identical"] for r in results),
+            "table": lines,
+            "cases": results,
+        }
+        args.out.write_text(json.dumps(report, indent=1) + "\n")
+        print(f"wrote {args.out}")
+    if args.keep is None:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if failed:
+        return 2
+    return 0 if all(r["identical"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
