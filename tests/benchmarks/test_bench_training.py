@@ -27,6 +27,7 @@ def test_an_override_is_measured_and_recorded(tmp_path):
     assert "| logic_4var_2term fuzzy_logic.seq_len=32 | linear | eager |" in done.stdout
 
 
+@pytest.mark.slow  # two subprocesses that check the benchmark script, not hyla
 def test_a_bad_override_is_one_line():
     for bad in ["fuzzy_logic.seq_len", "fuzzy_logic.no_such_field=3"]:
         done = bench("--presets", "logic_4var_2term", "--set", bad)

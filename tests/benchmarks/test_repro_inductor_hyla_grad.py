@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "repro_inductor_hyla_grad.py"
@@ -29,6 +30,7 @@ def test_the_script_imports_nothing_from_hyla():
     assert not [name for name in imported if name.split(".")[0] == "hyla"]
 
 
+@pytest.mark.slow  # a subprocess (torch, dynamo) for the script's JSON; test_a_wrong_gradient_fails checks PASS / FAIL
 def test_it_reports_passing_and_absent_settings_as_json_on_a_cpu():
     settings = ["--settings", "backend=aot_eager", "no_such_option=True"]
     out = subprocess.run([sys.executable, str(SCRIPT), *TINY, *settings], capture_output=True, text=True, check=True)

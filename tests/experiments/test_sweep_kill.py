@@ -49,7 +49,13 @@ def training_pids(runs, names) -> dict[str, int]:
     return pids
 
 
-@pytest.mark.parametrize("options", [[], ["--pack", "1"]])
+@pytest.mark.parametrize(
+    "options",
+    # packs: five more processes; their workers stop with the sweep through the same end_with_parent,
+    # and a stopped pack's exact resume is tested in tests/train/test_packed.py
+    [[], pytest.param(["--pack", "1"], marks=pytest.mark.slow)],
+    ids=["runs", "packs"],
+)
 def test_kill_9_of_a_sweep_stops_its_trainings_and_a_rerun_finishes_it(tmp_path, capsys, options):
     path = write_sweep(tmp_path)
     spec, runs = SweepSpec.load(path), tmp_path / "runs"

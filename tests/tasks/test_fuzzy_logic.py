@@ -79,9 +79,11 @@ def test_fixed_context_and_fixed_query(task):
     assert not torch.equal(query[0, 0], query[1, 0])
 
 
-def test_no_held_out_task_in_a_million_training_samples(task):
+# 131,072 samples here; a million (8 batches) in the slow set
+@pytest.mark.parametrize("batches", [1, pytest.param(8, marks=pytest.mark.slow)], ids=["131k", "1M"])
+def test_no_held_out_task_in_the_training_samples(task, batches):
     held_out = torch.cat([task._task_index["ood"], task._task_index["novel_terms"]])
-    for step in range(8):
+    for step in range(batches):
         assert not torch.isin(task.batch("train", 131_072, step).info["task_index"], held_out).any()
     assert torch.isin(task.batch("ood", 4096, 0).info["task_index"], task._task_index["ood"]).all()
 
