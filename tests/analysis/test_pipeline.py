@@ -146,7 +146,7 @@ def test_analysis_hook_writes_probe_metrics(tmp_path):
 
 
 def _tiny_logic_config(configs, out_dir):
-    """logic_cpu at a width of 32 for 30 steps, the analysis hook every 15 steps, in `out_dir`/run."""
+    """logic_cpu at a width of 32 for 30 steps on one thread, the analysis hook every 15 steps, in `out_dir`/run."""
     from hyla.train.presets import get_preset
 
     cfg = get_preset("logic_cpu")
@@ -170,6 +170,7 @@ def _tiny_logic_config(configs, out_dir):
             analysis_samples=64,
             progress=False,
             device="cpu",
+            threads=1,  # (the machine's cores by default: oversubscribed beside the other test process)
         ),
     )
 

@@ -12,8 +12,10 @@ import time
 import pytest
 import torch
 
-from hyla.experiments.launch import run_sweep, submit_sweep
-from hyla.experiments.sweep import SweepSpec, print_status, sweep_status
+from hyla.experiments.launch import submit_sweep
+from hyla.experiments.sweep import SweepSpec, print_status, sweep_status, train_args
+from hyla.train import train
+from hyla.train.presets import parse_train_args
 
 submitit = pytest.importorskip("submitit")
 
@@ -86,8 +88,8 @@ def test_preempted_job_is_requeued_and_resumes_exactly(tmp_path):
     assert steps == list(range(10, 301, 10))  # no record lost or repeated across the requeue
 
     reference = tiny_spec(tmp_path / "local", steps=300)
-    reference.parallel = os.cpu_count() or 1  # one thread per run
-    assert run_sweep(reference) == {name: 0}
+    (run,) = reference.runs()
+    train(parse_train_args(train_args(reference, run, threads=1))[0])  # uninterrupted, in this process
     got = torch.load(run_dir / "checkpoints" / "latest.pt", weights_only=False)["model"]
     want = torch.load(tmp_path / "local" / name / "checkpoints" / "latest.pt", weights_only=False)["model"]
     assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in got)

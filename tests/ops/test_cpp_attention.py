@@ -2,16 +2,20 @@
 the reference in test_attention.py: a bias of any strides, gradcheck, threads, what it refuses,
 compiled, building and falling back."""
 
+import shutil
+
 import pytest
 import torch
 from helpers_ops import assert_all_close, assert_close, make_case, outputs_and_grads
 
 from hyla.ops import attention, attention_naive
+from hyla.ops.cache import default_cache_dir
 from hyla.ops.dispatch import choose_implementation
 from hyla.ops.kernels import cpp
 from hyla.ops.kernels.common import implementations_ran, reset_implementations_ran
 
 pytestmark = pytest.mark.skipif(not cpp.available(), reason="the C++ kernel did not build on this machine")
+BUILT = default_cache_dir() / "kernels"  # where the line above built (or found) the library
 
 
 def naive(q, k, v, **kwargs):
@@ -131,11 +135,18 @@ def test_disabled_by_the_environment(monkeypatch, set_switch):
     assert_close(out, naive_out, what="auto without the kernel")
 
 
-def test_a_damaged_cached_library_is_rebuilt(fresh_build):
+def test_a_damaged_cached_library_is_rebuilt(fresh_build, monkeypatch):
     library = fresh_build / "kernels" / f"hyla_cpu-{cpp._cache_key(cpp._compiler())}.so"
     library.parent.mkdir(parents=True)
     library.write_bytes(b"garbage, as a torn write leaves it")  # (before any process loaded it)
-    assert cpp.available()  # rebuilt once
+    calls = []
+
+    def build(compiler, target):  # the compiler's output, not compiled again (test_builds_once_into_the_cache compiles)
+        calls.append(target)
+        shutil.copyfile(BUILT / library.name, target)
+
+    monkeypatch.setattr(cpp, "_build", build)
+    assert cpp.available() and calls == [library]  # rebuilt once
     assert library.read_bytes()[:4] == b"\x7fELF"
 
 

@@ -9,7 +9,6 @@ the pack), dropout on.
 import json
 import signal
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import torch
@@ -220,7 +219,9 @@ def test_plan_packs_groups_compatible_runs_and_stopped_packs(tmp_path):
     assert [[cfg.name for cfg in pack] for pack in plan] == [["a"], ["b", "c"]]
 
 
-def test_sweep_packs_compatible_runs(tmp_path, capsys):
+def test_sweep_packs_compatible_runs_and_two_processes_train_the_same(tmp_path, capsys):
+    """`--pack 2` plans packs of compatible runs and trains them; with `--parallel 2` (two processes,
+    each training packs) the same runs end with the same weights."""
     tiny = {
         "train.steps": 4,
         "train.warmup_steps": 1,
@@ -228,6 +229,7 @@ def test_sweep_packs_compatible_runs(tmp_path, capsys):
         "train.eval_samples": 64,
         "train.final_eval_samples": 64,
         "train.log_every": 2,
+        "train.threads": 1,
         "model.num_layers": 1,
         "model.dim": 16,
         "model.mlp_dim": 16,
@@ -255,37 +257,13 @@ def test_sweep_packs_compatible_runs(tmp_path, capsys):
     assert run_packed_sweep(spec, 2) == {}  # nothing left to run
     assert [path.name for path in records.find(tmp_path / "results")] == sorted(f"{n}.run.json" for n in codes)
 
-
-def test_parallel_packed_sweep_equals_the_sequential_one(tmp_path):
-    """`--parallel 2 --pack 2`: two processes, each training packs; same runs, same weights."""
-    tiny = {
-        "train.steps": 4,
-        "train.warmup_steps": 1,
-        "train.eval_every": 0,
-        "train.eval_samples": 64,
-        "train.final_eval_samples": 64,
-        "train.log_every": 2,
-        "train.threads": 1,
-        "model.num_layers": 1,
-        "model.dim": 16,
-        "model.mlp_dim": 16,
-    }
-    specs = [
-        SweepSpec(
-            name="tiny",
-            preset="logic_cpu",
-            out_dir=str(tmp_path / name),
-            seeds=[0, 1],
-            overrides=tiny,
-            grid=[{"model.mixer": ["softmax", "hyla"]}],
-            parallel=parallel,
-        )
-        for name, parallel in (("sequential", 1), ("parallel", 2))
-    ]
-    codes = [run_packed_sweep(spec, 2) for spec in specs]
-    assert codes[0] == codes[1] == dict.fromkeys((run.name for run in specs[0].runs()), 0)
-    for name in codes[0]:
-        a, b = (ckpt.load(Path(spec.out_dir) / name / "checkpoints" / "latest.pt")["model"] for spec in specs)
+    # the two full packs again, two processes at once
+    parallel = replace(spec, out_dir=str(tmp_path / "parallel"), seeds=[0, 1], parallel=2, results=None)
+    parallel_codes = run_packed_sweep(parallel, 2)
+    assert parallel_codes == dict.fromkeys((run.name for run in parallel.runs()), 0) and len(parallel_codes) == 4
+    assert "2 packs of at most 2, 2 at a time" in capsys.readouterr().out
+    for name in parallel_codes:
+        a, b = (ckpt.load(tmp_path / out / name / "checkpoints" / "latest.pt")["model"] for out in ("runs", "parallel"))
         assert all(torch.equal(a[k], b[k]) for k in a), name
 
 
