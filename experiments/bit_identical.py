@@ -13,8 +13,8 @@ progress (the per-step losses it keeps), timings excepted. It prints a table and
 
 Usage:
 
-    python experiments/bit_identical.py --before /work/retrain --after /tmp/after \\
-        --after-python /work/main/.venv/bin/python --out experiments/results/bit_identical/<commit>.json
+    python experiments/bit_identical.py --before OLD_CHECKOUT --after NEW_CHECKOUT \\
+        --after-python .venv/bin/python --out experiments/results/bit_identical/<commit>.json
     python experiments/bit_identical.py --before D --after D --only logic_cpu:hyla --steps 20   # quick
     python experiments/bit_identical.py --list                                                 # the cases
 
@@ -22,9 +22,7 @@ Each checkout runs with its own python (--before-python / --after-python; defaul
 where it exists, else this interpreter) and PYTHONPATH=DIR, so the code of that checkout is what runs
 (checked: hyla must import from DIR). Every run's cwd, out_dir and HYLA_CACHE (tokenizers, the C++
 kernel) lie in a temporary folder and PYTHONDONTWRITEBYTECODE=1, so nothing is written into the
-checkouts. An option that one checkout's `hyla train --help` does not list (an older CLI) is left out
-for that checkout and noted in the JSON. --pause-while PATH: no run starts while PATH exists, and a
-run in progress is paused (SIGSTOP to its own process group) until PATH is gone.
+checkouts. The JSON names each side by its commit, not by where it lay on the machine.
 
 Exit status: 0 when every case is identical, 1 when one differs, 2 when a run failed.
 """
@@ -37,7 +35,6 @@ import math
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -76,33 +73,17 @@ class Side:
     root: Path
     python: str
     info: dict = field(default_factory=dict)
-    help_text: str = ""
 
 
-def wait_while(path: Path | None) -> None:
-    while path is not None and path.exists():
-        time.sleep(10)
-
-
-def run_paused(cmd: list[str], *, cwd: Path, env: dict, log: Path, pause: Path | None, timeout: float) -> int:
-    """Run cmd (output to log); while `pause` exists its process group is stopped. Returns the exit code."""
-    wait_while(pause)
+def run(cmd: list[str], *, cwd: Path, env: dict, log: Path, timeout: float) -> int:
+    """Run cmd with its output in log; the exit code, -9 when it ran past timeout seconds."""
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        started, stopped = time.monotonic(), 0.0
-        while proc.poll() is None:
-            time.sleep(0.5)
-            if pause is not None and pause.exists():
-                t0 = time.monotonic()
-                os.killpg(proc.pid, signal.SIGSTOP)
-                wait_while(pause)
-                os.killpg(proc.pid, signal.SIGCONT)
-                stopped += time.monotonic() - t0
-            if time.monotonic() - started - stopped > timeout:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                return -9
-        return proc.returncode
+        try:
+            return subprocess.run(
+                cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout
+            ).returncode
+        except subprocess.TimeoutExpired:
+            return -9
 
 
 def environment(side: Side, cache: Path) -> dict:
@@ -132,8 +113,9 @@ def probe(side: Side, tmp: Path) -> None:
     )
     env = environment(side, tmp / f"cache_{side.label}")
     out = subprocess.run([side.python, "-c", code], cwd=tmp, env=env, capture_output=True, text=True, check=True)
-    side.info = json.loads(out.stdout.strip().splitlines()[-1])
-    hyla_file = Path(side.info["hyla_file"]).resolve()
+    info = json.loads(out.stdout.strip().splitlines()[-1])
+    hyla_file = Path(info.pop("hyla_file")).resolve()
+    side.info = info
     if side.root.resolve() not in hyla_file.parents:
         sys.exit(f"{side.label}: hyla imports from {hyla_file}, not from {side.root}")
 
@@ -146,37 +128,6 @@ def probe(side: Side, tmp: Path) -> None:
 
     side.info["commit"] = git("rev-parse", "HEAD")
     side.info["modified_tracked_files"] = git("status", "--porcelain", "--untracked-files=no").splitlines()
-    side.info["python_executable"] = side.python
-    help_run = subprocess.run(
-        [side.python, "-m", "hyla.cli", "train", "--preset", "logic_cpu", "--help"],
-        cwd=tmp,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    side.help_text = (help_run.stdout + help_run.stderr).replace("_", "-")
-    if help_run.returncode != 0 or "--train.steps" not in side.help_text:
-        # this checkout's CLI does not start (a broken commit, say): its runs will fail and say why
-        side.info["help_failed"] = side.help_text[-2000:]
-        side.help_text = ""
-
-
-def supported(side: Side, options: list[str]) -> tuple[list[str], list[str]]:
-    """(the options this side's CLI lists, the ones it does not); options are `--name value` pairs
-    or `--flag`s (a flag is an option not followed by a value)."""
-    if not side.help_text:  # no --help to go by: every option is passed
-        return list(options), []
-    kept, dropped, i = [], [], 0
-    while i < len(options):
-        name = options[i]
-        n = 2 if i + 1 < len(options) and not options[i + 1].startswith("--") else 1
-        pattern = re.escape(name.replace("_", "-")) + r"(?![\w.-])"
-        if name in ("--preset", "--help") or re.search(pattern, side.help_text):
-            kept += options[i : i + n]
-        else:
-            dropped += options[i : i + n]
-        i += n
-    return kept, dropped
 
 
 def train_command(preset: str, mixer: str, extra: list[str], steps: int) -> list[str]:
@@ -314,6 +265,14 @@ def tail(path: Path, n: int = 3000) -> str:
     return text[-n:]
 
 
+def command_without_paths(sides: list[Side], out: Path) -> str:
+    """This script's command line with each checkout and its python named, not located."""
+    names = {os.path.abspath(s.root): f"{s.label.upper()}_CHECKOUT" for s in sides}
+    names |= {os.path.abspath(s.python): f"{s.label.upper()}_PYTHON" for s in sides}
+    names[os.path.abspath(out)] = f"experiments/results/bit_identical/{out.name}"
+    return " ".join(["python experiments/bit_identical.py", *(names.get(os.path.abspath(a), a) for a in sys.argv[1:])])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="See the module docstring.")
     parser.add_argument("--before", type=Path, help="the checkout before the change")
@@ -323,8 +282,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--only", action="append", default=[], help="a case name, or a preset (repeatable)")
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
-    parser.add_argument("--pause-while", type=Path, help="start no run, and pause a running one, while this exists")
-    parser.add_argument("--timeout", type=float, default=3600, help="seconds a run may take (paused time excepted)")
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds a run may take")
     parser.add_argument("--keep", type=Path, help="keep the runs in this folder (default: a temporary one, removed)")
     parser.add_argument("--list", action="store_true", help="list the cases and exit")
     args = parser.parse_args()
@@ -340,7 +298,8 @@ def main() -> int:
 
     def python_for(root: Path, given: str | None) -> str:
         venv = root / ".venv" / "bin" / "python"
-        return given or (str(venv) if venv.exists() else sys.executable)
+        python = given or (str(venv) if venv.exists() else sys.executable)
+        return os.path.abspath(python) if os.sep in python else python  # the runs' cwd is elsewhere
 
     sides = [
         Side("before", args.before.resolve(), python_for(args.before, args.before_python)),
@@ -349,7 +308,6 @@ def main() -> int:
     tmp = Path(args.keep or tempfile.mkdtemp(prefix="bit_identical_")).resolve()
     tmp.mkdir(parents=True, exist_ok=True)
     started = time.time()
-    wait_while(args.pause_while)
     for side in sides:
         probe(side, tmp)
         print(f"{side.label}: {side.root} at {side.info['commit'][:10] or '?'} with {side.python}", flush=True)
@@ -360,23 +318,15 @@ def main() -> int:
         result = {"case": name, "family": family, "preset": preset, "mixer": mixer, "extra": extra, "sides": {}}
         runs = {}
         for side in sides:
-            kept, dropped = supported(side, options)
             folder = tmp / side.label / name.replace(":", "_").replace("+", "_")
             shutil.rmtree(folder, ignore_errors=True)
             folder.mkdir(parents=True)
-            cmd = [side.python, "-m", "hyla.cli", "train", *kept]
+            cmd = [side.python, "-m", "hyla.cli", "train", *options]
             t0 = time.time()
-            rc = run_paused(
-                cmd,
-                cwd=folder,
-                env=environment(side, tmp / f"cache_{side.label}"),
-                log=folder / "train.log",
-                pause=args.pause_while,
-                timeout=args.timeout,
-            )
+            env = environment(side, tmp / f"cache_{side.label}")
+            rc = run(cmd, cwd=folder, env=env, log=folder / "train.log", timeout=args.timeout)
             result["sides"][side.label] = {
-                "command": "python -m hyla.cli train " + " ".join(kept),
-                "options_not_in_this_cli": dropped,
+                "command": "python -m hyla.cli train " + " ".join(options),
                 "returncode": rc,
                 "seconds": round(time.time() - t0, 1),
             }
@@ -404,9 +354,6 @@ def main() -> int:
                 note += f"; first differing train step {r['first_differing_train_step']}"
                 ckpt = r["checkpoint"]
                 note += f"; {ckpt['differing_count']} of {ckpt['compared']} checkpoint entries differ"
-        dropped = {s: v["options_not_in_this_cli"] for s, v in r["sides"].items() if v["options_not_in_this_cli"]}
-        if dropped:
-            note += f"; options left out: {dropped}"
         lines.append(f"{r['preset']:10} {r['mixer']:8} {variant:14} {verdict:9}  {diff:12}  {note}")
     wall = time.time() - started
     lines.append(f"wall time {wall / 60:.1f} min")
@@ -415,11 +362,11 @@ def main() -> int:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         report = {
-            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+            "command": command_without_paths(sides, args.out),
             "steps": args.steps,
             "seed": 0,
             "threads": 1,
-            "sides": {s.label: {"root": str(s.root), **s.info} for s in sides},
+            "sides": {s.label: s.info for s in sides},
             "wall_time_s": round(wall, 1),
             "all_identical": all(r["identical"] for r in results),
             "table": lines,
