@@ -1,6 +1,7 @@
 """README's results table is what experiments/claims.py rebuilds from the committed files."""
 
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -38,3 +39,10 @@ def test_a_changed_number_is_caught_and_rewritten(claims, tmp_path, monkeypatch,
     assert "out of date: README.md" in capsys.readouterr().err
     assert claims.main(["--write"]) == 0 and claims.main(["--check"]) == 0
     assert readme.read_text() == text
+
+
+def test_committed_results_hold_no_absolute_path_of_the_machine_that_made_them():
+    machine_path = re.compile(r'"(/(?:home|root|tmp|work|Users|scratch|private)/[^"]*)"')
+    files = [f for folder in ("experiments", "benchmarks") for f in (ROOT / folder).rglob("*.json*")]
+    found = {str(f.relative_to(ROOT)): hit[0] for f in files if (hit := machine_path.findall(f.read_text()))}
+    assert files and not found, f"absolute paths in committed results: {found}"
