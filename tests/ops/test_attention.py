@@ -214,7 +214,7 @@ def test_compiled_auto_takes_the_cpp_kernel_or_the_reference(
         return attention(q, k, v, **kwargs)
 
     torch._dynamo.reset()
-    # the setting the trainer compiles with (hyla.train.loop._compiler_settings), scoped to this test
+    # the setting the trainer compiles with (hyla.train.numerics._compiler_settings), scoped to this test
     with inductor_config.patch({"cpp.enable_loop_tail_vec": False}):
         out = torch.compile(compiled, fullgraph=True)(q, k, v)
         reference, _ = attention_naive(q, k, v, **kwargs)
