@@ -12,12 +12,12 @@ eager as the mechanism runs in training, `--threads`); its steps/s is the run's 
 process's maximum resident set. "on" is the default; "off" the same command with the mechanism
 turned off: by its environment switch, by taking it out in the training process before it starts
 (`OFF_PATCHES`: an implementation dropped from `hyla.ops.dispatch.BACKENDS`, gelu_tanh as aten's
-kernel also under torch.compile, inductor's default settings), or by running another checkout
-(`--off-tree NAME=DIR`). The sides alternate (on off on off ...), so a drift of a shared machine's
-speed falls on both; the ratio on/off is taken pair by pair and its min / median / max reported,
-with the memory ratio. Packing is measured by bench_packed.py (a pack of 8 runs against one run,
-model-steps/s). The JSON is rewritten after every row; numbers taken while the machine is busy
-(`load_average` in the JSON) are not measurements.
+kernel also under torch.compile), or by running another checkout (`--off-tree NAME=DIR`). The sides
+alternate (on off on off ...), so a drift of a shared machine's speed falls on both; the ratio
+on/off is taken pair by pair and its min / median / max reported, with the memory ratio. Packing is
+measured by bench_packed.py (a pack of 8 runs against one run, model-steps/s). The JSON is rewritten
+after every row; numbers taken while the machine is busy (`load_average` in the JSON) are not
+measurements.
 """
 
 from __future__ import annotations
@@ -70,9 +70,6 @@ MECHANISMS = {
         steps={"logic_4var_2term": 40},  # at T = 320 a step takes about a second; the row is for memory
     ),
     "gelu_tanh": Mechanism("gelu_tanh as x*sigmoid(2z) under torch.compile", off_patch="gelu_tanh", compiled=True),
-    "compiler_settings": Mechanism(
-        "inductor's cpp.enable_loop_tail_vec off on the CPU", off_patch="compiler_settings", compiled=True
-    ),
     "packing": Mechanism("8 runs trained as one vmapped pack (bench_packed.py) against one run"),
 }
 
@@ -91,19 +88,10 @@ def _plain_gelu_tanh() -> None:
     feedforward.gelu_tanh = lambda x: F.gelu(x, approximate="tanh")
 
 
-def _default_compiler_settings() -> None:
-    from contextlib import nullcontext
-
-    from hyla.train import numerics
-
-    numerics._compiler_settings = lambda cfg: nullcontext()
-
-
 # mechanism -> what takes it out of the training process (run before `hyla train` parses anything)
 OFF_PATCHES = {
     "streamed": lambda: _drop_backend("streamed"),
     "gelu_tanh": _plain_gelu_tanh,
-    "compiler_settings": _default_compiler_settings,
 }
 
 

@@ -5,10 +5,10 @@ and compiled: where the training step's attention time goes and what `auto` shou
     python benchmarks/bench_small_heads.py --threads 2 --repeats 50
 
 Shapes (batch 128, relative-position bias and a shared attention-dropout mask, as in training):
-fuzzy logic first layer (T=16, H=8, head dim 2), its read-out layer (1 query), SRAVEN (T=36,
-H=16, head dim 4). Compiled cases run with inductor's `cpp.enable_loop_tail_vec` off, as the
-trainer compiles. Every implementation's output is checked against the naive one first. `cpp` is
-the C++ kernel (hyla/ops/kernels/cpp.py), built on first use.
+fuzzy logic first layer (T=16, H=8, head dim 2), its read-out layer (1 query), SRAVEN (T=36, H=16,
+head dim 4). Compiled cases run with inductor's defaults, as the trainer compiles. Every
+implementation's output is checked against the naive one first. `cpp` is the C++ kernel
+(hyla/ops/kernels/cpp.py), built on first use.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 
 import torch
-from torch._inductor import config as inductor_config
 
 from hyla.ops import attention
 from hyla.train.run_dir import cpu_name, git_commit
@@ -78,7 +77,6 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--out", default=str(OUT), help="JSON output ('' to skip)")
     args = parser.parse_args(argv)
-    inductor_config.cpp.enable_loop_tail_vec = False
     rows = []
     for threads in args.threads:
         torch.set_num_threads(threads)

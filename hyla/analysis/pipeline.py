@@ -289,10 +289,13 @@ def analysis_hook(
     return metrics
 
 
-def analyze_run(run_dir: str | Path, splits=None, num_samples: int = 4096, device: str = "cpu", **kwargs) -> dict:
-    """Load a finished (or checkpointed) run and write its analysis into `RUN/analysis/<name>/`,
-    named by the checkpoint step and the options (`output_name`), so an analysis with other
-    options never overwrites this one; the results dict gets the folder under "out_dir".
+def analyze_run(
+    run_dir: str | Path, splits=None, num_samples: int = 4096, device: str = "cpu", out_root=None, **kwargs
+) -> dict:
+    """Load a finished (or checkpointed) run, or an exported model, and write its analysis into
+    `<out_root>/<name>/` (default out_root: RUN/analysis), named by the checkpoint step and the
+    options (`output_name`), so an analysis with other options never overwrites this one; the
+    results dict gets the folder under "out_dir".
     device: where the model runs to collect the codes (cpu | cuda | cuda:N | auto)."""
     import torch
 
@@ -303,7 +306,7 @@ def analyze_run(run_dir: str | Path, splits=None, num_samples: int = 4096, devic
     cfg, model, task, step = load_run_at_step(run_dir, task=("fuzzy_logic", "sraven"))
     given = {"num_samples": num_samples, "device": device, **kwargs}
     options = {"splits": list(splits or []), **{key: given.get(key, default) for key, default in _defaults().items()}}
-    out_dir = Path(run_dir) / "analysis" / output_name(step, options)
+    out_dir = Path(out_root or Path(run_dir) / "analysis") / output_name(step, options)
     claim_output(out_dir, {"checkpoint_step": step, **options})
     metadata = {
         "path": portable_path(run_dir),

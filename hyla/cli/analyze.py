@@ -1,4 +1,5 @@
-"""`hyla analyze RUN`: its options and their parsing (the analysis itself: hyla.analysis.pipeline)."""
+"""`hyla analyze RUN [RUN ...]`: its options and their parsing (the analysis itself:
+hyla.analysis.pipeline; the summary of several models: hyla.analysis.latent_report)."""
 
 from __future__ import annotations
 
@@ -8,17 +9,23 @@ from typing import Annotated
 
 from tyro.conf import Positional, UseAppendAction, arg
 
+from hyla.analysis.latent_report import write_report
 from hyla.analysis.pipeline import analyze_run
-from hyla.train.configs import check_positive, parse_options
+from hyla.cli.interventions import model_labels
+from hyla.train.configs import ConfigError, check_positive, parse_options
 
 
 @dataclass
 class AnalyzeOptions:
-    """Latent-code analysis of a trained run (probes, embeddings, topographic similarity, report) into
-    RUN/analysis/step<S>[-<options>]/: one folder per checkpoint step and set of non-default options."""
+    """Latent-code analysis of trained models (probes, embeddings, topographic similarity, report) into
+    RUN/analysis/step<S>[-<options>]/ (one folder per checkpoint step and set of non-default options),
+    or with --out into OUT/<model>/step<S>[-<options>]/ and a summary of the models per mixer."""
 
-    run: Positional[Path]
-    """run folder (written by `hyla train`)"""
+    runs: Positional[Annotated[tuple[Path, ...], arg(metavar="RUN [RUN ...]", help_behavior_hint="(required)")]]
+    """run folders (`hyla train`) or exported models (`hyla export`), fuzzy logic or SRAVEN; several
+    (e.g. the training seeds of each mixer) are summarized as mean ± s.e. over models per mixer"""
+    out: Annotated[Path | None, arg(help_behavior_hint="(default: RUN/analysis)")] = None
+    """output folder, needed with several models: OUT/latent_summary.{md,json,png} and each model's analysis"""
     split: UseAppendAction[list[str]] = field(default_factory=list)
     """split to analyze (repeatable; default: the task's analysis splits)"""
     samples: int = 4096
@@ -37,6 +44,12 @@ class AnalyzeOptions:
     """SRAVEN: probe only this underlying feature (the paper: the last)"""
 
     def __post_init__(self):
+        if not self.runs:
+            raise ConfigError("give a run folder or an exported model (or several)")
+        if len(self.runs) > 1 and self.out is None:
+            raise ConfigError(f"--out is needed with {len(self.runs)} models (their summary is written there)")
+        if len({path.resolve() for path in self.runs}) < len(self.runs):
+            raise ConfigError("a model is named twice")
         check_positive(
             samples=self.samples,
             batch_size=self.batch_size,
@@ -46,19 +59,26 @@ class AnalyzeOptions:
 
 
 def main(argv: list[str]) -> int:
-    """`hyla analyze RUN [--split S ...] [--samples N] ...`"""
+    """`hyla analyze RUN [RUN ...] [--out DIR] [--split S ...] [--samples N] ...`"""
     args = parse_options(AnalyzeOptions, argv, "hyla analyze")
-    results = analyze_run(
-        args.run,
-        args.split or None,
-        args.samples,
-        device=args.device,
-        batch_size=args.batch_size,
-        tsne=args.tsne,
-        plot_samples=args.plot_samples,
-        num_permutations=args.permutations,
-        seed=args.seed,
-        probe_feature=args.feature,
-    )
-    print(f"wrote {Path(results['out_dir']) / 'report.md'} ({len(results['figures'])} figures)")
+    analyses = []
+    for run, label in zip(args.runs, model_labels(args.runs)):
+        results = analyze_run(
+            run,
+            args.split or None,
+            args.samples,
+            device=args.device,
+            out_root=args.out and args.out / label,
+            batch_size=args.batch_size,
+            tsne=args.tsne,
+            plot_samples=args.plot_samples,
+            num_permutations=args.permutations,
+            seed=args.seed,
+            probe_feature=args.feature,
+        )
+        print(f"wrote {Path(results['out_dir']) / 'report.md'} ({len(results['figures'])} figures)")
+        analyses.append(results)
+    if args.out:
+        print(write_report(analyses, args.out / "latent_summary"))
+        print(f"wrote {args.out / 'latent_summary.md'}, .json and .png")
     return 0

@@ -7,8 +7,7 @@
                       because the decorator imports torch._dynamo at hyla's import.
 
 Beyond the library, hyla's AdamW step calls torch's fused AdamW kernel directly
-(`hyla.train.optim.fused_adamw_step`), and the trainer sets one private compiler setting
-(inductor's cpp.enable_loop_tail_vec, in hyla.train.numerics). hyla runs on any PyTorch from 2.6 on.
+(`hyla.train.optim.fused_adamw_step`). hyla runs on any PyTorch from 2.6 on.
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ def numerics(cfg: ExperimentConfig, ctx: DistContext, compile_mode: str | None, 
 
 @contextmanager
 def process_settings(cfg: ExperimentConfig, ctx: DistContext):
-    """Threads, deterministic mode, float32 matmul precision, the compiler flag and the global RNG for
+    """Threads, deterministic mode, float32 matmul precision and the global RNG for
     the duration of a run, restored afterwards; on the CPU, malloc keeps freed memory for reuse
     (`hyla.train.allocator`, for the rest of the process)."""
     threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
@@ -70,7 +70,7 @@ def process_settings(cfg: ExperimentConfig, ctx: DistContext):
         torch.use_deterministic_algorithms(True)
     devices = [ctx.device] if ctx.device.type == "cuda" else []
     try:
-        with torch.random.fork_rng(devices=devices), _compiler_settings(cfg):
+        with torch.random.fork_rng(devices=devices):
             yield
     finally:
         torch.set_num_threads(threads)
@@ -78,17 +78,3 @@ def process_settings(cfg: ExperimentConfig, ctx: DistContext):
         torch.use_deterministic_algorithms(deterministic)
         if cublas is None:
             os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
-
-
-@contextmanager
-def _compiler_settings(cfg: ExperimentConfig):
-    if not cfg.train.compile:
-        yield
-        return
-    from torch._inductor import config as inductor_config
-
-    # Inductor's CPU code vectorizes a loop as short as the per-head dimension (2 in the fuzzy-logic
-    # models) with masked "tail" vectors and parallelizes the reduction inside it: an OpenMP region
-    # for a few elements of work, whose start-up costs more than the work (docs/speed.md).
-    with inductor_config.patch({"cpp.enable_loop_tail_vec": False}):
-        yield

@@ -105,3 +105,19 @@ def test_eval_analyze_and_interventions_take_an_exported_folder(exported, tmp_pa
     assert main(["interventions", str(model), "--tasks", "2", "--samples", "8", "--out", str(tmp_path / "iv")]) == 0
     [text] = [f.read_text() for f in (tmp_path / "iv").glob("*.json")]
     assert '"checkpoint_step": 20' in text and str(tmp_path) not in text  # no absolute path either
+
+
+def test_analyze_summarizes_several_models_and_a_run_equals_its_export(exported, tmp_path, capsys):
+    run, out = exported
+    options = ["--samples", "64", "--no-tsne", "--permutations", "20", "--split", "valid", "--split", "ood"]
+    assert main(["analyze", str(run), str(out), *options]) == 2
+    assert "--out is needed with 2 models" in capsys.readouterr().err
+    assert main(["analyze", str(run), str(out), *options, "--out", str(tmp_path / "latent")]) == 0
+    summary = json.loads((tmp_path / "latent" / "latent_summary.json").read_text())
+    assert len(summary["models"]) == 2 and (tmp_path / "latent" / "latent_summary.png").exists()
+    rows = summary["summary"]
+    assert {r["measure"] for r in rows} == {"topographic similarity", "held-out probe (mean_f1)"}
+    for row in rows:  # the same weights give the same codes: both models measure the same, s.e. 0
+        first, second = row["per_model"]
+        assert first["value"] == second["value"] and row["se"] == 0 and row["passes"] in ("0 of 2", "2 of 2")
+    assert str(tmp_path) not in (tmp_path / "latent" / "latent_summary.json").read_text()

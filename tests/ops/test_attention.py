@@ -197,7 +197,6 @@ def test_compiled_auto_takes_the_cpp_kernel_or_the_reference(
 ):
     """Under torch.compile on the CPU `auto` picks the C++ kernel for HYLA when built, else the
     reference (compiled), and the compiled result matches the eager reference."""
-    from torch._inductor import config as inductor_config
 
     if not cpp_kernel:
         set_switch(cpp.DISABLE_ENV, "0")
@@ -214,13 +213,11 @@ def test_compiled_auto_takes_the_cpp_kernel_or_the_reference(
         return attention(q, k, v, **kwargs)
 
     torch._dynamo.reset()
-    # the setting the trainer compiles with (hyla.train.numerics._compiler_settings), scoped to this test
-    with inductor_config.patch({"cpp.enable_loop_tail_vec": False}):
-        out = torch.compile(compiled, fullgraph=True)(q, k, v)
-        reference, _ = attention_naive(q, k, v, **kwargs)
-        assert_close(out, reference, what="output")
-        for got, want in zip(grads(out, case, leaves), grads(reference, case, leaves)):
-            assert_close(got, want, what="gradient")
+    out = torch.compile(compiled, fullgraph=True)(q, k, v)
+    reference, _ = attention_naive(q, k, v, **kwargs)
+    assert_close(out, reference, what="output")
+    for got, want in zip(grads(out, case, leaves), grads(reference, case, leaves)):
+        assert_close(got, want, what="gradient")
     assert chosen == [expected]
 
 

@@ -110,13 +110,10 @@ def test_refuses_what_it_does_not_take(change, match):
 
 
 def test_compiled_matches_eager():
-    from torch._inductor import config as inductor_config
-
     case = make_case(3, 16, 16, 8, 2, 2, dtype=torch.float32, mask="shared", dropout="per_example")
     torch._dynamo.reset()
-    with inductor_config.patch({"cpp.enable_loop_tail_vec": False}):
-        compiled = torch.compile(cpp.hyla_cpp, fullgraph=True)
-        got = outputs_and_grads(compiled, case, normalization="rms_head")
+    compiled = torch.compile(cpp.hyla_cpp, fullgraph=True)
+    got = outputs_and_grads(compiled, case, normalization="rms_head")
     assert_all_close(got, outputs_and_grads(cpp.hyla_cpp, case, normalization="rms_head"), what="compiled")
 
 

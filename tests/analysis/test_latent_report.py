@@ -1,0 +1,38 @@
+"""hyla.analysis.latent_report: latent-code measures of several models as mean ± s.e. per mixer."""
+
+import pytest
+
+from hyla.analysis.latent_report import summarize, table
+
+
+def fuzzy_analysis(mixer: str, seed: int, spearman: float, p_value: float, f1: float) -> dict:
+    return {
+        "task": "fuzzy_logic",
+        "run": {"task": "fuzzy_logic", "mixer": mixer, "seed": seed, "path": f"{mixer}_s{seed}"},
+        "topographic_similarity": {
+            "ood": {
+                "layer 0": {"spearman": None, "p_value": None},  # no variation: not a measurement
+                "layer 1": {"spearman": spearman, "p_value": p_value},
+            }
+        },
+        "probes": {"valid->ood": {"layer 1": {"term_f1_held_out": {"mean_f1": f1, "mean_chance": 0.2}}}},
+    }
+
+
+def test_mean_se_and_passes_per_mixer():
+    analyses = [
+        fuzzy_analysis("hyla", 0, 0.30, 0.001, 0.25),
+        fuzzy_analysis("hyla", 1, 0.10, 0.20, 0.15),
+        fuzzy_analysis("softmax", 0, 0.05, 0.04, 0.30),
+    ]
+    rows = {(r["mixer"], r["measure"]): r for r in summarize(analyses)}
+    assert len(rows) == 4  # layer 0's undefined similarity is left out
+    topo = rows[("hyla", "topographic similarity")]
+    assert topo["mean"] == pytest.approx(0.20) and topo["se"] == pytest.approx(0.10)  # sd 0.1·√2 over √2 models
+    assert topo["passes"] == "1 of 2" and [m["seed"] for m in topo["per_model"]] == [0, 1]
+    probe = rows[("hyla", "held-out probe (mean_f1)")]
+    assert probe["mean"] == pytest.approx(0.20) and probe["passes"] == "1 of 2"  # above chance 0.2 once
+    one = rows[("softmax", "topographic similarity")]
+    assert one["se"] is None and one["passes"] == "1 of 1"
+    line = "| topographic similarity | ood | layer 1 | hyla | 0.200 ± 0.100 | 1 of 2 | 0: 0.300, 1: 0.100 |"
+    assert line in table(summarize(analyses))
