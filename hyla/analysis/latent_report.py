@@ -9,6 +9,7 @@ Measures, from each model's `analysis.json` (hyla.analysis.pipeline):
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from hyla.analysis.intervention_report import group_stat
@@ -27,7 +28,7 @@ def measurements(analysis: dict) -> list[dict]:
     rows = []
     for split, per_set in analysis["topographic_similarity"].items():
         for code_set, result in per_set.items():
-            if result["spearman"] is not None:  # a code set without variation (e.g. a fixed query's layer 0)
+            if result["spearman"] is not None and math.isfinite(result["spearman"]):  # else: codes without variation
                 passes = result["p_value"] is not None and result["p_value"] < SIGNIFICANCE
                 rows.append(_row("topographic similarity", split, code_set, result["spearman"], passes))
     probe, value, chance = PROBES[analysis["task"]]
