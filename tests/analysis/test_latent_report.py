@@ -11,7 +11,8 @@ def fuzzy_analysis(mixer: str, seed: int, spearman: float, p_value: float, f1: f
         "run": {"task": "fuzzy_logic", "mixer": mixer, "seed": seed, "path": f"{mixer}_s{seed}"},
         "topographic_similarity": {
             "ood": {
-                "layer 0": {"spearman": None, "p_value": None},  # no variation: not a measurement
+                "layer 0": {"spearman": float("nan"), "p_value": None},  # no variation: not a measurement
+                "all layers": {"spearman": None, "p_value": None},  # the same, read back from JSON
                 "layer 1": {"spearman": spearman, "p_value": p_value},
             }
         },
