@@ -5,7 +5,8 @@ markdown table, JSON and a figure by code set (layer).
 Measures, from each model's `analysis.json` (hyla.analysis.pipeline):
 - topographic similarity per split and code set (Spearman ρ; passes: permutation p < 0.05);
 - held-out probes per (train split -> test split) and code set: fuzzy logic, the mean per-term F1
-  on held-out tasks; SRAVEN, the rule's decoding accuracy (passes: above its chance level)."""
+  on held-out tasks (passes: above both its chance level and always answering "present"); SRAVEN,
+  the rule's decoding accuracy (passes: above both its chance level and the majority rule)."""
 
 from __future__ import annotations
 
@@ -16,10 +17,10 @@ from hyla.analysis.intervention_report import group_stat
 from hyla.train.jsonio import write_json
 
 SIGNIFICANCE = 0.05
-# (probe name in analysis.json, its value, its chance level) per task
+# (probe name in analysis.json, its value, the baselines it must beat) per task
 PROBES = {
-    "fuzzy_logic": ("term_f1_held_out", "mean_f1", "mean_chance"),
-    "sraven": (None, "accuracy", "chance_accuracy"),
+    "fuzzy_logic": ("term_f1_held_out", "mean_f1", ("mean_chance", "mean_always_positive")),
+    "sraven": (None, "accuracy", ("chance_accuracy", "majority")),
 }
 
 
@@ -31,13 +32,12 @@ def measurements(analysis: dict) -> list[dict]:
             if result["spearman"] is not None and math.isfinite(result["spearman"]):  # else: codes without variation
                 passes = result["p_value"] is not None and result["p_value"] < SIGNIFICANCE
                 rows.append(_row("topographic similarity", split, code_set, result["spearman"], passes))
-    probe, value, chance = PROBES[analysis["task"]]
+    probe, value, baselines = PROBES[analysis["task"]]
     for pair, per_set in analysis["probes"].items():
         for code_set, results in per_set.items():
             result = results[probe] if probe else results
-            rows.append(
-                _row(f"held-out probe ({value})", pair, code_set, result[value], result[value] > result[chance])
-            )
+            passes = all(result[value] > result[baseline] for baseline in baselines)
+            rows.append(_row(f"held-out probe ({value})", pair, code_set, result[value], passes))
     return rows
 
 
