@@ -25,13 +25,14 @@ PROBES = {
 
 
 def measurements(analysis: dict) -> list[dict]:
-    """One model's measures as rows {measure, split, code_set, value, passes}."""
+    """One model's measures as rows {measure, split, code_set, value, passes}; value None where the
+    similarity is undefined (the codes do not vary across the split's samples)."""
     rows = []
     for split, per_set in analysis["topographic_similarity"].items():
         for code_set, result in per_set.items():
-            if result["spearman"] is not None and math.isfinite(result["spearman"]):  # else: codes without variation
-                passes = result["p_value"] is not None and result["p_value"] < SIGNIFICANCE
-                rows.append(_row("topographic similarity", split, code_set, result["spearman"], passes))
+            value = result["spearman"] if result["spearman"] is not None and math.isfinite(result["spearman"]) else None
+            passes = value is not None and result["p_value"] < SIGNIFICANCE
+            rows.append(_row("topographic similarity", split, code_set, value, passes))
     probe, value, baselines = PROBES[analysis["task"]]
     for pair, per_set in analysis["probes"].items():
         for code_set, results in per_set.items():
@@ -41,13 +42,14 @@ def measurements(analysis: dict) -> list[dict]:
     return rows
 
 
-def _row(measure: str, split: str, code_set: str, value: float, passes: bool) -> dict:
+def _row(measure: str, split: str, code_set: str, value: float | None, passes: bool) -> dict:
     return {"measure": measure, "split": split, "code_set": code_set, "value": value, "passes": bool(passes)}
 
 
 def summarize(analyses: list[dict]) -> list[dict]:
-    """Rows {task, mixer, measure, split, code_set, mean, se, passes ("2 of 3"), per_model} over the
-    models of each task and mixer; se is None with one model."""
+    """Rows {task, mixer, measure, split, code_set, mean, se, passes ("2 of 3"), undefined, per_model}
+    over the models of each task and mixer: mean and se over the models where the measure is defined
+    (se None with one), groups where it is defined for none left out."""
     groups: dict[tuple, list[tuple[dict, dict]]] = {}
     for analysis in analyses:
         run = analysis["run"]
@@ -56,7 +58,10 @@ def summarize(analyses: list[dict]) -> list[dict]:
             groups.setdefault(key, []).append((run, row))
     summary = []
     for (task, mixer, measure, split, code_set), members in groups.items():
-        stat = group_stat([{"mean": row["value"], "se": None} for _, row in members])
+        defined = [row for _, row in members if row["value"] is not None]
+        if not defined:
+            continue
+        stat = group_stat([{"mean": row["value"], "se": None} for row in defined])
         summary.append(
             {
                 "task": task,
@@ -67,6 +72,7 @@ def summarize(analyses: list[dict]) -> list[dict]:
                 "mean": stat["mean"],
                 "se": stat["se"],
                 "passes": f"{sum(row['passes'] for _, row in members)} of {len(members)}",
+                "undefined": len(members) - len(defined),
                 "per_model": [{"seed": run["seed"], "path": run["path"], **row} for run, row in members],
             }
         )
@@ -80,10 +86,13 @@ def table(summary: list[dict]) -> str:
     ]
     for row in sorted(summary, key=lambda r: (r["task"], r["measure"], r["split"], r["code_set"], r["mixer"])):
         cell = f"{row['mean']:.3f}" + ("" if row["se"] is None else f" ± {row['se']:.3f}")
-        models = ", ".join(f"{m['seed']}: {m['value']:.3f}" for m in row["per_model"])
+        models = ", ".join(
+            f"{m['seed']}: " + ("–" if m["value"] is None else f"{m['value']:.3f}") for m in row["per_model"]
+        )
+        passes = row["passes"] + (f" ({row['undefined']} undefined)" if row["undefined"] else "")
         lines.append(
             f"| {row['task']} | {row['measure']} | {row['split']} | {row['code_set']} | {row['mixer']} | {cell} "
-            f"| {row['passes']} | {models} |"
+            f"| {passes} | {models} |"
         )
     return "\n".join(lines)
 
@@ -108,7 +117,8 @@ def figure(summary: list[dict]):
                 x = c + (m - (len(mixers) - 1) / 2) * width
                 ax.bar(x, found[0]["mean"], width, yerr=found[0]["se"], color=f"C{m}", alpha=0.6, capsize=2,
                        label=mixer if c == 0 else None)  # fmt: skip
-                ax.plot([x] * len(found[0]["per_model"]), [p["value"] for p in found[0]["per_model"]], "k.", ms=3)
+                values = [p["value"] for p in found[0]["per_model"] if p["value"] is not None]
+                ax.plot([x] * len(values), values, "k.", ms=3)
         ax.axhline(0, color="0.5", lw=0.8)
         ax.set_xticks(range(len(code_sets)), code_sets)
         ax.set_title(f"{task}: {measure}, {split}", fontsize=9)

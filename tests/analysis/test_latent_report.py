@@ -28,7 +28,7 @@ def test_mean_se_and_passes_per_mixer():
         fuzzy_analysis("softmax", 0, 0.05, 0.04, 0.30),
     ]
     rows = {(r["mixer"], r["measure"]): r for r in summarize(analyses)}
-    assert len(rows) == 4  # layer 0's undefined similarity is left out
+    assert len(rows) == 4  # layer 0 and all layers: undefined for every model, left out
     topo = rows[("hyla", "topographic similarity")]
     assert topo["mean"] == pytest.approx(0.20) and topo["se"] == pytest.approx(0.10)  # sd 0.1·√2 over √2 models
     assert topo["passes"] == "1 of 2" and [m["seed"] for m in topo["per_model"]] == [0, 1]
@@ -38,3 +38,10 @@ def test_mean_se_and_passes_per_mixer():
     assert one["se"] is None and one["passes"] == "1 of 1"
     line = "| topographic similarity | ood | layer 1 | hyla | 0.200 ± 0.100 | 1 of 2 | 0: 0.300, 1: 0.100 |"
     assert line in table(summarize(analyses))
+
+
+def test_a_model_whose_codes_do_not_vary_counts_as_undefined():
+    analyses = [fuzzy_analysis("hyla", 0, 0.30, 0.001, 0.25), fuzzy_analysis("hyla", 1, float("nan"), 1.0, 0.25)]
+    [topo] = [r for r in summarize(analyses) if r["measure"] == "topographic similarity"]
+    assert topo["mean"] == 0.30 and topo["se"] is None and topo["passes"] == "1 of 2" and topo["undefined"] == 1
+    assert "| 0.300 | 1 of 2 (1 undefined) | 0: 0.300, 1: – |" in table([topo])
