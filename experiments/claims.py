@@ -136,8 +136,19 @@ def fuzzy_logic_numbers() -> dict[str, str]:
     n["ls_n"], n["ls_a1_n"] = str(overall["n"]), str(table["n"])
     n["ls"] = f"{signed(overall['rho'])}, 95% CI [{signed(overall['ci_low'])}, {signed(overall['ci_high'])}]"
     n["ls_a1"] = f"{signed(table['rho'])} [{signed(table['ci_low'])}, {signed(table['ci_high'])}]"
-    codes = topographic_of(RESULTS / "table_a1_logic_50k_cpu", "table_a1_logic_50k_cpu/mixer-hyla__s0")
-    n["codes"] = f"{codes['spearman']:.3f} (p = {codes['p_value']:.3f})"
+    n.update(latent_code_numbers("latent_weights_logic_50k_cpu/latent_summary.json"))
+    return n
+
+
+def latent_code_numbers(file: str) -> dict[str, str]:
+    """Topographic similarity of the last layer's codes on held-out tasks at a fixed query, per mixer
+    (mean ± s.e. over the retrained models, and how many pass p < 0.05), from `hyla analyze --out`."""
+    n = {}
+    for row in json.loads((RESULTS / file).read_text())["summary"]:
+        if (row["measure"], row["split"], row["code_set"]) == ("topographic similarity", "ood_fixed_query", "layer 1"):
+            value = f"{row['mean']:.2f}" + ("" if row["se"] is None else f" ± {row['se']:.2f}")
+            undefined = f", {row['undefined']} with codes that do not vary" if row["undefined"] else ""
+            n[f"codes_{row['mixer']}"] = f"{value} ({row['passes']} models p < 0.05{undefined})"
     return n
 
 
@@ -176,32 +187,29 @@ def other_numbers() -> dict[str, str]:
         n[f"demo_{mixer}"], n[f"demo_{mixer}_2"] = f"{demo[mixer]:.1f}", f"{demo[mixer]:.2f}"
         n[f"lm_{mixer}"] = f"{lm[mixer]['valid_loss'][0]:.3f}"
     n.update(intervention_numbers("interventions_weights_raven_cpu/interventions_tasks16_samples32_seed0.json"))
+    fuzzy = "interventions_weights_logic_50k_cpu/interventions_tasks16_samples32_seed0.json"
+    n.update(intervention_numbers(fuzzy, prefix="ivf", reference="random_task"))
     speed = vs_authors("a609782")
     n["speed_logic"], n["speed_raven"] = f"{speed['logic_4var_2term']:.2f}", f"{speed['raven_3x3_4features']:.2f}"
     return n
 
 
-def intervention_numbers(file: str) -> dict[str, str]:
+def intervention_numbers(file: str, prefix: str = "iv", reference: str = "random_rule") -> dict[str, str]:
     """Calibrated transfer on OOD tasks, every layer patched at the row site, per mixer (mean ± s.e.
-    over the trained models): the patch, the leak control (B's query against A's keys) and the
-    perfect-random-rule reference."""
-    groups = json.loads((RESULTS / file).read_text())["groups"]
+    over the trained models, or over queries for one model): the patch, the leak control (B's query
+    against A's keys), the heads-shuffled control, the constant prediction and a no-transfer
+    `reference` (a perfect random rule on SRAVEN, a perfect random task on fuzzy logic)."""
     n = {}
-    for group in groups:
+    for group in json.loads((RESULTS / file).read_text())["groups"]:
         ood = group["splits"]["ood"]
         row = ood["sites"]["row"]["all layers"]
-        mixer = group["mixer"]
-        n[f"iv_{mixer}"] = f"{row['patched']['mean']:.2f} ± {row['patched']['se']:.2f}"
-        n[f"iv_{mixer}_leak"] = f"{row['query_side']['mean']:.2f}"
-        n[f"iv_{mixer}_random"] = f"{ood['reference']['random_rule']['mean']:.2f}"
+        name = f"{prefix}_{group['mixer']}"
+        n[name] = f"{row['patched']['mean']:.2f} ± {row['patched']['se']:.2f}"
+        n[f"{name}_leak"] = f"{row['query_side']['mean']:.2f}"
+        n[f"{name}_shuffled"] = f"{row['shuffled_heads']['mean']:.2f}"
+        n[f"{name}_constant"] = f"{ood['reference']['constant']['mean']:.2f}"
+        n[f"{name}_random"] = f"{ood['reference'][reference]['mean']:.2f}"
     return n
-
-
-def topographic_of(folder: Path, key: str) -> dict:
-    """The last-layer OOD topographic similarity cached in run `key`'s record."""
-    record = records.read(records.path_of(folder, key))
-    [entry] = [v for name, v in record["latent_structure"].items() if "-ood-layer-last-" in name]
-    return entry["topographic"]
 
 
 # ----------------------------------------------------------------------------- the tables

@@ -33,8 +33,8 @@ def test_a_changed_number_is_caught_and_rewritten(claims, tmp_path, monkeypatch,
         monkeypatch.setitem(claims.TABLES, name, tmp_path / path.name)
     readme = tmp_path / "README.md"
     text = readme.read_text()
-    assert text.count("(p = 0.049)") == 1
-    readme.write_text(text.replace("(p = 0.049)", "(p = 0.001)"))
+    assert text.count("HYLA 0.46 ± 0.03") == 1
+    readme.write_text(text.replace("HYLA 0.46 ± 0.03", "HYLA 0.64 ± 0.03"))
     assert claims.main(["--check"]) == 1
     assert "out of date: README.md" in capsys.readouterr().err
     assert claims.main(["--write"]) == 0 and claims.main(["--check"]) == 0
