@@ -14,8 +14,7 @@ Where the numbers come from (under experiments/results/ unless said otherwise): 
 measurements), the tables `hyla results` wrote (`results.json`), `latent_structure.json`,
 `demo_logic_cpu/demo.json`, run folders kept whole (`raven_hyla_cuda_cpu_masks_h100/`), the
 authors' curves (`authors_curve_raven_40k/*.jsonl`), benchmarks/results/vs_authors_cpu.json, the
-paper's Table A1 (hyla.experiments.paper), and, for the LM table, whose runs left no record,
-`lm_cpu/transcribed_runs.json` (marked as transcribed from RESULTS prose). Numbers that no
+paper's Table A1 (hyla.experiments.paper). Numbers that no
 committed file holds are in `QUOTED`, each with where it is written.
 """
 
@@ -180,17 +179,27 @@ def other_numbers() -> dict[str, str]:
     """The demo, the LM table, speed, and the numbers only prose holds (`QUOTED`)."""
     demo_rows = json.loads((RESULTS / "demo_logic_cpu" / "demo.json").read_text())["rows"]
     demo = {r["mixer"]: 100 * r["final"]["ood"]["r2"] for r in demo_rows}
-    lm = json.loads((RESULTS / "lm_cpu" / "transcribed_runs.json").read_text())["documented_means"]
     n = {name: f"{value:.2f}" for name, value in QUOTED.items()}
     n["demo_xeon_hyla_1"] = f"{QUOTED['demo_xeon_hyla']:.1f}"
     for mixer in MIXERS:
         n[f"demo_{mixer}"], n[f"demo_{mixer}_2"] = f"{demo[mixer]:.1f}", f"{demo[mixer]:.2f}"
-        n[f"lm_{mixer}"] = f"{lm[mixer]['valid_loss'][0]:.3f}"
+    n.update(language_model_numbers())
     n.update(intervention_numbers("interventions_weights_raven_cpu/interventions_tasks16_samples32_seed0.json"))
     fuzzy = "interventions_weights_logic_50k_cpu/interventions_tasks16_samples32_seed0.json"
     n.update(intervention_numbers(fuzzy, prefix="ivf", reference="random_task"))
     speed = vs_authors("a609782")
     n["speed_logic"], n["speed_raven"] = f"{speed['logic_4var_2term']:.2f}", f"{speed['raven_3x3_4features']:.2f}"
+    return n
+
+
+def language_model_numbers() -> dict[str, str]:
+    """Final valid NLL per mixer, mean ± s.e. over the seeds recorded in lm_cpu/records."""
+    losses: dict[str, list[float]] = defaultdict(list)
+    for path in records.find(RESULTS / "lm_cpu" / "records"):
+        record = records.read(path)
+        losses[record["config"]["model"]["mixer"]].append(record["summary"]["final"]["valid"]["loss"])
+    n = {f"lm_{mixer}": pm(losses[mixer], 3) for mixer in MIXERS}
+    n["lm_seeds"] = str(min(len(values) for values in losses.values()))
     return n
 
 
