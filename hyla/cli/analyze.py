@@ -11,8 +11,8 @@ from tyro.conf import Positional, UseAppendAction, arg
 
 from hyla.analysis.latent_report import write_report
 from hyla.analysis.pipeline import analyze_run
-from hyla.cli.interventions import model_labels
-from hyla.train.configs import ConfigError, check_positive, parse_options
+from hyla.cli.interventions import check_models, model_labels
+from hyla.train.configs import check_positive, parse_options
 
 
 @dataclass
@@ -44,12 +44,7 @@ class AnalyzeOptions:
     """SRAVEN: probe only this underlying feature (the paper: the last)"""
 
     def __post_init__(self):
-        if not self.runs:
-            raise ConfigError("give a run folder or an exported model (or several)")
-        if len(self.runs) > 1 and self.out is None:
-            raise ConfigError(f"--out is needed with {len(self.runs)} models (their summary is written there)")
-        if len({path.resolve() for path in self.runs}) < len(self.runs):
-            raise ConfigError("a model is named twice")
+        check_models(self.runs, self.out)
         check_positive(
             samples=self.samples,
             batch_size=self.batch_size,

@@ -40,16 +40,20 @@ class InterventionsOptions:
     """cpu | cuda | cuda:N | auto"""
 
     def __post_init__(self):
-        if not self.runs:
-            raise ConfigError("give a run folder or an exported model (or several)")
+        check_models(self.runs, self.out)
         check_positive(tasks=self.tasks, samples=self.samples, batch_size=self.batch_size)
         if self.seed < 0:
             raise ConfigError(f"--seed={self.seed} must be >= 0")
-        if len(self.runs) > 1 and self.out is None:
-            raise ConfigError(f"--out is needed with {len(self.runs)} models (their summary is written there)")
-        resolved = [path.resolve() for path in self.runs]
-        if len(set(resolved)) < len(resolved):
-            raise ConfigError("a model is named twice")
+
+
+def check_models(runs: Sequence[Path], out: Path | None) -> None:
+    """One or more distinct models; several need --out, where their summary is written."""
+    if not runs:
+        raise ConfigError("give a run folder or an exported model (or several)")
+    if len(runs) > 1 and out is None:
+        raise ConfigError(f"--out is needed with {len(runs)} models (their summary is written there)")
+    if len({path.resolve() for path in runs}) < len(runs):
+        raise ConfigError("a model is named twice")
 
 
 def model_labels(paths: Sequence[Path]) -> list[str]:
