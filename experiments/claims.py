@@ -135,25 +135,40 @@ def fuzzy_logic_numbers() -> dict[str, str]:
     n["ls_n"], n["ls_a1_n"] = str(overall["n"]), str(table["n"])
     n["ls"] = f"{signed(overall['rho'])}, 95% CI [{signed(overall['ci_low'])}, {signed(overall['ci_high'])}]"
     n["ls_a1"] = f"{signed(table['rho'])} [{signed(table['ci_low'])}, {signed(table['ci_high'])}]"
-    n.update(latent_code_numbers("latent_weights_logic_50k_cpu/latent_summary.json"))
+    summary = "latent_weights_logic_50k_cpu/latent_summary.json"
+    n.update(latent_code_numbers(summary, "codes", "topographic similarity", "ood_fixed_query", "layer 1", "p < 0.05"))
     return n
 
 
-def latent_code_numbers(file: str) -> dict[str, str]:
-    """Topographic similarity of the last layer's codes on held-out tasks at a fixed query, per mixer
-    (mean ± s.e. over the retrained models, and how many pass p < 0.05), from `hyla analyze --out`."""
-    n = {}
+def latent_code_numbers(file: str, prefix: str, measure: str, split: str, code_set: str, test: str | None) -> dict[str, str]:
+    """One measure of `hyla analyze --out`'s summary per mixer, `{prefix}_{mixer}`: mean ± s.e. over the
+    retrained models, with how many pass the measure's `test` where one is named; `{prefix}_passes`:
+    how many pass over all mixers."""
+    n, passed, models = {}, 0, 0
     for row in json.loads((RESULTS / file).read_text())["summary"]:
-        if (row["measure"], row["split"], row["code_set"]) == ("topographic similarity", "ood_fixed_query", "layer 1"):
+        if (row["measure"], row["split"], row["code_set"]) == (measure, split, code_set):
             value = f"{row['mean']:.2f}" + ("" if row["se"] is None else f" ± {row['se']:.2f}")
             undefined = f", {row['undefined']} with codes that do not vary" if row["undefined"] else ""
-            n[f"codes_{row['mixer']}"] = f"{value} ({row['passes']} models p < 0.05{undefined})"
+            n[f"{prefix}_{row['mixer']}"] = f"{value} ({row['passes']} models {test}{undefined})" if test else value
+            passed += sum(model["passes"] for model in row["per_model"])
+            models += len(row["per_model"])
+    n[f"{prefix}_passes"] = f"{passed} of {models}"
     return n
+
+
+def probe_chance(folder: str, split: str, code_set: str) -> str:
+    """The range over the models of a probe's chance level (the probe fitted on shuffled labels)."""
+    chances = [
+        json.loads(path.read_text())["probes"][split][code_set]["chance_accuracy"]
+        for path in (RESULTS / folder).glob("*/*/analysis.json")
+    ]
+    return f"{min(chances):.2f}–{max(chances):.2f}"
 
 
 def sraven_numbers() -> dict[str, str]:
     """SRAVEN 40k on the CPU (`r40_*`) and GPUs (`gpu_*`, `masks_30k`), the authors' code, the
-    paper's, `raven_cpu` retrained with kept weights and Fig. 5C (`heads*`)."""
+    paper's, `raven_cpu` retrained with kept weights, its rule probes by layer (`rprobe*`, Fig. 5A/F) and
+    Fig. 5C (`heads*`)."""
     r40 = {m: list(s.values()) for (m, _, _), s in final_ood("table_a1_raven_40k_cpu", "acc").items()}
     gpu = {m: list(s.values()) for (m, _, _), s in final_ood("table_a1_raven_40k_gpu", "acc").items()}
     raven_cpu = {m: list(s.values()) for (m, _, _), s in final_ood("weights_raven_cpu", "acc").items()}
@@ -169,6 +184,11 @@ def sraven_numbers() -> dict[str, str]:
         n[f"paper_raven_{mixer}_2"] = paper(("sraven", mixer, False), 2)
         n[f"raven_cpu_{mixer}"] = pm(raven_cpu[mixer])
         n[f"heads1_{mixer}"], n[f"heads16_{mixer}"] = f"{head[(mixer, 1)]:.2f}", f"{head[(mixer, 16)]:.2f}"
+    probe, summary = "valid_unpermuted->ood_unpermuted", "latent_weights_raven_cpu/latent_summary.json"
+    for layer in (0, 1):
+        measure = "held-out probe (accuracy)"
+        n.update(latent_code_numbers(summary, f"rprobe{layer}", measure, probe, f"layer {layer}", None))
+        n[f"rprobe{layer}_chance"] = probe_chance("latent_weights_raven_cpu", probe, f"layer {layer}")
     masks = RESULTS / "raven_hyla_cuda_cpu_masks_h100"
     n["masks_30k"] = pm([last_ood_acc(masks / f"s{seed}" / "metrics.jsonl") for seed in (0, 1, 2)], 2)
     n["cpu_30k"] = pm(ood_at_step("table_a1_raven_40k_cpu", "hyla", 30000), 2)
