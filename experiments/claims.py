@@ -140,7 +140,9 @@ def fuzzy_logic_numbers() -> dict[str, str]:
     return n
 
 
-def latent_code_numbers(file: str, prefix: str, measure: str, split: str, code_set: str, test: str | None) -> dict[str, str]:
+def latent_code_numbers(
+    file: str, prefix: str, measure: str, split: str, code_set: str, test: str | None
+) -> dict[str, str]:
     """One measure of `hyla analyze --out`'s summary per mixer, `{prefix}_{mixer}`: mean ± s.e. over the
     retrained models, with how many pass the measure's `test` where one is named; `{prefix}_passes`:
     how many pass over all mixers."""
