@@ -187,8 +187,8 @@ def sraven_numbers() -> dict[str, str]:
         n[f"raven_cpu_{mixer}"] = pm(raven_cpu[mixer])
         n[f"heads1_{mixer}"], n[f"heads16_{mixer}"] = f"{head[(mixer, 1)]:.2f}", f"{head[(mixer, 16)]:.2f}"
     probe, summary = "valid_unpermuted->ood_unpermuted", "latent_weights_raven_cpu/latent_summary.json"
+    measure = "held-out probe (accuracy)"
     for layer in (0, 1):
-        measure = "held-out probe (accuracy)"
         n.update(latent_code_numbers(summary, f"rprobe{layer}", measure, probe, f"layer {layer}", None))
         n[f"rprobe{layer}_chance"] = probe_chance("latent_weights_raven_cpu", probe, f"layer {layer}")
     masks = RESULTS / "raven_hyla_cuda_cpu_masks_h100"
