@@ -169,8 +169,8 @@ def probe_chance(folder: str, split: str, code_set: str) -> str:
 
 def sraven_numbers() -> dict[str, str]:
     """SRAVEN 40k on the CPU (`r40_*`) and GPUs (`gpu_*`, `masks_30k`), the authors' code, the
-    paper's, `raven_cpu` retrained with kept weights, its rule probes by layer (`rprobe*`, Fig. 5A/F) and
-    Fig. 5C (`heads*`)."""
+    paper's, `raven_cpu` retrained with kept weights, its rule probes by layer (`rprobe*`, Fig. 5A/F), those
+    of the 4-feature SRAVEN 40k models (`s40probe*`) and Fig. 5C (`heads*`)."""
     r40 = {m: list(s.values()) for (m, _, _), s in final_ood("table_a1_raven_40k_cpu", "acc").items()}
     gpu = {m: list(s.values()) for (m, _, _), s in final_ood("table_a1_raven_40k_gpu", "acc").items()}
     raven_cpu = {m: list(s.values()) for (m, _, _), s in final_ood("weights_raven_cpu", "acc").items()}
@@ -186,11 +186,15 @@ def sraven_numbers() -> dict[str, str]:
         n[f"paper_raven_{mixer}_2"] = paper(("sraven", mixer, False), 2)
         n[f"raven_cpu_{mixer}"] = pm(raven_cpu[mixer])
         n[f"heads1_{mixer}"], n[f"heads16_{mixer}"] = f"{head[(mixer, 1)]:.2f}", f"{head[(mixer, 16)]:.2f}"
-    probe, summary = "valid_unpermuted->ood_unpermuted", "latent_weights_raven_cpu/latent_summary.json"
-    measure = "held-out probe (accuracy)"
-    for layer in (0, 1):
-        n.update(latent_code_numbers(summary, f"rprobe{layer}", measure, probe, f"layer {layer}", None))
-        n[f"rprobe{layer}_chance"] = probe_chance("latent_weights_raven_cpu", probe, f"layer {layer}")
+    measure, probe = "held-out probe (accuracy)", "valid_unpermuted->ood_unpermuted"
+    for prefix, folder, layers in (
+        ("rprobe", "latent_weights_raven_cpu", 2),
+        ("s40probe", "latent_weights_sraven_40k_cpu", 4),
+    ):
+        summary = f"{folder}/latent_summary.json"
+        for layer in range(layers):
+            n.update(latent_code_numbers(summary, f"{prefix}{layer}", measure, probe, f"layer {layer}", None))
+            n[f"{prefix}{layer}_chance"] = probe_chance(folder, probe, f"layer {layer}")
     masks = RESULTS / "raven_hyla_cuda_cpu_masks_h100"
     n["masks_30k"] = pm([last_ood_acc(masks / f"s{seed}" / "metrics.jsonl") for seed in (0, 1, 2)], 2)
     n["cpu_30k"] = pm(ood_at_step("table_a1_raven_40k_cpu", "hyla", 30000), 2)
