@@ -125,13 +125,13 @@ def test_analyze_summarizes_several_models_and_a_run_equals_its_export(exported,
 
 
 def test_every_committed_model_matches_its_manifest_loads_and_all_fit_50_mb():
-    """The weights that RESULTS.md's analyses use ship with the repository, intact."""
-    models = sorted(Path(__file__).parents[2].glob("experiments/results/weights_*/models/*"))
+    """The weights that RESULTS.md's analyses use ship with the repository, intact: `from_pretrained`
+    checks each file against its manifest's sha256."""
+    models = sorted(Path(__file__).resolve().parents[2].glob("experiments/results/weights_*/models/*"))
     assert len(models) >= 21  # fuzzy logic and raven_cpu × 3 mixers × 3 seeds, SRAVEN 40k × 3 mixers
     size = 0
     for model in models:
-        manifest = json.loads((model / "manifest.json").read_text())
-        assert manifest["files"] == {name: sha256_of(model / name) for name in manifest["files"]}, model
+        assert (model / "manifest.json").is_file(), model
         assert isinstance(Transformer.from_pretrained(model), Transformer)
         size += sum(path.stat().st_size for path in model.iterdir())
     assert size <= 50 * 2**20
