@@ -1,0 +1,223 @@
+"""SRAVEN OOD panel accuracy against examples seen: the paper's budget (20M examples, 156,250 steps of
+128) beside the quarter budget (40k steps) and the paper's Table A1 end points, on one set of axes.
+
+    python experiments/sraven_budget.py                              # from the committed records
+    python experiments/sraven_budget.py --snapshot runs/table_a1_raven_20m_cpu   # + runs under way
+
+`--snapshot DIR` first writes a record of each run folder in DIR (finished or not) into
+`experiments/results/table_a1_raven_20m_cpu_progress/`, so that the curves of runs still training
+are committed and this figure and table can be rebuilt from committed files alone. The records of
+completed runs (`table_a1_raven_20m_cpu/records/`, written by the sweep as each run completes) take
+precedence over progress records of the same run.
+
+Writes `ood_vs_examples.png` and `curves.md` into experiments/results/table_a1_raven_20m_cpu/:
+every evaluation of the full-budget runs with its binomial standard error sqrt(p(1-p)/n) (n: the
+tasks evaluated at that point), and every change of order between two mixers, with whether the
+differences on both sides of it exceed twice their combined standard error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from hyla.experiments import records
+from hyla.experiments.paper import TABLE_A1
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "experiments" / "results"
+FULL = RESULTS / "table_a1_raven_20m_cpu"
+PROGRESS = RESULTS / "table_a1_raven_20m_cpu_progress"
+QUARTER = RESULTS / "table_a1_raven_40k_cpu"
+MIXERS = ("softmax", "linear", "hyla")
+COLORS = {"softmax": "tab:blue", "linear": "tab:orange", "hyla": "tab:green"}
+PAPER_EXAMPLES = 20e6
+
+
+@dataclass
+class Curve:
+    """OOD panel accuracy of one run at each evaluation."""
+
+    mixer: str
+    seed: int
+    batch_size: int
+    total_steps: int
+    completed: bool
+    last_step: int  # the last step logged
+    points: list[tuple[int, float, int]]  # (step, accuracy in [0, 1], tasks evaluated)
+
+    def standard_error(self, i: int) -> float:
+        _, p, n = self.points[i]
+        return math.sqrt(p * (1 - p) / n)
+
+
+def curve(record: dict) -> Curve:
+    config, summary = record["config"], record["summary"]
+    train = config["train"]
+    last = train["steps"] if summary.get("status") == "completed" else None
+    points = [
+        (row["step"], row["acc"], train["final_eval_samples"] if row["step"] == last else train["eval_samples"])
+        for row in record["metrics"]
+        if row.get("split") == "ood"
+    ]
+    return Curve(
+        config["model"]["mixer"],
+        config["seed"],
+        train["batch_size"],
+        train["steps"],
+        summary.get("status") == "completed",
+        max((row["step"] for row in record["metrics"]), default=0),
+        points,
+    )
+
+
+def full_budget_curves() -> list[Curve]:
+    """The completed records, else the progress records, one per run."""
+    chosen: dict[str, dict] = {}
+    for folder in (PROGRESS, FULL):  # later wins: a completed record replaces its progress record
+        for path in records.find(folder / "records"):
+            record = records.read(path)
+            chosen[record["run"]] = record
+    return sorted((curve(r) for r in chosen.values()), key=lambda c: (MIXERS.index(c.mixer), c.seed))
+
+
+def quarter_budget_curves() -> list[Curve]:
+    return [curve(records.read(path)) for path in records.find(QUARTER / "records")]
+
+
+def snapshot(run_root: Path) -> list[Path]:
+    """A record of every run folder below run_root into PROGRESS."""
+    written = []
+    for run_dir in sorted(p for p in run_root.iterdir() if (p / "metrics.jsonl").exists()):
+        written.append(records.write(records.from_folder(run_dir), PROGRESS))
+    return written
+
+
+def crossings(a: Curve, b: Curve) -> list[str]:
+    """Every change of order between two curves at their common evaluations, in words."""
+    at_b = {step: i for i, (step, _, _) in enumerate(b.points)}
+    common = [(i, at_b[step]) for i, (step, _, _) in enumerate(a.points) if step in at_b]
+    lines = []
+    for (i0, j0), (i1, j1) in zip(common, common[1:]):
+        before = a.points[i0][1] - b.points[j0][1]
+        after = a.points[i1][1] - b.points[j1][1]
+        if before * after < 0:
+            clear = all(
+                abs(a.points[i][1] - b.points[j][1]) > 2 * math.hypot(a.standard_error(i), b.standard_error(j))
+                for i, j in ((i0, j0), (i1, j1))
+            )
+            leader = a.mixer if after > 0 else b.mixer
+            lines.append(
+                f"{leader} takes the lead from {b.mixer if leader == a.mixer else a.mixer} between steps "
+                f"{a.points[i0][0]:,} and {a.points[i1][0]:,} "
+                f"({'beyond' if clear else 'within'} 2 s.e. on both sides)"
+            )
+    return lines
+
+
+def table(curves: list[Curve]) -> str:
+    if not curves:
+        return "(no full-budget run recorded yet)"
+    steps = sorted({step for c in curves for step, _, _ in c.points})
+    header = "| step | examples | " + " | ".join(f"{c.mixer} s{c.seed}" for c in curves) + " |"
+    lines = [header, "|" + "---|" * (2 + len(curves))]
+    for step in steps:
+        cells = []
+        for c in curves:
+            index = {s: i for i, (s, _, _) in enumerate(c.points)}
+            if step in index:
+                i = index[step]
+                _, p, n = c.points[i]
+                cells.append(f"{100 * p:.2f} ± {100 * c.standard_error(i):.2f} (n={n:,})")
+            else:
+                cells.append("")
+        lines.append(f"| {step:,} | {step * curves[0].batch_size / 1e6:.2f}M | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def report(full: list[Curve]) -> str:
+    status = ", ".join(
+        f"{c.mixer} s{c.seed} {'completed' if c.completed else 'at step'} {c.last_step:,}/{c.total_steps:,}"
+        for c in full
+    )
+    pairs = [(a, b) for i, a in enumerate(full) for b in full[i + 1 :]]
+    changes = [line for a, b in pairs for line in crossings(a, b)] or ["none so far"]
+    return "\n".join(
+        [
+            "# SRAVEN at the paper's budget: OOD panel accuracy ×100 by evaluation",
+            "",
+            f"Runs: {status}. Generated by `python experiments/sraven_budget.py` from the records in",
+            "`records/` (completed runs) and `../table_a1_raven_20m_cpu_progress/` (runs under way). Each cell: accuracy ± its",
+            "binomial standard error sqrt(p(1-p)/n) over the n OOD tasks evaluated at that step.",
+            "",
+            table(full),
+            "",
+            "Changes of order between mixers (at consecutive evaluations):",
+            "",
+            *[f"- {line}" for line in changes],
+            "",
+        ]
+    )
+
+
+def figure(full: list[Curve], quarter: list[Curve], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for c in quarter:
+        x = [s * c.batch_size / 1e6 for s, _, _ in c.points]
+        ax.plot(x, [100 * p for _, p, _ in c.points], color=COLORS[c.mixer], lw=0.8, ls="--", alpha=0.6)
+    for c in full:
+        x = [s * c.batch_size / 1e6 for s, _, _ in c.points]
+        y = [100 * p for _, p, _ in c.points]
+        se = [100 * c.standard_error(i) for i in range(len(c.points))]
+        ax.plot(x, y, color=COLORS[c.mixer], lw=2, marker="o", ms=3)
+        ax.fill_between(
+            x, [v - e for v, e in zip(y, se)], [v + e for v, e in zip(y, se)], color=COLORS[c.mixer], alpha=0.2
+        )
+    for i, mixer in enumerate(MIXERS):
+        mean, se = TABLE_A1["sraven"][(mixer, False)]
+        ax.errorbar(
+            PAPER_EXAMPLES / 1e6 + 0.25 * (i - 1), mean, yerr=se, color=COLORS[mixer], marker="*", ms=12, capsize=4
+        )
+    for mixer in MIXERS:
+        ax.plot([], [], color=COLORS[mixer], lw=6, label=mixer)
+    ax.plot([], [], color="gray", lw=2, marker="o", ms=3, label="paper's budget (20M), seed 0, ± 1 s.e. band")
+    ax.plot([], [], color="gray", lw=0.8, ls="--", label="40k-step budget (5.12M), seeds 0-2")
+    ax.plot([], [], color="gray", marker="*", ms=12, ls="", label="paper, Table A1 (mean ± s.e., 3 seeds)")
+    ax.set_xlabel("training examples seen (millions)")
+    ax.set_ylabel("OOD panel accuracy ×100 (chance 0.02)")
+    ax.set_title("SRAVEN, 4 features: OOD panel accuracy against examples seen")
+    ax.set_xlim(0, 21)
+    ax.set_ylim(0, 80)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--snapshot", type=Path, help="a sweep's run folder: record its runs under progress/ first")
+    args = parser.parse_args(argv)
+    if args.snapshot:
+        if not args.snapshot.is_dir():
+            parser.error(f"--snapshot {args.snapshot}: no such folder")
+        for path in snapshot(args.snapshot):
+            print(f"wrote {path.relative_to(ROOT)}")
+    full = full_budget_curves()
+    FULL.mkdir(parents=True, exist_ok=True)
+    (FULL / "curves.md").write_text(report(full))
+    figure(full, quarter_budget_curves(), FULL / "ood_vs_examples.png")
+    print(f"wrote {(FULL / 'curves.md').relative_to(ROOT)} and {(FULL / 'ood_vs_examples.png').relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,51 @@
+"""experiments/sraven_budget.py: curves from records, binomial errors and changes of order."""
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def budget():
+    spec = importlib.util.spec_from_file_location("sraven_budget", ROOT / "experiments" / "sraven_budget.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def record(mixer: str, accuracies: list[float], completed: bool) -> dict:
+    steps = 5000 * len(accuracies)
+    metrics = [{"step": 5000 * (i + 1), "split": "ood", "acc": a} for i, a in enumerate(accuracies)]
+    metrics.insert(0, {"step": 100, "split": "train", "loss": 2.0})
+    train = {"steps": steps, "batch_size": 128, "eval_samples": 5120, "final_eval_samples": 51200}
+    return {
+        "run": f"sweep/mixer-{mixer}__s0",
+        "config": {"model": {"mixer": mixer}, "seed": 0, "train": train},
+        "summary": {"status": "completed"} if completed else {},
+        "metrics": metrics,
+    }
+
+
+def test_a_curve_counts_the_final_evaluation_at_its_own_size(budget):
+    done = budget.curve(record("hyla", [0.1, 0.5], completed=True))
+    assert [n for _, _, n in done.points] == [5120, 51200]
+    assert done.standard_error(1) == pytest.approx(math.sqrt(0.25 / 51200))
+    under_way = budget.curve(record("hyla", [0.1, 0.5], completed=False))
+    assert [n for _, _, n in under_way.points] == [5120, 5120]
+
+
+def test_changes_of_order_are_found_and_judged_against_their_errors(budget):
+    hyla = budget.curve(record("hyla", [0.10, 0.20, 0.60], completed=False))
+    softmax = budget.curve(record("softmax", [0.30, 0.40, 0.50], completed=False))
+    (line,) = budget.crossings(hyla, softmax)
+    assert line.startswith("hyla takes the lead from softmax between steps 10,000 and 15,000")
+    assert "beyond 2 s.e." in line
+    close = budget.curve(record("linear", [0.199, 0.201, 0.2], completed=False))
+    assert "within 2 s.e." in budget.crossings(hyla, close)[0]
+    assert budget.crossings(softmax, budget.curve(record("linear", [0.2, 0.3, 0.4], completed=False))) == []
