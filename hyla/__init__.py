@@ -1,5 +1,7 @@
 """hyla: attention as a hypernetwork (Schug et al., ICLR 2025) in PyTorch."""
 
+from __future__ import annotations
+
 import importlib
 
 # Loaded on first use (PEP 562), so that importing the `hyla` command does not load torch: the
@@ -9,9 +11,26 @@ _EXPORTS = {
     "MultiHeadAttention": "hyla.nn",
     "Transformer": "hyla.nn.transformer",
     "ModelConfig": "hyla.nn.transformer",
+    "evaluate": "hyla.tasks",
 }
 
-__all__ = list(_EXPORTS)
+__all__ = [*_EXPORTS, "load"]
+
+
+def load(path):
+    """(model, task) of an exported model (a folder written by `hyla export`) or of a run folder:
+    the model on the CPU, in eval mode; the task it was trained on, with the run's seed, so that
+    `hyla.evaluate(model, task, split, num_samples)` with the run's `train.final_eval_samples`
+    repeats its final evaluation. An export needs the library alone (its files checked against
+    their sha256); a run folder's checkpoint is read by the workflow (`hyla.train.load_run`)."""
+    from hyla.nn.pretrained import is_export, load_export
+
+    if is_export(path):
+        return load_export(path)
+    from hyla.train import load_run
+
+    _, model, task = load_run(path)
+    return model, task
 
 
 def __getattr__(name: str):

@@ -11,8 +11,9 @@ The manifest's record is the run's record (hyla.experiments.records) without its
 resolved run config, the environment of every training session and the final summary.
 `hyla_commit` is the commit of the run's last training session (env.json), or, for a run that did
 not record one, the commit of the hyla doing the export. `hyla.Transformer.from_pretrained(DIR)`
-loads the model and checks both files against their sha256; `hyla analyze DIR` and
-`hyla interventions DIR` take the folder in place of a run folder (`hyla.train.load_run_at_step`).
+loads the model and checks both files against their sha256; `hyla.load(DIR)` gives the model and its
+task (hyla.nn.pretrained); `hyla analyze DIR` and `hyla interventions DIR` take the folder in place
+of a run folder (`hyla.train.load_run_at_step`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import shutil
 from pathlib import Path
 
 from hyla.experiments import records
+from hyla.nn.pretrained import is_export
 from hyla.nn.transformer import PRETRAINED_CONFIG, PRETRAINED_MANIFEST, PRETRAINED_WEIGHTS, sha256_of
 from hyla.train.jsonio import write_json
 
@@ -59,8 +61,3 @@ def export_run(run_dir: str | Path, out: str | Path, replace: bool = False) -> d
         shutil.rmtree(out)
     os.replace(staging, out)
     return manifest
-
-
-def is_export(folder: str | Path) -> bool:
-    """Whether `folder` holds an export with its manifest."""
-    return (Path(folder) / PRETRAINED_MANIFEST).is_file()

@@ -358,8 +358,8 @@ class Text(Task):
             size (smaller only for a corpus too tiny to learn that many merges).
         valid_fraction: last fraction of the text held out for `valid`.
         seed: seeds the train windows.
-        cache_dir: where tokenizer and token streams are cached (default `$HYLA_CACHE/text`).
-        max_chars: read at most this many characters of the corpus (large hf corpora).
+        cache_dir: where tokenizer and token streams are cached (None or "": `$HYLA_CACHE/text`).
+        max_chars: read at most this many characters of the corpus (large hf corpora; None or 0: all).
 
     batch(...) -> Batch(x [B, T] long, y [B, T] long (x shifted by one), info {"start": [B]}).
     """
@@ -386,7 +386,7 @@ class Text(Task):
         if seq_len < 1:
             raise ValueError(f"seq_len must be positive, got {seq_len}")
         self.corpus, self.seq_len, self.seed, self.device = corpus, seq_len, seed, torch.device(device)
-        prepared = prepare_corpus(corpus, vocab_size, valid_fraction, cache_dir, max_chars)
+        prepared = prepare_corpus(corpus, vocab_size, valid_fraction, cache_dir or None, max_chars or None)
         self.tokenizer = prepared.tokenizer
         self.streams = {"train": prepared.train, "valid": prepared.valid}
         self._tokens = {split: _signed_tokens(stream) for split, stream in self.streams.items()}

@@ -8,11 +8,10 @@ evaluate(model, task, split, num_samples, batch_size) -> {metric: mean}
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
-from hyla.nn.transformer import PRETRAINED_CONFIG, PRETRAINED_MANIFEST
+from hyla.nn.pretrained import is_export
 from hyla.train.checkpoint import CheckpointError
 from hyla.train.evaluate import evaluate
 from hyla.train.loop import NonFiniteLossError, build_model, train
@@ -35,7 +34,7 @@ def load_run_at_step(run_dir: str | Path, task: str | tuple[str, ...] | None = N
     another task."""
     from hyla.train.configs import build_task
 
-    if (Path(run_dir) / PRETRAINED_MANIFEST).is_file():
+    if is_export(run_dir):
         cfg, model, step = _load_export(Path(run_dir))
         _check_task(run_dir, cfg, task)
         return cfg, model, build_task(cfg), step
@@ -59,17 +58,14 @@ def _check_task(path, cfg, task: str | tuple[str, ...] | None) -> None:
 
 def _load_export(folder: Path):
     """(config, model, step) of an exported model; RunError for a damaged or changed one."""
-    from hyla.nn.transformer import Transformer
+    from hyla.nn.pretrained import load_model
     from hyla.train.configs import config_from_dict
 
     try:
-        manifest = json.loads((folder / PRETRAINED_MANIFEST).read_text())
+        model, manifest = load_model(folder)
         cfg, step = config_from_dict(manifest["record"]["config"]), manifest["step"]
-        model = Transformer.from_pretrained(folder)
     except (ValueError, KeyError, TypeError, OSError) as e:  # ConfigError is a ValueError
         raise RunError(f"{folder} is not a usable hyla export: {e}") from None
-    if model.cfg != cfg.model:
-        raise RunError(f"{folder}: {PRETRAINED_CONFIG} and the config in {PRETRAINED_MANIFEST} differ")
     return cfg, model, step
 
 

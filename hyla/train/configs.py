@@ -32,15 +32,11 @@ class ConfigError(ValueError):
 
 
 class TaskConfig:
-    """Base of the per-task settings. Subclasses are dataclasses implementing `build`."""
-
-    def build(self, seed: int, device: str | torch.device = "cpu"):
-        """The task object (`.batch`, `.loss`, `.metrics`, `.eval_splits`, ...), generating its
-        batches on `device`."""
-        raise NotImplementedError
+    """Base of the per-task settings: dataclasses whose fields are the keyword arguments of the task
+    class that `hyla.tasks.TASKS` files under the name of their ExperimentConfig field (`build_task`)."""
 
     def validate(self) -> None:
-        """Raise ConfigError for invalid values (called before `build`)."""
+        """Raise ConfigError for invalid values (called before `build_task`)."""
 
 
 @dataclass
@@ -60,20 +56,6 @@ class FuzzyLogicConfig(TaskConfig):
     fixed_inputs: str = "per_batch"
     """where the shared inputs of the *_fixed_context / *_fixed_query analysis splits come from:
     per_batch (drawn with every batch) | per_seed (one draw for all splits and steps, the authors' code)"""
-
-    def build(self, seed: int, device: str | torch.device = "cpu"):
-        from hyla.tasks.fuzzy_logic import FuzzyLogic
-
-        return FuzzyLogic(
-            self.num_variables,
-            self.num_terms,
-            self.seq_len,
-            self.frac_held_out,
-            self.frac_unseen_terms,
-            seed,
-            device,
-            fixed_inputs=self.fixed_inputs,
-        )
 
     def validate(self) -> None:
         _check(self.num_variables >= 1, "fuzzy_logic.num_variables", self.num_variables, "must be >= 1")
@@ -107,20 +89,6 @@ class SRavenConfig(TaskConfig):
     rule_order: str = "random"
     """how a multiset's rules are assigned to the features: random | sorted (feature j gets the j-th
     smallest rule, the authors' code; matters only on the *_unpermuted analysis splits)"""
-
-    def build(self, seed: int, device: str | torch.device = "cpu"):
-        from hyla.tasks.sraven import SRaven
-
-        return SRaven(
-            self.num_features,
-            self.num_values,
-            self.grid_size,
-            self.permute,
-            self.frac_ood,
-            seed,
-            device,
-            rule_order=self.rule_order,
-        )
 
     def validate(self) -> None:
         _check(self.num_features >= 1, "sraven.num_features", self.num_features, "must be >= 1")
@@ -163,20 +131,6 @@ class TextConfig(TaskConfig):
     """read at most this many characters of the corpus (0: all)"""
     cache_dir: str = ""
     """where tokenizers and token streams are cached (empty: $HYLA_CACHE/text or ~/.cache/hyla/text)"""
-
-    def build(self, seed: int, device: str | torch.device = "cpu"):
-        from hyla.tasks.text import Text
-
-        return Text(
-            self.corpus,
-            self.seq_len,
-            self.vocab_size,
-            self.valid_fraction,
-            seed,
-            self.cache_dir or None,
-            self.max_chars or None,
-            device,
-        )
 
     def validate(self) -> None:
         _check(bool(self.corpus), "text.corpus", self.corpus, "must name a corpus")
@@ -333,8 +287,10 @@ def task_names() -> tuple[str, ...]:
 
 
 def build_task(cfg: ExperimentConfig, device: str | torch.device = "cpu"):
-    """The task of `cfg`, generating its batches on `device`."""
-    return cfg.task_config.build(cfg.seed, device)
+    """The task of `cfg`, generating its batches on `device` (`hyla.tasks.build_task`)."""
+    from hyla import tasks
+
+    return tasks.build_task(cfg.task, asdict(cfg.task_config), cfg.seed, device)
 
 
 def resolve_model(model: ModelConfig, task) -> ModelConfig:
@@ -374,7 +330,18 @@ def parse_options(kind, argv: list[str], prog: str, description: str | None = No
             raise  # --help
         lines = [line.strip(" │╭╮╰╯") for line in messages.getvalue().splitlines()]
         lines = [line for line in lines if line.strip("─-") and not line.startswith("For full helptext")]
-        raise ConfigError(f"{' '.join(lines[1:])} (see {prog} --help)") from None  # lines[0]: the box's title
+        lines = [_unknown_options_only(line) for line in lines[1:]]  # lines[0]: the box's title
+        raise ConfigError(f"{' '.join(lines)} (see {prog} --help)") from None
+
+
+def _unknown_options_only(line: str) -> str:
+    """tyro's "Unrecognized options: --train.stepz, 100" lists the values after an unknown option
+    too: keep the option names ("--train.stepz"); a line without options is kept as it is."""
+    prefix, _, listed = line.partition(": ")
+    if prefix not in ("Unrecognized options", "Unrecognized arguments"):
+        return line
+    names = [item.split("=")[0] for item in listed.split(", ") if item.startswith("--")]
+    return f"{prefix}: {', '.join(names)}" if names else line
 
 
 def check_positive(**values: int | None) -> None:

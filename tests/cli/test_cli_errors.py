@@ -53,6 +53,14 @@ def test_invalid_option_values(tmp_path, capsys):
     assert snapshot(run) == before
 
 
+def test_a_misspelled_option_is_named_without_the_values_after_it(tmp_path, capsys):
+    last = fails_in_one_line(capsys, ["train", "--preset", "logic_cpu", "--train.stepz", "100", "--model.foo=3"])
+    assert "Unrecognized options: --train.stepz, --model.foo " in last and "100" not in last, last
+    last = fails_in_one_line(capsys, ["eval", str(tmp_path), "--sampels", "64"], "--samples")
+    assert "Unrecognized options: --sampels " in last and "64" not in last, last
+    assert not list(tmp_path.iterdir())
+
+
 def test_a_task_command_mismatch(tmp_path, capsys):
     run = tiny_run(tmp_path)
     before = snapshot(run)

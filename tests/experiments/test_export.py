@@ -2,6 +2,9 @@
 like run folders in `hyla analyze`, `hyla interventions` and `hyla.Transformer.from_pretrained`."""
 
 import json
+import os
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -9,10 +12,12 @@ import pytest
 import torch
 from helpers_cli import tiny_run
 
+import hyla
 from hyla import Transformer
 from hyla.cli import main
 from hyla.experiments.export import export_run
 from hyla.nn.transformer import sha256_of
+from hyla.tasks import FuzzyLogic
 from hyla.train import load_run_at_step
 from hyla.train.jsonio import portable_path
 from hyla.train.run_dir import RunError
@@ -49,6 +54,53 @@ def test_an_export_loads_as_its_run(exported):
     assert torch.equal(model(x), model_e(x)) and torch.equal(model(x), Transformer.from_pretrained(out)(x))
     with pytest.raises(RunError, match="is a fuzzy_logic run; this command needs a sraven run"):
         load_run_at_step(out, task="sraven")
+
+
+def test_hyla_load_gives_the_model_and_task_that_repeat_the_runs_evaluation(exported, tmp_path):
+    run, out = exported
+    train = json.loads((run / "config.json").read_text())["train"]
+    final = json.loads((run / "summary.json").read_text())["final"]
+    x = FuzzyLogic(num_variables=3, num_terms=2, seq_len=8, frac_held_out=0.3, seed=3).batch("ood", 8, 0).x
+    outputs = []
+    for path in (out, run):
+        model, task = hyla.load(path)
+        assert isinstance(model, Transformer) and not model.training and (type(task), task.seed) == (FuzzyLogic, 3)
+        outputs.append(model(x))
+        for split in task.eval_splits:
+            result = hyla.evaluate(model, task, split, train["final_eval_samples"], train["eval_batch_size"])
+            assert result == pytest.approx(final[split], rel=1e-5, abs=1e-7)
+    assert torch.equal(*outputs)
+    with pytest.raises(RunError, match="does not exist"):
+        hyla.load(tmp_path / "nowhere")
+
+
+def test_an_export_loads_without_the_workflow(exported):
+    """`hyla.load` of an export imports neither the workflow nor its packages (a library install)."""
+    _, out = exported
+    code = (
+        "import sys, hyla; model, task = hyla.load(sys.argv[1]); hyla.evaluate(model, task, 'ood', 8); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "{'tyro', 'yaml', 'matplotlib', 'sklearn'} or m.startswith(('hyla.train', 'hyla.experiments'))))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(hyla.__file__).parents[1])}
+    done = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, env=env, check=True)
+    assert done.stdout.split() == ["[]"], done.stdout
+
+
+def test_a_damaged_manifest_is_refused_in_one_line(exported, tmp_path):
+    _, out = exported
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    for p in out.iterdir():
+        (damaged / p.name).write_bytes(p.read_bytes())
+    manifest = json.loads((damaged / "manifest.json").read_text())
+    manifest["record"]["config"]["model"]["dim"] = 32
+    (damaged / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match="config.json and the model config in manifest.json differ"):
+        hyla.load(damaged)
+    (damaged / "manifest.json").write_text("{")
+    with pytest.raises(ValueError, match="manifest.json is not a readable hyla manifest"):
+        hyla.load(damaged)
 
 
 def test_a_changed_file_is_refused_in_one_line(exported, tmp_path, capsys):

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from hyla.tasks import FuzzyLogic, SRaven
-from hyla.train.configs import ConfigError, FuzzyLogicConfig, SRavenConfig
+from hyla.train.configs import ConfigError, ExperimentConfig, FuzzyLogicConfig, SRavenConfig, build_task
 
 L = 4
 
@@ -58,8 +58,10 @@ def test_rules_hold_in_every_row_under_either_order(rule_order):
 
 
 def test_options_reach_the_tasks_through_the_config_and_are_checked():
-    assert FuzzyLogicConfig(fixed_inputs="per_seed").build(0).fixed_inputs == "per_seed"
-    assert SRavenConfig(rule_order="sorted").build(0).rule_order == "sorted"
+    logic = ExperimentConfig(task="fuzzy_logic", fuzzy_logic=FuzzyLogicConfig(fixed_inputs="per_seed"))
+    raven = ExperimentConfig(task="sraven", sraven=SRavenConfig(rule_order="sorted"))
+    assert build_task(logic).fixed_inputs == "per_seed"
+    assert build_task(raven).rule_order == "sorted"
     with pytest.raises(ConfigError, match="fixed_inputs"):
         FuzzyLogicConfig(fixed_inputs="per_step").validate()
     with pytest.raises(ConfigError, match="rule_order"):

@@ -109,6 +109,7 @@ def test_r2_and_loss(task):
     batch = task.batch("ood", 16_000, 0)
     oracle = batch.y[:, :, None]  # [B, 1, 1]
     metrics = task.metrics(oracle, batch)
+    assert metrics["r2"].shape == metrics["mse"].shape == (16_000,)  # per sequence
     assert torch.allclose(metrics["r2"], torch.ones(16_000)) and (metrics["mse"] == 0).all()
     assert task.loss(oracle, batch) == 0
     sequence_mean = batch.info["targets"].mean(dim=1)[:, None, None]

@@ -123,6 +123,7 @@ def test_loss_and_metrics(task):
     assert task.loss(oracle, batch) < 1e-6
     metrics = task.metrics(oracle, batch)
     assert set(metrics) == {"acc", "feature_acc"} and (metrics["acc"] == 1).all()
+    assert all(value.shape == (128,) for value in metrics.values())  # per sequence
     wrong = oracle.clone()
     wrong[:, 0] = oracle[:, 0].roll(1, dims=-1)  # first feature always wrong
     metrics = task.metrics(wrong, batch)
