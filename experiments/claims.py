@@ -1,37 +1,47 @@
-"""README's results table and RESULTS.md's index, every number rebuilt from committed files.
+"""README's results table and RESULTS.md's tables, every number rebuilt from committed files.
 
-    python experiments/claims.py           print both tables
+    python experiments/claims.py           print the tables
     python experiments/claims.py --write   write them into README.md and experiments/RESULTS.md
     python experiments/claims.py --check   exit 1 where a committed table differs from the files
 
 Each table sits between two HTML comments (`<!-- claims:NAME begin ... -->` and
 `<!-- claims:NAME end -->`); edit it in experiments/claims_tables.md (templates whose `{name}`s
-are the numbers below), never in place: tests/experiments/test_claims.py fails while README's
-or RESULTS.md's table differs from what this script writes.
+are the numbers below and in claims_sections.py), never in place: tests/experiments/test_claims.py
+fails while a committed table differs from what this script writes.
 
 Where the numbers come from (under experiments/results/ unless said otherwise): run records
 (`records/**/*.run.json`: each run's final metrics, config, environment and cached latent-structure
 measurements), the tables `hyla results` wrote (`results.json`), `latent_structure.json`,
-`demo_logic_cpu/demo.json`, run folders kept whole (`raven_hyla_cuda_cpu_masks_h100/`), the
-authors' curves (`authors_curve_raven_40k/*.jsonl`), benchmarks/results/vs_authors_cpu.json, the
-paper's Table A1 (hyla.experiments.paper). Numbers that no
-committed file holds are in `QUOTED`, each with where it is written.
+`hyla analyze`'s and `hyla interventions`' JSON, `demo_logic_cpu/demo.json`, run folders kept whole
+(`raven_hyla_cuda_cpu_masks_h100/`), the authors' curves (`authors_curve_raven_40k/*.jsonl`),
+benchmarks/results/ (`vs_authors_cpu.json`, `ledger.json`), tests/fixtures/learning_quality.json
+and the paper's Table A1 (hyla.experiments.paper). The numbers that no committed file holds are in
+`QUOTED` and, with why, in claims_tables.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import defaultdict
 from pathlib import Path
 
-from hyla.experiments import records
-from hyla.experiments.paper import TABLE_A1
+from claims_sections import (
+    MIXERS,
+    chance_range,
+    mean,
+    paper,
+    pm,
+    read_json,
+    read_jsonl,
+    records_in,
+    section_numbers,
+    signed,
+)
+
 from hyla.experiments.result_tables import mean_se
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "experiments" / "results"
 
 QUOTED = {
     # numbers written only in prose: the measurement left no committed file
@@ -46,8 +56,7 @@ def final_ood(folder: str, metric: str) -> dict[tuple, dict[int, float]]:
     """{(mixer, experts, frac held out): {seed: final OOD metric ×100}} of the records below
     experiments/results/<folder>/records."""
     groups: dict[tuple, dict[int, float]] = defaultdict(dict)
-    for path in records.find(RESULTS / folder / "records"):
-        record = records.read(path)
+    for record in records_in(folder):
         config, final = record["config"], record["summary"]["final"]
         key = (config["model"]["mixer"], bool(config["model"].get("num_experts")), held_out(config))
         groups[key][config["seed"]] = 100 * final["ood"][metric]
@@ -61,55 +70,32 @@ def held_out(config: dict) -> float | None:
 def ood_at_step(folder: str, mixer: str, step: int) -> list[float]:
     """OOD accuracy ×100 at `step` of each seed of `mixer`, from the records' evaluation rows."""
     values = []
-    for path in records.find(RESULTS / folder / "records"):
-        record = records.read(path)
+    for record in records_in(folder):
         if record["config"]["model"]["mixer"] == mixer:
             [row] = [r for r in record["metrics"] if r["split"] == "ood" and r["step"] == step]
             values.append(100 * row["acc"])
     return values
 
 
-def last_ood_acc(jsonl: Path) -> float:
-    rows = [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
-    return 100 * [r for r in rows if r.get("split") == "ood"][-1]["acc"]
+def last_ood_acc(jsonl: str) -> float:
+    return 100 * [r for r in read_jsonl(jsonl) if r.get("split") == "ood"][-1]["acc"]
 
 
 def vs_authors(commit: str) -> dict[str, float]:
     """{preset: median ratio of hyla's compiled steps/s to the authors'} of the benchmark entry at `commit`."""
-    runs = json.loads((ROOT / "benchmarks" / "results" / "vs_authors_cpu.json").read_text())["runs"]
+    runs = read_json("vs_authors_cpu.json", "benchmarks")["runs"]
     [run] = [r for r in runs if (r["machine"].get("hyla_git_commit") or "").startswith(commit)]
     return {row["preset"]: row["ratio_median"] for row in run["summary"] if row["variant"] == "compiled"}
 
 
-# ----------------------------------------------------------------------------- formatting
-def pm(values, digits: int = 1) -> str:
-    """'mean ± s.e.' of a list of values."""
-    mean, se = mean_se(list(values))
-    return f"{mean:.{digits}f} ± {se:.{digits}f}"
-
-
-def mean(values, digits: int = 1) -> str:
-    return f"{mean_se(list(values))[0]:.{digits}f}"
-
-
-def signed(x: float) -> str:
-    return f"{x:+.2f}".replace("-", "−")
-
-
-def paper(row: tuple, digits: int = 1, error: bool = True) -> str:
-    value, se = TABLE_A1[row[0]][row[1:]]
-    return f"{value:.{digits}f} ± {se:.{digits}f}" if error else f"{value:.{digits}f}"
-
-
 # ----------------------------------------------------------------------------- the numbers
-MIXERS = ("hyla", "linear", "softmax")
 A1_ROWS = MIXERS + ("linear_rms_head", "hyla_identity", "hyla_identity_no_rms_head", "hyla_no_rms_head", "softmax_hyla")
 """Table A1's fuzzy-logic rows without experts"""
 
 
 def numbers() -> dict[str, str]:
-    """Every number of both tables, formatted, by name (the `{name}`s of claims_tables.md)."""
-    return {**fuzzy_logic_numbers(), **sraven_numbers(), **other_numbers()}
+    """Every number of the tables, formatted, by name (the `{name}`s of claims_tables.md)."""
+    return {**fuzzy_logic_numbers(), **sraven_numbers(), **other_numbers(), **section_numbers()}
 
 
 def fuzzy_logic_numbers() -> dict[str, str]:
@@ -130,8 +116,8 @@ def fuzzy_logic_numbers() -> dict[str, str]:
             n[name], n[f"{name}_2"] = mean(frac[(mixer, f)]), pm(frac[(mixer, f)], 2)
         n[f"f2c_{mixer}_70"] = mean(a1[(mixer, False)])
         n[f"f2c_{mixer}_drop"] = f"{mean_se(frac[(mixer, 0.3)])[0] - mean_se(a1[(mixer, False)])[0]:.1f}"
-    overall = json.loads((RESULTS / "latent_structure_logic_50k_cpu" / "latent_structure.json").read_text())["overall"]
-    table = json.loads((RESULTS / "table_a1_logic_50k_cpu" / "latent_structure.json").read_text())["overall"]
+    overall = read_json("latent_structure_logic_50k_cpu/latent_structure.json")["overall"]
+    table = read_json("table_a1_logic_50k_cpu/latent_structure.json")["overall"]
     n["ls_n"], n["ls_a1_n"] = str(overall["n"]), str(table["n"])
     n["ls"] = f"{signed(overall['rho'])}, 95% CI [{signed(overall['ci_low'])}, {signed(overall['ci_high'])}]"
     n["ls_a1"] = f"{signed(table['rho'])} [{signed(table['ci_low'])}, {signed(table['ci_high'])}]"
@@ -144,27 +130,24 @@ def latent_code_numbers(
     file: str, prefix: str, measure: str, split: str, code_set: str, test: str | None
 ) -> dict[str, str]:
     """One measure of `hyla analyze --out`'s summary per mixer, `{prefix}_{mixer}`: mean ± s.e. over the
-    retrained models, with how many pass the measure's `test` where one is named; `{prefix}_passes`:
-    how many pass over all mixers."""
+    retrained models (over those where it is defined, and then how many), with how many pass the
+    measure's `test` where one is named; `{prefix}_passes`: how many pass over all mixers."""
     n, passed, models = {}, 0, 0
-    for row in json.loads((RESULTS / file).read_text())["summary"]:
+    for row in read_json(file)["summary"]:
         if (row["measure"], row["split"], row["code_set"]) == (measure, split, code_set):
             value = f"{row['mean']:.2f}" + ("" if row["se"] is None else f" ± {row['se']:.2f}")
-            undefined = f", {row['undefined']} with codes that do not vary" if row["undefined"] else ""
-            n[f"{prefix}_{row['mixer']}"] = f"{value} ({row['passes']} models {test}{undefined})" if test else value
+            if row["undefined"]:
+                undefined = [m["seed"] for m in row["per_model"] if m["value"] is None]
+                value += f" over {len(row['per_model']) - len(undefined)} models"
+                seeds = ", ".join(map(str, undefined))
+                tail = f"; seed {seeds}: codes that do not vary"
+            else:
+                tail = ""
+            n[f"{prefix}_{row['mixer']}"] = f"{value} ({row['passes']} models {test}{tail})" if test else value
             passed += sum(model["passes"] for model in row["per_model"])
             models += len(row["per_model"])
     n[f"{prefix}_passes"] = f"{passed} of {models}"
     return n
-
-
-def probe_chance(folder: str, split: str, code_set: str) -> str:
-    """The range over the models of a probe's chance level (the probe fitted on shuffled labels)."""
-    chances = [
-        json.loads(path.read_text())["probes"][split][code_set]["chance_accuracy"]
-        for path in (RESULTS / folder).glob("*/*/analysis.json")
-    ]
-    return f"{min(chances):.2f}–{max(chances):.2f}"
 
 
 def sraven_numbers() -> dict[str, str]:
@@ -174,14 +157,13 @@ def sraven_numbers() -> dict[str, str]:
     r40 = {m: list(s.values()) for (m, _, _), s in final_ood("table_a1_raven_40k_cpu", "acc").items()}
     gpu = {m: list(s.values()) for (m, _, _), s in final_ood("table_a1_raven_40k_gpu", "acc").items()}
     raven_cpu = {m: list(s.values()) for (m, _, _), s in final_ood("weights_raven_cpu", "acc").items()}
-    heads = json.loads((RESULTS / "fig5c_raven_single_head_cpu" / "results.json").read_text())
+    heads = read_json("fig5c_raven_single_head_cpu/results.json")
     head = {(r["group"]["model.mixer"], r["group"]["model.num_heads"]): 100 * r["values"]["ood/acc"][0] for r in heads}
-    curves = RESULTS / "authors_curve_raven_40k"
     n: dict[str, str] = {}
     for mixer in MIXERS:
         n[f"r40_{mixer}"], n[f"r40_{mixer}_2"] = pm(r40[mixer]), pm(r40[mixer], 2)
         n[f"gpu_{mixer}"], n[f"gpu_{mixer}_2"] = pm(gpu[mixer]), pm(gpu[mixer], 2)
-        n[f"authors_{mixer}"] = f"{last_ood_acc(curves / f'authors_gpu_{mixer}_s0.jsonl'):.2f}"
+        n[f"authors_{mixer}"] = f"{last_ood_acc(f'authors_curve_raven_40k/authors_gpu_{mixer}_s0.jsonl'):.2f}"
         n[f"paper_raven_{mixer}"] = paper(("sraven", mixer, False), 1, False)
         n[f"paper_raven_{mixer}_2"] = paper(("sraven", mixer, False), 2)
         n[f"raven_cpu_{mixer}"] = pm(raven_cpu[mixer])
@@ -194,16 +176,16 @@ def sraven_numbers() -> dict[str, str]:
         summary = f"{folder}/latent_summary.json"
         for layer in range(layers):
             n.update(latent_code_numbers(summary, f"{prefix}{layer}", measure, probe, f"layer {layer}", None))
-            n[f"{prefix}{layer}_chance"] = probe_chance(folder, probe, f"layer {layer}")
-    masks = RESULTS / "raven_hyla_cuda_cpu_masks_h100"
-    n["masks_30k"] = pm([last_ood_acc(masks / f"s{seed}" / "metrics.jsonl") for seed in (0, 1, 2)], 2)
+            n[f"{prefix}{layer}_chance"] = chance_range(folder, probe, layer)
+    masks = "raven_hyla_cuda_cpu_masks_h100"
+    n["masks_30k"] = pm([last_ood_acc(f"{masks}/s{seed}/metrics.jsonl") for seed in (0, 1, 2)], 2)
     n["cpu_30k"] = pm(ood_at_step("table_a1_raven_40k_cpu", "hyla", 30000), 2)
     return n
 
 
 def other_numbers() -> dict[str, str]:
     """The demo, the LM table, speed, and the numbers only prose holds (`QUOTED`)."""
-    demo_rows = json.loads((RESULTS / "demo_logic_cpu" / "demo.json").read_text())["rows"]
+    demo_rows = read_json("demo_logic_cpu/demo.json")["rows"]
     demo = {r["mixer"]: 100 * r["final"]["ood"]["r2"] for r in demo_rows}
     n = {name: f"{value:.2f}" for name, value in QUOTED.items()}
     n["demo_xeon_hyla_1"] = f"{QUOTED['demo_xeon_hyla']:.1f}"
@@ -221,8 +203,7 @@ def other_numbers() -> dict[str, str]:
 def language_model_numbers() -> dict[str, str]:
     """Final valid NLL per mixer, mean ± s.e. over the seeds recorded in lm_cpu/records."""
     losses: dict[str, list[float]] = defaultdict(list)
-    for path in records.find(RESULTS / "lm_cpu" / "records"):
-        record = records.read(path)
+    for record in records_in("lm_cpu"):
         losses[record["config"]["model"]["mixer"]].append(record["summary"]["final"]["valid"]["loss"])
     n = {f"lm_{mixer}": pm(losses[mixer], 3) for mixer in MIXERS}
     n["lm_seeds"] = str(min(len(values) for values in losses.values()))
@@ -235,7 +216,7 @@ def intervention_numbers(file: str, prefix: str = "iv", reference: str = "random
     against A's keys), the heads-shuffled control, the constant prediction and a no-transfer
     `reference` (a perfect random rule on SRAVEN, a perfect random task on fuzzy logic)."""
     n = {}
-    for group in json.loads((RESULTS / file).read_text())["groups"]:
+    for group in read_json(file)["groups"]:
         ood = group["splits"]["ood"]
         row = ood["sites"]["row"]["all layers"]
         name = f"{prefix}_{group['mixer']}"
@@ -249,20 +230,21 @@ def intervention_numbers(file: str, prefix: str = "iv", reference: str = "random
 
 # ----------------------------------------------------------------------------- the tables
 TEMPLATES = ROOT / "experiments" / "claims_tables.md"
-TABLES = {"readme-results": ROOT / "README.md", "results-index": ROOT / "experiments" / "RESULTS.md"}
-"""where each table of claims_tables.md goes"""
 
 
-def templates(path: Path = TEMPLATES) -> dict[str, list[str]]:
-    """{table name: its rows} of claims_tables.md: the `|` lines after each `<!-- table: NAME ... -->`."""
-    tables: dict[str, list[str]] = {}
+def templates(path: Path = TEMPLATES) -> dict[str, tuple[Path, list[str]]]:
+    """{table name: (the file it goes into, its rows)} of claims_tables.md: the `|` lines after each
+    `<!-- table: NAME (FILE) -->`, FILE relative to the repository's root."""
+    tables: dict[str, tuple[Path, list[str]]] = {}
     name = None
     for line in path.read_text().splitlines():
         if line.startswith("<!-- table: "):
-            name = line.removeprefix("<!-- table: ").split()[0]
-            tables[name] = []
+            name, file = line.removeprefix("<!-- table: ").removesuffix(" -->").split(" (")
+            tables[name] = (ROOT / file.rstrip(")"), [])
         elif name and line.startswith("|"):
-            tables[name].append(line)
+            tables[name][1].append(line)
+        elif name and not line.strip():
+            name = None
     return tables
 
 
@@ -289,16 +271,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", action="store_true", help="rewrite the tables in README.md and RESULTS.md")
     parser.add_argument("--check", action="store_true", help="exit 1 where a committed table differs")
     args = parser.parse_args(argv)
-    values, rows, stale = numbers(), templates(), []
-    for name, path in TABLES.items():
-        table, text = render(rows[name], values), path.read_text()
+    values, stale, texts = numbers(), [], {}
+    for name, (path, rows) in templates().items():
+        table, text = render(rows, values), texts.get(path) or path.read_text()
         start, end = block(text, name)
         if text[start:end] != table:
-            stale.append(path.name)
-            if args.write:
-                path.write_text(text[:start] + table + text[end:])
+            stale.append(name)
+            texts[path] = text[:start] + table + text[end:]
         if not (args.write or args.check):
-            print(table)
+            print(f"{name}:\n{table}")
+    if args.write:
+        for path, text in texts.items():
+            path.write_text(text)
     if args.check and stale:
         print(f"out of date: {', '.join(stale)}; run python experiments/claims.py --write", file=sys.stderr)
         return 1

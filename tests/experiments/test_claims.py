@@ -1,48 +1,97 @@
-"""README's results table is what experiments/claims.py rebuilds from the committed files."""
+"""README's results table and RESULTS.md's tables are what experiments/claims.py rebuilds from the
+committed files; a changed record or a hand-edited number fails the check."""
 
-import importlib.util
+import json
 import re
+import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "experiments"))
+import claims  # noqa: E402
+import claims_sections  # noqa: E402
+
+RETRAINED_HYLA = "weights_sraven_40k_cpu/records/weights_sraven_40k_cpu/mixer-hyla__s0.run.json"
 
 
 @pytest.fixture(scope="module")
-def claims():
-    spec = importlib.util.spec_from_file_location("claims", ROOT / "experiments" / "claims.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def numbers():
+    return claims.numbers()
 
 
-@pytest.mark.parametrize("name", ["readme-results", "results-index"])
-def test_the_committed_table_is_the_one_the_files_give(claims, name):
-    path = claims.TABLES[name]
+@pytest.mark.parametrize("name", list(claims.templates()))
+def test_the_committed_table_is_the_one_the_files_give(numbers, name):
+    path, rows = claims.templates()[name]
     text = path.read_text()
     start, end = claims.block(text, name)
-    assert text[start:end] == claims.render(claims.templates()[name], claims.numbers()), (
-        f"{path.name}'s table differs from the committed results: run python experiments/claims.py --write"
+    assert text[start:end] == claims.render(rows, numbers), (
+        f"{path.name}'s table {name} differs from the committed results: run python experiments/claims.py --write"
     )
 
 
-def test_a_changed_number_is_caught_and_rewritten(claims, tmp_path, monkeypatch, capsys):
-    for name, path in list(claims.TABLES.items()):  # copies: the test writes them
-        (tmp_path / path.name).write_text(path.read_text())
-        monkeypatch.setitem(claims.TABLES, name, tmp_path / path.name)
-    readme = tmp_path / "README.md"
+def copy_of_the_tables(tmp_path: Path, monkeypatch) -> Path:
+    """README.md and RESULTS.md copied under tmp_path, where claims.py reads and writes them."""
+    for name in ("README.md", "experiments/RESULTS.md"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / name, tmp_path / name)
+    monkeypatch.setattr(claims, "ROOT", tmp_path)
+    return tmp_path
+
+
+def test_a_changed_number_is_caught_and_rewritten(tmp_path, monkeypatch, capsys):
+    readme = copy_of_the_tables(tmp_path, monkeypatch) / "README.md"
     text = readme.read_text()
-    assert text.count("HYLA 0.46 ± 0.03") == 1
-    readme.write_text(text.replace("HYLA 0.46 ± 0.03", "HYLA 0.64 ± 0.03"))
+    assert text.count("HYLA 91.8 ± 1.3") == 1
+    readme.write_text(text.replace("HYLA 91.8 ± 1.3", "HYLA 93.8 ± 1.3"))
     assert claims.main(["--check"]) == 1
-    assert "out of date: README.md" in capsys.readouterr().err
+    assert "out of date: readme-results;" in capsys.readouterr().err
     assert claims.main(["--write"]) == 0 and claims.main(["--check"]) == 0
     assert readme.read_text() == text
 
 
+def test_a_changed_record_fails_the_check(tmp_path, monkeypatch, capsys):
+    """The retrained SRAVEN 40k HYLA model's record feeds only RESULTS.md's section tables."""
+    copy_of_the_tables(tmp_path, monkeypatch)
+    results = tmp_path / "results"
+    results.mkdir()
+    for folder in claims_sections.RESULTS.iterdir():  # every results folder as it is, but one record
+        (results / folder.name).symlink_to(folder)
+    (results / "weights_sraven_40k_cpu").unlink()
+    shutil.copytree(
+        claims_sections.RESULTS / "weights_sraven_40k_cpu" / "records", results / "weights_sraven_40k_cpu" / "records"
+    )
+    record_file = results / RETRAINED_HYLA
+    record = json.loads(record_file.read_text())
+    assert f"{record['summary']['final']['ood']['acc']:.3f}" == "0.403"
+    record["summary"]["final"]["ood"]["acc"] += 0.1
+    record_file.write_text(json.dumps(record))
+    monkeypatch.setattr(claims_sections, "RESULTS", results)
+    assert claims.main(["--check"]) == 1
+    stale = capsys.readouterr().err
+    assert "results-sraven-retrained" in stale and "results-latent-sraven-40k" in stale
+    assert "readme-results" not in stale
+
+
+def test_every_results_table_is_generated_or_listed_with_why():
+    listed = set(re.findall(r"^- \*\*(.+?)\*\*", claims.TEMPLATES.read_text(), re.MULTILINE))
+    lines = (ROOT / "experiments" / "RESULTS.md").read_text().splitlines()
+    heading, generated, unlisted = None, False, []
+    for i, line in enumerate(lines):
+        if line.startswith("#"):
+            heading = line.lstrip("# ")
+        elif line.startswith("<!-- claims:"):
+            generated = " begin" in line
+        elif line.startswith("|") and not lines[i - 1].startswith("|") and not generated and heading not in listed:
+            unlisted.append(f"line {i + 1}, under {heading!r}")
+    assert not unlisted, f"tables neither generated by claims.py nor listed in claims_tables.md: {unlisted}"
+
+
 def test_committed_results_hold_no_absolute_path_of_the_machine_that_made_them():
-    machine_path = re.compile(r'"(/(?:home|root|tmp|work|Users|scratch|private)/[^"]*)"')
-    files = [f for folder in ("experiments", "benchmarks") for f in (ROOT / folder).rglob("*.json*")]
+    machine_path = re.compile(r"(?<![\w.])/(?:home|root|tmp|work|Users|scratch|private)/[^\s\"`)]*")
+    folders = [ROOT / "experiments" / "results", ROOT / "benchmarks" / "results"]
+    files = [f for folder in folders for pattern in ("*.json*", "*.md") for f in folder.rglob(pattern)]
     found = {str(f.relative_to(ROOT)): hit[0] for f in files if (hit := machine_path.findall(f.read_text()))}
     assert files and not found, f"absolute paths in committed results: {found}"

@@ -1,14 +1,16 @@
-"""benchmarks/gpu_lease.py's bookkeeping: run folders go back as tar.gz with the latest checkpoint
-only and come in again where they were; a run's progress and losses are read from its files; the
-stages' pytest outcomes from the junit XML. (Each stage's `--cpu-smoke` dry run is in docs/gpu.md.)"""
+"""benchmarks/gpu_suite.py's bookkeeping: run folders are written out as tar.gz with the latest
+checkpoint only and a later call resumes them where they were; a run's progress and losses are read
+from its files; the stages' pytest outcomes from the junit XML; a missing package is named."""
 
 import json
 import sys
 import tarfile
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import gpu_lease  # noqa: E402
+import gpu_suite  # noqa: E402
 
 
 def fake_run(root: Path, name: str) -> Path:
@@ -23,24 +25,23 @@ def fake_run(root: Path, name: str) -> Path:
     return run
 
 
-def test_run_folders_go_back_with_their_latest_checkpoint_and_come_in_where_they_were(tmp_path, monkeypatch):
-    here, there = tmp_path / "here", tmp_path / "there"
+def test_run_folders_are_written_out_with_their_latest_checkpoint_and_resume_where_they_were(tmp_path):
+    here, there, out = tmp_path / "here", tmp_path / "there", tmp_path / "out"
     runs = [fake_run(here, "a"), fake_run(here, "b")]
-    size = gpu_lease.pack_back(runs, tmp_path / "paper_x.tar.gz", here)
-    assert size == (tmp_path / "paper_x.tar.gz").stat().st_size < gpu_lease.MAX_FILE
-    with tarfile.open(tmp_path / "paper_x.tar.gz") as tar:
+    out.mkdir()
+    size = gpu_suite.pack_back(runs, out / "paper_x.tar.gz", here)
+    assert size == (out / "paper_x.tar.gz").stat().st_size
+    with tarfile.open(out / "paper_x.tar.gz") as tar:
         names = tar.getnames()
     assert "runs/sweep/a/checkpoints/latest.pt" in names and not [n for n in names if "previous" in n]
-    monkeypatch.setattr(gpu_lease, "ROOT", there)
-    (there / ".lease_in").mkdir(parents=True)
-    (tmp_path / "paper_x.tar.gz").rename(there / ".lease_in" / "paper_x.tar.gz")
-    (there / ".lease_in" / "masks_y.tar.gz").write_bytes(b"not read by the paper stage")
-    assert gpu_lease.restore(there, "paper_") == ["paper_x.tar.gz"]
+    (out / "masks_y.tar.gz").write_bytes(b"not read by the paper stage")
+    assert gpu_suite.restore(out, there, "paper_") == ["paper_x.tar.gz"]
     assert (there / "runs/sweep/b/checkpoints/latest.pt").read_bytes() == b"latest"
+    assert gpu_suite.restore(None, there, "paper_") == []
 
 
 def test_progress_of_a_run(tmp_path):
-    progress = gpu_lease.progress_of(fake_run(tmp_path, "a"), (100, 200, 300))
+    progress = gpu_suite.progress_of(fake_run(tmp_path, "a"), (100, 200, 300))
     assert progress["status"] == "interrupted" and progress["step"] == 200 and progress["cuda_graph"] is True
     assert progress["train_loss_at"] == {"100": 2.0, "200": 1.5, "300": None}
 
@@ -51,5 +52,13 @@ def test_junit_outcomes(tmp_path):
         '<testsuites><testsuite><testcase name="ok"/><testcase name="bad"><failure message="assert 1 == 2"/>'
         '</testcase><testcase name="gpu"><skipped message="needs CUDA"/></testcase></testsuite></testsuites>'
     )
-    assert gpu_lease.junit_outcomes(xml) == {"ok": "passed", "bad": "failure: assert 1 == 2", "gpu": "skipped"}
-    assert gpu_lease.junit_outcomes(tmp_path / "missing.xml") == {}
+    assert gpu_suite.junit_outcomes(xml) == {"ok": "passed", "bad": "failure: assert 1 == 2", "gpu": "skipped"}
+    assert gpu_suite.junit_outcomes(tmp_path / "missing.xml") == {}
+
+
+def test_a_missing_package_without_wheels_is_named(monkeypatch, tmp_path):
+    monkeypatch.setattr(gpu_suite, "missing_modules", lambda authors: ["tyro", "ml_collections"])
+    with pytest.raises(SystemExit) as stop:
+        gpu_suite.prepare(tmp_path, tmp_path)  # an empty folder of wheels
+    message = str(stop.value)
+    assert "lacks tyro, ml_collections" in message and "docstring-parser" in message and "--wheels" in message

@@ -1,30 +1,36 @@
-"""The prepared GPU lease (issue 56): each stage fits one device call of at most 10 minutes and
-writes its results under $OUT, so that a lease's minutes go to measuring, not to setting up.
+"""The GPU validation and benchmark suite: the GPU tests, measurements and training runs that a
+CPU cannot make, in stages of at most 10 minutes each, every stage writing JSON (and logs) to
+`--out DIR`.
 
-    python3 benchmarks/gpu_lease.py STAGE [--out DIR] [--budget SECONDS] [--cpu-smoke]
+    python benchmarks/gpu_suite.py STAGE [--out DIR] [--budget SECONDS] [--wheels DIR] [--authors DIR]
+                                         [--resume-from DIR] [--cpu-smoke]
 
-Stages (docs/gpu.md has the plan, the commands and the time each takes):
+Stages (docs/gpu.md has what each measures and the time it takes):
   graphs        whole-step CUDA graphs against eager steps: the GPU tests of tests/train/test_graphed.py
                 (SRAVEN and fuzzy-logic shapes, dropout on), then steps/s of SRAVEN HYLA eager and graphed
   repro         benchmarks/repro_inductor_hyla_grad.py over its settings (max_autotune apart: repro-tuned);
                 minify: the same under PyTorch's accuracy minifier, its files as minify.tar.gz
   speed-raven   benchmarks/bench_vs_authors.py, 1,000 steps, 3 repeats: HYLA graphed, a pack of 16 and 2
-  speed-logic   processes x packs of 8 (graphed), beside the authors' code (.authors/)
+  speed-logic   processes x packs of 8 (graphed), beside the authors' code where --authors names it
   speed-mixers  softmax and linear attention, graphed against compiled (CUDA graphs by inductor), both presets,
                 1,000 steps, one repeat: which of the two becomes their default
   masks         the mask question: one graphed pack of SRAVEN HYLA seeds 0, 1, 2 with masks from the CPU's
                 and from the GPU's generator (6 members), 10,000 steps of the 40k schedule
-  paper         a chunk of the 9 paper-budget SRAVEN rows (softmax, linear, HYLA x seeds 0-2, 156,250 steps):
-                continues the runs carried in as .lease_in/*.tar.gz, stops before the budget with a checkpoint
-                and writes them back as one tar.gz per mixer (under 16 MiB each)
+  paper         the 9 paper-budget SRAVEN rows (softmax, linear, HYLA x seeds 0-2, 156,250 steps), a stage's
+                budget at a time: stops before the budget with a checkpoint and writes the runs to --out as
+                one tar.gz per mixer; `--resume-from` an earlier call's --out continues them
 
-Wheels the GPU image lacks (tyro and its dependencies, ml_collections) are installed from .whl/ when
-tyro is missing. `--cpu-smoke` runs a stage at toy sizes on the CPU (its dry run).
+`masks` resumes the same way. Each stage stops its work `--budget` seconds after it starts (540 by
+default), in time to checkpoint. The suite runs from the repository's root without installing hyla;
+where the GPU's Python lacks a package the stage needs (tyro and its dependencies for hyla's command
+line; ml_collections for the authors' configs), it names them and installs them from the wheels in
+`--wheels DIR`. `--cpu-smoke` runs a stage at toy sizes on the CPU: its dry run.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import signal
@@ -36,25 +42,37 @@ from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SITE = Path("/tmp/lease_site")
-MAX_FILE = 16 * 2**20  # what a device call brings back: files of at most 16 MiB
+WORK = ROOT / "runs" / "gpu_suite"
+"""run folders, specs and the installed wheels (runs/ is not committed)"""
 MASK_STEPS = (2000, 4000, 6000, 8000, 10000)
 STOP_MARGIN_S = 75  # before the budget ends: checkpointing, packing the tars
+NEEDED = {
+    "tyro": "tyro docstring-parser typeguard typing_extensions (hyla's command line)",
+    "ml_collections": "ml_collections (the authors' configs, for the speed stages with --authors)",
+}
+"""module: the wheels that provide it, and what for"""
 
 
-def prepare() -> None:
-    """hyla importable (from this tree) in this process and its children; the carried wheels installed
-    when tyro is missing."""
-    paths = [str(ROOT)]
-    try:
-        import tyro  # noqa: F401
-    except ImportError:
-        wheels = sorted(str(p) for p in (ROOT / ".whl").glob("*.whl"))
-        if not wheels:
-            sys.exit("tyro is missing and there are no wheels in .whl/ (docs/gpu.md: preparing a lease)")
+def missing_modules(authors: Path | None) -> list[str]:
+    """The modules of NEEDED this Python lacks (ml_collections only where the authors' code runs)."""
+    wanted = ["tyro"] + (["ml_collections"] if authors else [])
+    return [name for name in wanted if importlib.util.find_spec(name) is None]
+
+
+def prepare(wheels: Path | None = None, authors: Path | None = None) -> None:
+    """hyla importable (from this tree) in this process and its children; the packages it lacks
+    installed from the wheels in `wheels`, or a one-line error naming them."""
+    paths, site = [str(ROOT)], WORK / "site"
+    missing = missing_modules(authors)
+    if missing:
+        found = sorted(str(p) for p in wheels.glob("*.whl")) if wheels else []
+        if not found:
+            names = "; ".join(NEEDED[name] for name in missing)
+            sys.exit(f"gpu_suite: this Python lacks {', '.join(missing)}: pass --wheels DIR with the wheels of {names}")
         pip = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile"]
-        subprocess.run([*pip, "--upgrade", "--target", str(SITE), *wheels], check=True)
-        paths.append(str(SITE))
+        subprocess.run([*pip, "--upgrade", "--target", str(site), *found], check=True)
+    if site.is_dir():
+        paths.append(str(site))
     sys.path[:0] = paths
     os.environ["PYTHONPATH"] = os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
 
@@ -139,7 +157,7 @@ def speed_probe(args, graphs: str, out: Path) -> dict:
         cfg,
         model=replace(cfg.model, mixer="hyla"),
         train=replace(cfg.train, **train_settings, cuda_graph=graphs, device=device),
-        out_dir=str(ROOT / "runs" / "gpu_lease"),
+        out_dir=str(WORK / "probes"),
         name=f"probe-{graphs}-{time.monotonic_ns()}",
     )
     run_dir = train(cfg)
@@ -180,7 +198,7 @@ def stage_repro_tuned(args, out: Path, deadline: float) -> None:
 
 def stage_minify(args, out: Path, deadline: float) -> None:
     """The baseline under PyTorch's accuracy minifier (after AOT autograd, level 4: compare with eager)."""
-    work = ROOT / "runs" / "gpu_lease" / "minify"
+    work = WORK / "minify"
     work.mkdir(parents=True, exist_ok=True)
     env = {"TORCHDYNAMO_REPRO_AFTER": "aot", "TORCHDYNAMO_REPRO_LEVEL": "4", "TORCH_COMPILE_DEBUG_DIR": str(work)}
     # in `work`: the minifier also writes under the working directory's torch_compile_debug/
@@ -216,8 +234,8 @@ def stage_speed(args, out: Path, deadline: float, preset: str) -> None:
         if args.cpu_smoke
         else ["--steps", "1000", "--repeats", "3"]
     )
-    if (ROOT / ".authors" / "run.py").exists() and not args.cpu_smoke:
-        command += ["--authors", str(ROOT / ".authors"), "--jax-python", sys.executable]
+    if args.authors and not args.cpu_smoke:
+        command += ["--authors", str(args.authors), "--jax-python", sys.executable]
     env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
     run([*command, "--out", str(out / f"vs_authors_{preset}.json")], deadline, out / f"speed_{preset}.log", env)
 
@@ -247,7 +265,7 @@ def train_packs_until(packs: list[list], deadline: float, out: Path, log_name: s
 
     processes = []
     for i, pack in enumerate(packs):
-        spec = ROOT / "runs" / "gpu_lease" / f"{log_name}_pack{i}.json"
+        spec = WORK / f"{log_name}_pack{i}.json"
         spec.parent.mkdir(parents=True, exist_ok=True)
         spec.write_text(json.dumps([config_to_dict(cfg) for cfg in pack]))
         log = open(out / f"{log_name}_pack{i}.log", "a")
@@ -280,10 +298,11 @@ def pack_worker(spec: str) -> int:
     return 0
 
 
-def restore(into: Path, prefix: str) -> list[str]:
-    """Unpack the run folders carried in as .lease_in/PREFIX*.tar.gz (paths relative to the tree's root)."""
+def restore(source: Path | None, into: Path, prefix: str) -> list[str]:
+    """Unpack the run folders of an earlier call, `source`/PREFIX*.tar.gz, into `into` (their paths are
+    relative to the tree's root); the names of the files read."""
     names = []
-    for tar_path in sorted((ROOT / ".lease_in").glob(f"{prefix}*.tar.gz")):
+    for tar_path in sorted(source.glob(f"{prefix}*.tar.gz")) if source else []:
         with tarfile.open(tar_path) as tar:
             tar.extractall(into, filter="data")
         names.append(tar_path.name)
@@ -297,10 +316,7 @@ def pack_back(run_dirs: list[Path], tar_path: Path, root: Path) -> int:
             for path in sorted(run_dir.rglob("*")):
                 if path.is_file() and (path.parent.name != "checkpoints" or path.name == "latest.pt"):
                     tar.add(path, arcname=str(path.relative_to(root)))
-    size = tar_path.stat().st_size
-    if size > MAX_FILE:
-        print(f"warning: {tar_path.name} is {size / 2**20:.1f} MiB, over the 16 MiB a call brings back", flush=True)
-    return size
+    return tar_path.stat().st_size
 
 
 def progress_of(run_dir: Path, at_steps: tuple[int, ...]) -> dict:
@@ -331,8 +347,8 @@ def mask_configs(args) -> list:
     steps, stop_at = (40, 20) if args.cpu_smoke else (40_000, MASK_STEPS[-1])
     settings = dict(steps=steps, stop_at=stop_at, eval_every=0, progress=False, cuda_graph="on", threads=8)
     if args.cpu_smoke:
-        settings.update(batch_size=8, log_every=10, checkpoint_every=10, device="cpu", threads=1)
-    cfg = replace(cfg, model=replace(cfg.model, mixer="hyla"), out_dir=str(ROOT / "runs" / "gpu_lease_masks"))
+        settings.update(batch_size=8, log_every=10, checkpoint_every=10, final_eval_samples=16, device="cpu", threads=1)
+    cfg = replace(cfg, model=replace(cfg.model, mixer="hyla"), out_dir=str(WORK / "masks"))
     return [
         replace(
             cfg,
@@ -348,7 +364,7 @@ def mask_configs(args) -> list:
 
 def stage_masks(args, out: Path, deadline: float) -> None:
     cfgs = mask_configs(args)
-    restored = restore(ROOT, "masks_")
+    restored = restore(args.resume_from, ROOT, "masks_")
     codes = train_packs_until([cfgs], deadline - STOP_MARGIN_S, out, "masks")
     at = (10, 20) if args.cpu_smoke else MASK_STEPS
     runs = {
@@ -377,7 +393,7 @@ def paper_configs(args) -> dict[str, list]:
     from hyla.train.presets import parse_train_args
 
     spec = SweepSpec.load(ROOT / "experiments" / "sweeps" / "table_a1_raven_gpu.yaml")
-    spec.out_dir = str(ROOT / ("runs/gpu_lease_smoke_paper" if args.cpu_smoke else spec.out_dir))
+    spec.out_dir = str(WORK / "smoke_paper" if args.cpu_smoke else ROOT / spec.out_dir)
     by_mixer: dict[str, list] = {}
     for one in spec.runs():
         cfg, _ = parse_train_args(train_args(spec, one, 1 if args.cpu_smoke else 5))
@@ -401,7 +417,7 @@ def paper_configs(args) -> dict[str, list]:
 
 def stage_paper(args, out: Path, deadline: float) -> None:
     by_mixer = paper_configs(args)
-    restored = restore(ROOT, "paper_")
+    restored = restore(args.resume_from, ROOT, "paper_")
     codes = train_packs_until(list(by_mixer.values()), deadline - STOP_MARGIN_S, out, "paper")
     runs, sizes = {}, {}
     for mixer, cfgs in by_mixer.items():
@@ -434,13 +450,18 @@ def main(argv: list[str] | None = None) -> int:
         return pack_worker(argv[1])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("stage", choices=list(STAGES))
-    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ROOT / "runs" / "gpu_lease_out")))
-    parser.add_argument("--budget", type=float, default=540.0, help="seconds this call may take (a device call: 600)")
+    parser.add_argument(
+        "--out", type=Path, default=WORK / "results", help="where the stage writes its JSON, logs and tars"
+    )
+    parser.add_argument("--budget", type=float, default=540.0, help="seconds the stage may take")
+    parser.add_argument("--wheels", type=Path, help="a folder of wheels for the packages this Python lacks")
+    parser.add_argument("--authors", type=Path, help="the authors' checkout, for the speed stages")
+    parser.add_argument("--resume-from", type=Path, help="the --out of an earlier masks or paper call, to continue")
     parser.add_argument("--cpu-smoke", action="store_true", help="toy sizes on the CPU: the stage's dry run")
     args = parser.parse_args(argv)
     deadline = time.time() + args.budget
     args.out.mkdir(parents=True, exist_ok=True)
-    prepare()
+    prepare(args.wheels, args.authors)
     STAGES[args.stage](args, args.out, deadline)
     return 0
 

@@ -1,0 +1,454 @@
+"""The numbers of RESULTS.md's section tables, read from the committed files, and the readers and
+formats that experiments/claims.py shares with them.
+
+Every file is read below `RESULTS` (experiments/results/) or `BENCHMARKS` (benchmarks/results/),
+through `read_json`, `read_jsonl` and `records_in`, so that a test can point them at a copy.
+Names follow one scheme: `{prefix}_{row}_{column}` is a row's mean ± s.e. over its seeds,
+`…_{column}_mean` the mean alone, `…_{column}_seeds` the seeds' values in order ("a / b / c"),
+`{prefix}_{row}_s{seed}_{column}` one seed's value and `{prefix}_{row}_n` the number of seeds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import defaultdict
+from pathlib import Path
+
+from hyla.experiments import records
+from hyla.experiments.paper import TABLE_A1
+from hyla.experiments.result_tables import mean_se
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "experiments" / "results"
+BENCHMARKS = ROOT / "benchmarks" / "results"
+MIXERS = ("hyla", "linear", "softmax")
+
+
+# ----------------------------------------------------------------------------- reading the files
+def read_json(path: str, root: str = "results"):
+    return json.loads(((RESULTS if root == "results" else BENCHMARKS) / path).read_text())
+
+
+def read_jsonl(path: str) -> list[dict]:
+    return [json.loads(line) for line in (RESULTS / path).read_text().splitlines() if line.strip()]
+
+
+def records_in(folder: str) -> list[dict]:
+    """The run records below experiments/results/<folder>/records."""
+    return [records.read(path) for path in records.find(RESULTS / folder / "records")]
+
+
+def run_folders(folder: str) -> list[dict]:
+    """Run folders kept whole below experiments/results/<folder>, read as records."""
+    return [
+        {
+            "config": read_json(f"{folder}/{run}/config.json"),
+            "summary": read_json(f"{folder}/{run}/summary.json"),
+            "metrics": read_jsonl(f"{folder}/{run}/metrics.jsonl"),
+        }
+        for run in sorted(p.name for p in (RESULTS / folder).iterdir() if (p / "summary.json").is_file())
+    ]
+
+
+def mixer_row(record: dict) -> str:
+    """A record's row: its mixer, `_moe` added for a mixture of experts."""
+    model = record["config"]["model"]
+    return model["mixer"] + ("_moe" if model.get("num_experts") else "")
+
+
+def final(split: str, metric: str, scale: float = 100):
+    return lambda record: scale * record["summary"]["final"][split][metric]
+
+
+def train_loss(scale: float = 1):
+    return lambda record: scale * record["summary"]["train_loss"]
+
+
+def at_step(split: str, metric: str, step: int, scale: float = 100):
+    """A metric of the row of `split` at `step` in a record's metrics (training rows: the logged mean)."""
+
+    def get(record: dict) -> float:
+        [row] = [r for r in record["metrics"] if r["split"] == split and r["step"] == step]
+        return scale * row[metric]
+
+    return get
+
+
+# ----------------------------------------------------------------------------- formats
+def number(x: float, digits: int = 2, sign: bool = False) -> str:
+    """x to `digits` decimals, with a minus sign (and a plus with `sign`)."""
+    return f"{x:{'+' if sign else ''}.{digits}f}".replace("-", "−")
+
+
+def pm(values, digits: int = 1, sign: bool = False) -> str:
+    """'mean ± s.e.' of a list of values."""
+    mean, se = mean_se(list(values))
+    return number(mean, digits, sign) + ("" if se is None else f" ± {se:.{digits}f}")
+
+
+def mean(values, digits: int = 1) -> str:
+    return number(mean_se(list(values))[0], digits)
+
+
+def signed(x: float) -> str:
+    return number(x, 2, sign=True)
+
+
+def paper(row: tuple, digits: int = 1, error: bool = True) -> str:
+    value, se = TABLE_A1[row[0]][row[1:]]
+    return f"{value:.{digits}f} ± {se:.{digits}f}" if error else f"{value:.{digits}f}"
+
+
+def minutes(seconds: float) -> str:
+    """'42 min', or '3 h 25 min' from an hour on."""
+    total = round(seconds / 60)
+    return f"{total} min" if total < 60 else f"{total // 60} h {total % 60:02d} min"
+
+
+# ----------------------------------------------------------------------------- runs into numbers
+def run_numbers(prefix: str, runs: list[dict], columns: dict, row=mixer_row) -> dict[str, str]:
+    """The numbers of the runs' groups (by `row`), per column: {name: (getter, digits, sign)}."""
+    groups: dict[str, dict[int, dict]] = defaultdict(dict)
+    for record in runs:
+        groups[row(record)][record["config"]["seed"]] = record
+    n = {}
+    for name, seeds in groups.items():
+        n[f"{prefix}_{name}_n"] = str(len(seeds))
+        for column, (get, digits, sign) in columns.items():
+            values = {seed: get(record) for seed, record in sorted(seeds.items())}
+            for seed, value in values.items():
+                n[f"{prefix}_{name}_s{seed}_{column}"] = number(value, digits, sign)
+            n[f"{prefix}_{name}_{column}"] = pm(values.values(), digits, sign)
+            n[f"{prefix}_{name}_{column}_mean"] = number(mean_se(list(values.values()))[0], digits, sign)
+            n[f"{prefix}_{name}_{column}_seeds"] = " / ".join(number(v, digits, sign) for v in values.values())
+    return n
+
+
+FUZZY_COLUMNS = {
+    "ood": (final("ood", "r2"), 2, False),
+    "valid": (final("valid", "r2"), 2, False),
+    "novel": (final("novel_terms", "r2"), 2, False),
+}
+SRAVEN_COLUMNS = {
+    "ood": (final("ood", "acc"), 2, False),
+    "valid": (final("valid", "acc"), 2, False),
+    "oodf": (final("ood", "feature_acc"), 2, False),
+    "validf": (final("valid", "feature_acc"), 2, False),
+    "loss": (train_loss(), 3, False),
+}
+SRAVEN_40K_STEPS = {
+    "ood10k": (at_step("ood", "acc", 10000), 2, False),
+    "ood30k": (at_step("ood", "acc", 30000), 2, False),
+    "loss30k": (at_step("train", "loss", 30000, 1), 3, False),
+}
+
+
+def section_numbers() -> dict[str, str]:
+    """Every number of RESULTS.md's section tables, by name (the `{name}`s of claims_tables.md)."""
+    return {
+        **fuzzy_logic_sections(),
+        **sraven_40k_sections(),
+        **sraven_cpu_sections(),
+        **latent_code_sections(),
+        **intervention_sections(),
+        **other_sections(),
+        **gpu_speed_sections(),
+    }
+
+
+# ----------------------------------------------------------------------------- fuzzy logic
+def fuzzy_logic_sections() -> dict[str, str]:
+    """`hyla demo` (`demo_*`), Table A1 (`a1t_*`, the paper's `paper_*_pm2`) and Fig. 2C (`fc_*`)."""
+    n = {}
+    for row in read_json("demo_logic_cpu/demo.json")["rows"]:
+        name, result = f"demo_{row['mixer']}", row["final"]
+        n[f"{name}_valid"], n[f"{name}_novel"] = (
+            number(100 * result["valid"]["r2"]),
+            number(100 * result["novel_terms"]["r2"]),
+        )
+        n[f"{name}_loss"] = f"{row['train_loss']:.4g}"
+    loss = {"loss": (train_loss(1e4), 2, False)}
+    n.update(run_numbers("a1t", records_in("table_a1_logic_50k_cpu"), {**FUZZY_COLUMNS, **loss}))
+    for (mixer, moe), (value, se) in TABLE_A1["fuzzy_logic"].items():
+        n[f"paper_{mixer}{'_moe' if moe else ''}_pm2"] = f"{value:.2f} ± {se:.2f}"
+    columns = {**FUZZY_COLUMNS, "novel": (final("novel_terms", "r2"), 2, True), "loss": (train_loss(), 5, False)}
+
+    def held_out(record: dict) -> str:
+        return f"{record['config']['model']['mixer']}_{round(100 * record['config']['fuzzy_logic']['frac_held_out'])}"
+
+    n.update(run_numbers("fc", records_in("fig2c_logic_50k_cpu"), columns, held_out))
+    return n
+
+
+# ----------------------------------------------------------------------------- SRAVEN, 4 features, 40k steps
+def sraven_40k_sections() -> dict[str, str]:
+    """SRAVEN Table A1 at 40k steps: on the CPU (`c40_*`, along training `c40curve_*`), on GPUs
+    (`g40_*`; compiled HYLA `g40c_*`; with the CPU's masks on an H100 `h100_*`), the authors' code
+    (`authors_*`) and the retrained seed-0 runs against their records (`w40_*`)."""
+    cpu = records_in("table_a1_raven_40k_cpu")
+    n = run_numbers("c40", cpu, {**SRAVEN_COLUMNS, **SRAVEN_40K_STEPS})
+    n.update(run_numbers("g40", records_in("table_a1_raven_40k_gpu"), {**SRAVEN_COLUMNS, **SRAVEN_40K_STEPS}))
+    n.update(run_numbers("g40c", records_in("raven_40k_gpu_hyla_compiled"), SRAVEN_COLUMNS))
+    n.update(run_numbers("h100", run_folders("raven_hyla_cuda_cpu_masks_h100"), SRAVEN_40K_STEPS))
+    n.update(curve_numbers(cpu))
+    for mixer in MIXERS:
+        rows = read_jsonl(f"authors_curve_raven_40k/authors_gpu_{mixer}_s0.jsonl")
+        last = {r["split"]: r for r in rows if r.get("split")}
+        n[f"authors_{mixer}_valid"] = number(100 * last["test"]["acc"])
+        n[f"authors_{mixer}_feat"] = number(100 * last["ood"]["acc_per_feature"])
+        n[f"authors_{mixer}_loss"] = number([r for r in rows if "train_loss" in r][-1]["train_loss"], 3)
+    retrained = {record["config"]["model"]["mixer"]: record for record in records_in("weights_sraven_40k_cpu")}
+    recorded = {mixer_row(r): r for r in cpu if r["config"]["seed"] == 0}
+    for mixer, record in retrained.items():
+        name = f"w40_{mixer}"
+        for split in ("ood", "valid"):
+            n[f"{name}_{split}"] = number(final(split, "acc")(record))
+        n[f"{name}_loss"] = number(record["summary"]["train_loss"], 3)
+        n[f"{name}_time"] = minutes(record["summary"]["wall_time_s"])
+        n[f"{name}_rows"] = rows_compared(record["metrics"], recorded[mixer]["metrics"])
+    return n
+
+
+def curve_numbers(runs: list[dict]) -> dict[str, str]:
+    """Mean OOD panel accuracy ×100 over the seeds at 5k, 10k, …, 40k steps per mixer, and HYLA's
+    difference to softmax and to linear."""
+    curve = {}
+    for mixer in MIXERS:
+        seeds = [r for r in runs if r["config"]["model"]["mixer"] == mixer]
+        for step in range(5000, 40001, 5000):
+            curve[mixer, step] = mean_se([at_step("ood", "acc", step)(r) for r in seeds])[0]
+    n = {f"c40curve_{m}_{step // 1000}k": number(value, 1) for (m, step), value in curve.items()}
+    for other in ("softmax", "linear"):
+        for step in range(5000, 40001, 5000):
+            n[f"c40curve_hyla_minus_{other}_{step // 1000}k"] = number(
+                curve["hyla", step] - curve[other, step], 1, sign=True
+            )
+    return n
+
+
+TIMINGS = ("steps_per_second", "wall_time_s", "time")
+
+
+def rows_compared(retrained: list[dict], recorded: list[dict]) -> str:
+    """'all N: bit-identical' where every metric row (timings stripped) is equal, else the first
+    step where they differ."""
+
+    def strip(rows):
+        return [{k: v for k, v in row.items() if k not in TIMINGS} for row in rows]
+
+    a, b = strip(retrained), strip(recorded)
+    if a == b:
+        return f"all {len(a)}: bit-identical"
+    step = next(x["step"] for x, y in zip(a, b) if x != y)
+    return f"from step {step:,} on they differ in the rounding digits"
+
+
+# ----------------------------------------------------------------------------- SRAVEN at the CPU budget
+def sraven_cpu_sections() -> dict[str, str]:
+    """`raven_cpu`: the first sweep's means (`rc_*`), its transcribed seeds against the retrained runs
+    (`wr_*`) and one head against 16 (`heads_*`)."""
+    n = {}
+    for row in read_json("table_a1_raven_cpu/results.json"):
+        name, values = f"rc_{row['group']['model.mixer']}", row["values"]
+        for column, key in (("valid", "valid/acc"), ("ood", "ood/acc"), ("validf", "valid/feature_acc")):
+            n[f"{name}_{column}"] = pm_pair(values[key], 100, 1)
+        n[f"{name}_oodf"] = pm_pair(values["ood/feature_acc"], 100, 1)
+        n[f"{name}_loss"] = number(values["train_loss"][0], 3)
+    old = {
+        (run["config"]["model"]["mixer"], run["config"]["seed"]): run["summary"]["final"]
+        for run in read_json("table_a1_raven_cpu/transcribed_runs.json")["runs"]
+    }
+    weights = records_in("weights_raven_cpu")
+    n.update(run_numbers("wr", weights, {**SRAVEN_COLUMNS, "wall": (lambda r: r["summary"]["wall_time_s"], 0, False)}))
+    for record in weights:
+        mixer, seed = record["config"]["model"]["mixer"], record["config"]["seed"]
+        then = old[mixer, seed]
+        name = f"wr_{mixer}_s{seed}"
+        n[f"{name}_old"] = f"{100 * then['valid']['acc']:.1f} / {100 * then['ood']['acc']:.1f}"
+        n[f"{name}_change"] = number(100 * (record["summary"]["final"]["ood"]["acc"] - then["ood"]["acc"]), 1, True)
+        n[f"{name}_minutes"] = minutes(record["summary"]["wall_time_s"])
+
+    def heads(record: dict) -> str:
+        return f"{record['config']['model']['mixer']}_h{record['config']['model']['num_heads']}"
+
+    n.update(run_numbers("heads", records_in("fig5c_raven_single_head_cpu"), SRAVEN_COLUMNS, heads))
+    return n
+
+
+def pm_pair(value: list, scale: float, digits: int) -> str:
+    """'mean ± s.e.' of a [mean, s.e.] pair that `hyla results` wrote."""
+    return f"{number(scale * value[0], digits)} ± {scale * value[1]:.{digits}f}"
+
+
+# ----------------------------------------------------------------------------- latent codes
+def summary_rows(file: str, measure: str, split: str, code_set: str) -> dict[str, dict]:
+    """{mixer: its row of `hyla analyze --out`'s summary} for one measure, split and code set."""
+    return {
+        row["mixer"]: row
+        for row in read_json(file)["summary"]
+        if (row["measure"], row["split"], row["code_set"]) == (measure, split, code_set)
+    }
+
+
+def over_models(row: dict, digits: int = 2) -> str:
+    """A summary row's 'mean ± s.e.', and over how many models where some are undefined."""
+    text = number(row["mean"], digits) + ("" if row["se"] is None else f" ± {row['se']:.{digits}f}")
+    defined = sum(model["value"] is not None for model in row["per_model"])
+    return text if defined == len(row["per_model"]) else f"{text} over {defined} models"
+
+
+def per_model(row: dict, digits: int = 3) -> str:
+    """Each model's value, in the order of the seeds: 'a / b / undefined'."""
+    models = sorted(row["per_model"], key=lambda model: model["seed"])
+    return " / ".join("undefined" if m["value"] is None else number(m["value"], digits) for m in models)
+
+
+def latent_code_sections() -> dict[str, str]:
+    """The fuzzy-logic codes (`lf_*`), the `raven_cpu` rule probes (`rl_*`) and the 4-feature SRAVEN
+    40k models' probes by layer (`s40_*`)."""
+    n = {}
+    file, fixed = "latent_weights_logic_50k_cpu/latent_summary.json", "layer 1"
+    cells = {
+        "ood": ("topographic similarity", "ood_fixed_query"),
+        "valid": ("topographic similarity", "valid_fixed_query"),
+        "plain": ("topographic similarity", "ood"),
+        "probe": ("held-out probe (mean_f1)", "valid_fixed_query->ood_fixed_query"),
+    }
+    for cell, (measure, split) in cells.items():
+        for mixer, row in summary_rows(file, measure, split, fixed).items():
+            n[f"lf_{mixer}_{cell}"], n[f"lf_{mixer}_{cell}_models"] = over_models(row), per_model(row)
+            n[f"lf_{mixer}_{cell}_passes"] = row["passes"]
+    file, probe = "latent_weights_raven_cpu/latent_summary.json", "valid_unpermuted->ood_unpermuted"
+    for layer in (0, 1):
+        for mixer, row in summary_rows(file, "held-out probe (accuracy)", probe, f"layer {layer}").items():
+            n[f"rl_{mixer}_probe{layer}"], n[f"rl_{mixer}_probe{layer}_models"] = over_models(row), per_model(row)
+            n[f"rl_{mixer}_probe{layer}_chance"] = chance_range("latent_weights_raven_cpu", probe, layer, mixer)
+    for mixer, row in summary_rows(file, "topographic similarity", "ood_unpermuted", "layer 1").items():
+        n[f"rl_{mixer}_ts"], n[f"rl_{mixer}_ts_models"] = over_models(row), per_model(row)
+    accuracy = {r["config"]["model"]["mixer"]: final("ood", "acc")(r) for r in records_in("weights_sraven_40k_cpu")}
+    for mixer in MIXERS:
+        [path] = (RESULTS / "latent_weights_sraven_40k_cpu").glob(f"mixer-{mixer}__s0/*/analysis.json")
+        analysis = json.loads(path.read_text())
+        n[f"s40_{mixer}_acc"] = number(accuracy[mixer], 1)
+        for code_set, result in analysis["probes"][probe].items():
+            tag = code_set.replace("layer ", "l").replace("all layers", "all")
+            n[f"s40_{mixer}_{tag}"] = number(result["accuracy"], 3)
+            n[f"s40_{mixer}_{tag}_chance"] = number(result["chance_accuracy"], 3)
+        for code_set, result in analysis["topographic_similarity"]["ood_unpermuted"].items():
+            n[f"s40_{mixer}_ts_{code_set.replace('layer ', 'l').replace('all layers', 'all')}"] = number(
+                result["spearman"], 2
+            )
+    return n
+
+
+def chance_range(folder: str, split: str, layer: int, mixer: str = "*") -> str:
+    """The range over the models (of one mixer) of a probe's chance level (fitted on shuffled labels)."""
+    chances = [
+        json.loads(path.read_text())["probes"][split][f"layer {layer}"]["chance_accuracy"]
+        for path in (RESULTS / folder).glob(f"mixer-{mixer}__s*/*/analysis.json")
+    ]
+    return f"{min(chances):.2f}–{max(chances):.2f}"
+
+
+# ----------------------------------------------------------------------------- interventions
+def calibrated(cell: dict) -> str:
+    return f"{number(cell['mean'])} ± {cell['se']:.2f}"
+
+
+def intervention_cells(split: dict, layer: str = "all layers") -> dict[str, dict]:
+    """The row site's conditions at `layer` and the references of one split of a model or group."""
+    sites, reference = split["sites"]["row"][layer], split["reference"]
+    return {
+        "patched": sites["patched"],
+        "leak": sites["query_side"],
+        "random": sites["random_donor"],
+        "shuffled": sites["shuffled_heads"],
+        "constant": reference["constant"],
+        "perfect": reference.get("random_rule") or reference["random_task"],
+        "wrecked": reference["wrecked"],
+    }
+
+
+def intervention_sections() -> dict[str, str]:
+    """The calibrated transfer: the seed-0 `raven_cpu` models (`ivr_*`), the fuzzy-logic models over
+    seeds (`ivft_*`), the 4-feature SRAVEN 40k models (`iv40_*`), and the superseded measure (`ivo_*`)."""
+    n = {}
+    for model in read_json("interventions_weights_raven_cpu/interventions_tasks16_samples32_seed0.json")["models"]:
+        if model["model"]["seed"] == 0:
+            name, ood = f"ivr_{model['model']['mixer']}", model["splits"]["ood"]
+            n.update({f"{name}_{k}": calibrated(v) for k, v in intervention_cells(ood).items()})
+            n[f"{name}_l1"] = calibrated(ood["sites"]["row"]["layer 1"]["patched"])
+    file = "interventions_weights_logic_50k_cpu/interventions_tasks16_samples32_seed0.json"
+    for group in read_json(file)["groups"]:
+        name = f"ivft_{group['mixer']}"
+        for key, cell in intervention_cells(group["splits"]["ood"]).items():
+            n[f"{name}_{key}"] = calibrated(cell)
+            n[f"{name}_{key}_models"] = " / ".join(number(v) for v in cell["per_model"])
+    file = "interventions_weights_sraven_40k_cpu/interventions_tasks16_samples32_seed0.json"
+    for model in read_json(file)["models"]:
+        name, ood = f"iv40_{model['model']['mixer']}", model["splits"]["ood"]
+        n.update({f"{name}_{k}": calibrated(v) for k, v in intervention_cells(ood).items()})
+        layers = {k: v["patched"] for k, v in ood["sites"]["row"].items() if k != "all layers"}
+        best = max(layers, key=lambda k: layers[k]["mean"])
+        n[f"{name}_best"] = f"{calibrated(layers[best])} ({best})"
+    n.update(superseded_intervention_numbers("interventions_fuzzy_50k", "ivo_logic", "row"))
+    n.update(superseded_intervention_numbers("interventions_raven_cpu", "ivo_raven", "probe"))
+    return n
+
+
+def superseded_intervention_numbers(folder: str, prefix: str, site: str) -> dict[str, str]:
+    """The symmetric score of the runs measured before the calibrated one, mean ± s.e. over the
+    intervention seeds 0, 1, 2: `{prefix}_{mixer}_{split}_unpatched` and `…_{l0|l1|all}` (patched /
+    random task / shuffled heads)."""
+    n = {}
+    for run in sorted(p.name for p in (RESULTS / folder).iterdir()):
+        files = [read_json(f"{folder}/{run}/interventions_tasks16_samples32_seed{s}.json") for s in (0, 1, 2)]
+        for split in ("valid", "ood"):
+            name = f"{prefix}_{run.removesuffix('_s0')}_{split}"
+            n[f"{name}_unpatched"] = pm([f["splits"][split]["reference"]["unpatched"]["transfer"] for f in files], 2)
+            for layer, tag in (("layer 0", "l0"), ("layer 1", "l1"), ("all layers", "all")):
+                conditions = [
+                    [f["splits"][split]["sites"][site][layer][c]["transfer"] for f in files] for c in CONDITIONS
+                ]
+                n[f"{name}_{tag}"] = " / ".join(pm(values, 2) for values in conditions)
+    return n
+
+
+CONDITIONS = ("patched", "random_task", "shuffled_heads")
+
+
+# ----------------------------------------------------------------------------- the rest
+def other_sections() -> dict[str, str]:
+    """Language modeling (`lmt_*`), the learning-quality gate (`gate_*`) and the speed ledger's CPU
+    measurement (`ledger_*`)."""
+    n = run_numbers("lmt", records_in("lm_cpu"), {"nll": (final("valid", "loss", 1), 3, False)})
+    for mixer in MIXERS:
+        losses = [r["summary"]["final"]["valid"]["loss"] for r in records_in("lm_cpu") if mixer_row(r) == mixer]
+        n[f"lmt_{mixer}_ppl"] = f"{math.exp(min(losses)):.0f}–{math.exp(max(losses)):.0f}"
+    gate = json.loads((ROOT / "tests" / "fixtures" / "learning_quality.json").read_text())
+    for preset, measured in gate["presets"].items():
+        for regression, outside in measured["groups_outside"].items():
+            n[f"gate_{preset}_" + re.sub(r"\W+", "_", regression)] = outside
+    for row in read_json("ledger.json", "benchmarks")["rows"]:
+        low, high = f"{row['ratio_min']:.2f}", f"{row['ratio_max']:.2f}"
+        n[f"ledger_{row['mechanism']}_{row['preset']}_{row['mode']}"] = f"{low}x" if low == high else f"{low}–{high}x"
+    return n
+
+
+def gpu_speed_sections() -> dict[str, str]:
+    """The H100's Triton benchmark, `tri_{dtype}_{implementation}_{T}`: seconds (peak MiB), and its
+    side-by-side benchmark with the authors' code, `gpu_vs_{preset}_{variant}`: steps/s (ratio)."""
+    n = {}
+    for row in read_json("triton_attention_h100.json", "benchmarks")["rows"]:
+        name = f"tri_{row['dtype']}_{row['implementation']}_{row['length']}"
+        n[name] = f"{row['seconds']:.3f} ({row['peak_mib']:,.0f})"
+        n[f"tri_batch_{row['length']}"] = str(row["batch"])
+    for preset in ("logic_4var_2term", "raven_3x3_4features"):
+        [run] = read_json(f"vs_authors_gpu_{preset}.json", "benchmarks")["runs"]
+        for row in run["summary"]:
+            [speed], [authors] = row["hyla_steps_per_second"], row["authors_steps_per_second"]
+            n[f"gpu_vs_{preset}_{row['variant']}"] = f"{speed:.1f} ({row['ratio_median']:.2f}x)"
+            n[f"gpu_vs_{preset}_authors"] = f"{authors:.1f}"
+    return n
