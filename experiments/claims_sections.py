@@ -150,6 +150,7 @@ def section_numbers() -> dict[str, str]:
     return {
         **fuzzy_logic_sections(),
         **sraven_40k_sections(),
+        **sraven_20m_layout_sections(),
         **sraven_cpu_sections(),
         **latent_code_sections(),
         **intervention_sections(),
@@ -208,6 +209,32 @@ def sraven_40k_sections() -> dict[str, str]:
         n[f"{name}_loss"] = number(record["summary"]["train_loss"], 3)
         n[f"{name}_time"] = minutes(record["summary"]["wall_time_s"])
         n[f"{name}_rows"] = rows_compared(record["metrics"], recorded[mixer]["metrics"])
+    return n
+
+
+SRAVEN_20M_LAYOUTS = {
+    # layout: the bench_training.py outputs measured at once (benchmarks/results/sraven_layout_2cores/)
+    "one": ["a_2threads.json"],
+    "two": ["b_softmax.json", "b_linear.json"],
+    "three": ["c_softmax.json", "c_linear.json", "c_hyla.json"],
+}
+
+
+def sraven_20m_layout_sections() -> dict[str, str]:
+    """The layouts measured for the three full-budget SRAVEN runs on 2 cores: each run's steps/s
+    (`lay_{layout}_{mixer}`), the run-steps/s of the layout (`lay_{layout}_rate`: the runs at once
+    added up; one at a time, three runs over the sum of their times) and the three runs' 156,250 steps
+    each at that rate (`lay_{layout}_hours`). HYLA alone on one thread: `lay_two_hyla`."""
+    n = {}
+    for layout, files in SRAVEN_20M_LAYOUTS.items():
+        rows = [row for file in files for row in read_json(f"sraven_layout_2cores/{file}", "benchmarks")["rows"]]
+        rates = {row["mixer"]: row["steps_per_second"] for row in rows}
+        n.update({f"lay_{layout}_{mixer}": number(rate) for mixer, rate in rates.items()})
+        together = len(rates) / sum(1 / r for r in rates.values()) if layout == "one" else sum(rates.values())
+        n[f"lay_{layout}_rate"] = number(together)
+        n[f"lay_{layout}_hours"] = f"{3 * 156_250 / together / 3600:.1f} h"
+    alone = read_json("sraven_layout_2cores/b_hyla_alone.json", "benchmarks")["rows"][0]
+    n["lay_two_hyla"] = number(alone["steps_per_second"])
     return n
 
 
