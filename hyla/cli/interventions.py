@@ -17,7 +17,7 @@ from hyla.analysis.collect import FUZZY_LOGIC, SRAVEN
 from hyla.analysis.intervention_report import write_report
 from hyla.analysis.interventions import interventions
 from hyla.train.configs import ConfigError, check_positive, parse_options
-from hyla.train.jsonio import portable_path
+from hyla.utils import portable_path
 
 
 @dataclass

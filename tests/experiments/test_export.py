@@ -14,8 +14,8 @@ from hyla.cli import main
 from hyla.experiments.export import export_run
 from hyla.nn.transformer import sha256_of
 from hyla.train import load_run_at_step
-from hyla.train.jsonio import portable_path
 from hyla.train.run_dir import RunError
+from hyla.utils import portable_path
 
 
 @pytest.fixture(scope="module")

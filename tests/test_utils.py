@@ -1,4 +1,4 @@
-"""`hyla.train.jsonio` (one JSON convention: non-finite numbers are null), `hyla.analysis.tables` and figures
+"""`hyla.utils` (one JSON convention: non-finite numbers are null), `hyla.analysis.tables` and figures
 drawn without pyplot."""
 
 import json
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from hyla.analysis.tables import markdown_table
-from hyla.train.jsonio import append_jsonl, read_jsonl, to_jsonable, write_json
+from hyla.utils import append_jsonl, read_jsonl, to_jsonable, write_json
 
 
 def test_non_finite_numbers_become_null_everywhere(tmp_path):
