@@ -294,8 +294,8 @@ def pack_worker(argv: list[str]) -> int:
     """--pack-worker N <hyla train options>: train N runs (seeds 0..N-1) of those options as one pack."""
     from dataclasses import replace
 
+    from hyla.cli.options import parse_train_args
     from hyla.train import train_packed
-    from hyla.train.presets import parse_train_args
 
     size, flags = int(argv[0]), argv[1:]
     cfg, _ = parse_train_args(flags)
