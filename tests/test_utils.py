@@ -1,16 +1,50 @@
-"""`hyla.utils` (one JSON convention: non-finite numbers are null), `hyla.analysis.tables` and figures
-drawn without pyplot."""
+"""`hyla.utils`: the switch table (every HYLA_* variable read once, one sense each) and JSON files
+(one convention: non-finite numbers are null)."""
 
 import json
-import subprocess
-import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from hyla.analysis.tables import markdown_table
-from hyla.utils import append_jsonl, read_jsonl, to_jsonable, write_json
+from hyla.utils import ENV_NAMES, SWITCHES, append_jsonl, env_name, read_jsonl, switches, to_jsonable, write_json
+
+
+def test_switches_are_read_once_with_one_sense(set_switch, monkeypatch, tmp_path):
+    """Unset: None (the default); 0: off; 1: forced on. Read once: a change shows only once the
+    record is read again (what set_switch does)."""
+    for name in ENV_NAMES:
+        set_switch(name, None)
+    assert all(getattr(switches(), s) is None for s in SWITCHES)
+    assert switches().cache == Path.home() / ".cache" / "hyla"
+    set_switch("HYLA_TRITON", "1")
+    set_switch("HYLA_CPP_KERNEL", "0")
+    set_switch("HYLA_CACHE", str(tmp_path))
+    record = switches()
+    assert record.forced("triton") and not record.off("triton")
+    assert record.off("cpp_kernel") and not record.forced("cpp_kernel")
+    assert record.cache == tmp_path
+    monkeypatch.setenv("HYLA_CPP_KERNEL", "1")  # behind the record's back: not seen
+    assert switches() is record and switches().off("cpp_kernel")
+
+
+def test_a_switch_of_another_value_is_an_error(set_switch):
+    set_switch("HYLA_GELU_SIGMOID", "off")
+    with pytest.raises(ValueError, match=r"HYLA_GELU_SIGMOID='off': set it to 0 \(off\) or 1 \(on\), or unset it"):
+        switches()
+
+
+def test_an_unknown_hyla_variable_warns(set_switch, monkeypatch):
+    monkeypatch.setenv("HYLA_PUBLIC_OPS", "1")  # removed: HYLA_ADAMW_KERNEL=0 turns the AdamW kernel off
+    set_switch("HYLA_TRITON", None)  # (reads the record again)
+    with pytest.warns(UserWarning, match="hyla reads no HYLA_PUBLIC_OPS; its switches are HYLA_CACHE, HYLA_CPP_KERNEL"):
+        switches()
+
+
+def test_each_switch_names_its_variable():
+    assert env_name("cpp_kernel") == "HYLA_CPP_KERNEL"
+    assert set(ENV_NAMES) == {env_name(s) for s in SWITCHES} | {"HYLA_CACHE"}
 
 
 def test_non_finite_numbers_become_null_everywhere(tmp_path):
@@ -43,25 +77,3 @@ def test_read_jsonl_drops_only_a_torn_last_line(tmp_path):
     path.write_text('{"step": 1}\n{"ste\n{"step": 3}\n')
     with pytest.raises(ValueError, match="line 2"):
         read_jsonl(path)
-
-
-def test_markdown_table():
-    assert markdown_table(["a", "b"], [[1, "x"], ["–", 2.5]]) == "| a | b |\n|---|---|\n| 1 | x |\n| – | 2.5 |"
-    with pytest.raises(ValueError, match="3 cells"):
-        markdown_table(["a", "b"], [[1, 2, 3]])
-
-
-def test_importing_and_plotting_leaves_matplotlib_global_state_alone(tmp_path):
-    """No backend switch and no pyplot (a process-wide figure registry) at import or when drawing."""
-    code = f"""
-import sys, matplotlib
-backend = matplotlib.rcParams._get_backend_or_none()
-import hyla, hyla.analysis, hyla.experiments.demo, hyla.experiments.results
-from hyla.analysis.plots import plot_curves
-records = [{{"step": s, "split": "train", "loss": 1 / s}} for s in (1, 2)] + [{{"step": 2, "split": "ood", "r2": 0.5}}]
-assert plot_curves({str(tmp_path / "c.png")!r}, {{"a": [records]}}, "r2").exists()
-assert "matplotlib.pyplot" not in sys.modules, "pyplot was imported"
-assert matplotlib.rcParams._get_backend_or_none() == backend, "the backend was switched"
-"""
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
