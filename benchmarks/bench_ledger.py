@@ -10,9 +10,9 @@ Every measurement is a fresh `hyla train` process (batch 128, the mechanism's mi
 eager as the mechanism runs in training, `--threads`); its steps/s is the run's summary.json
 `steps_per_second` (the first step, with compilation, is not timed) and its peak memory the
 process's maximum resident set. "on" is the default; "off" the same command with the mechanism
-turned off: by its environment switch, by taking it out in the training process before it starts
-(`OFF_PATCHES`: an implementation dropped from `hyla.ops.dispatch.BACKENDS`, gelu_tanh as aten's
-kernel also under torch.compile), or by running another checkout (`--off-tree NAME=DIR`). The sides
+turned off: by its environment switch (hyla.utils.Switches), by taking it out in the training
+process before it starts (`OFF_PATCHES`: an implementation dropped from
+`hyla.ops.dispatch.BACKENDS`), or by running another checkout (`--off-tree NAME=DIR`). The sides
 alternate (on off on off ...), so a drift of a shared machine's speed falls on both; the ratio
 on/off is taken pair by pair and its min / median / max reported, with the memory ratio. Packing is
 measured by bench_packed.py (a pack of 8 runs against one run, model-steps/s). The JSON is rewritten
@@ -69,7 +69,12 @@ MECHANISMS = {
         overrides={"logic_4var_2term": ["--fuzzy_logic.seq_len", "320"]},
         steps={"logic_4var_2term": 40},  # at T = 320 a step takes about a second; the row is for memory
     ),
-    "gelu_tanh": Mechanism("gelu_tanh as x*sigmoid(2z) under torch.compile", off_patch="gelu_tanh", compiled=True),
+    "gelu_tanh": Mechanism(
+        "gelu_tanh as x*sigmoid(2z) under torch.compile", off_env={"HYLA_GELU_SIGMOID": "0"}, compiled=True
+    ),
+    "query_pruning": Mechanism(
+        "the last block computes the read-out positions only", off_env={"HYLA_QUERY_PRUNING": "0"}
+    ),
     "packing": Mechanism("8 runs trained as one vmapped pack (bench_packed.py) against one run"),
 }
 
@@ -80,18 +85,9 @@ def _drop_backend(name: str) -> None:
     dispatch.BACKENDS[:] = [backend for backend in dispatch.BACKENDS if backend.name != name]
 
 
-def _plain_gelu_tanh() -> None:
-    import torch.nn.functional as F
-
-    from hyla.nn import feedforward
-
-    feedforward.gelu_tanh = lambda x: F.gelu(x, approximate="tanh")
-
-
 # mechanism -> what takes it out of the training process (run before `hyla train` parses anything)
 OFF_PATCHES = {
     "streamed": lambda: _drop_backend("streamed"),
-    "gelu_tanh": _plain_gelu_tanh,
 }
 
 

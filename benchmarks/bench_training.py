@@ -27,7 +27,8 @@ from pathlib import Path
 
 import torch
 
-from hyla.train.configs import ConfigError, ExperimentConfig, build_task, parse_overrides, resolve_model
+from hyla.cli.options import parse_overrides
+from hyla.train.configs import ConfigError, ExperimentConfig, build_task, resolve_model
 from hyla.train.distributed import DistContext
 from hyla.train.loop import build_model
 from hyla.train.numerics import process_settings

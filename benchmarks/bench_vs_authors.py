@@ -294,8 +294,8 @@ def pack_worker(argv: list[str]) -> int:
     """--pack-worker N <hyla train options>: train N runs (seeds 0..N-1) of those options as one pack."""
     from dataclasses import replace
 
+    from hyla.cli.options import parse_train_args
     from hyla.train import train_packed
-    from hyla.train.presets import parse_train_args
 
     size, flags = int(argv[0]), argv[1:]
     cfg, _ = parse_train_args(flags)
@@ -305,7 +305,7 @@ def pack_worker(argv: list[str]) -> int:
 
 def portable_command(command: list[str]) -> list[str]:
     """The command as the committed report keeps it: no absolute path of this machine."""
-    from hyla.train.jsonio import portable_path
+    from hyla.utils import portable_path
 
     return [portable_path(part) if os.path.isabs(part) else part for part in command]
 
@@ -381,8 +381,8 @@ def machine(args: argparse.Namespace) -> dict:
     import torch
 
     import hyla
-    from hyla.train.jsonio import portable_path
     from hyla.train.run_dir import cpu_name, git_commit
+    from hyla.utils import portable_path
 
     gpu = torch.cuda.get_device_name() if args.device == "cuda" and torch.cuda.is_available() else None
     authors_commit = None  # stays None for an exported (non-git) checkout

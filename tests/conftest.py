@@ -22,16 +22,18 @@ def seeded():
 
 @pytest.fixture
 def set_switch(monkeypatch):
-    """set_switch(NAME, value) sets a fast path's environment switch (None: unsets it). hyla reads
-    the switches once per process, so the cache is cleared here and when the test ends."""
-    from hyla.ops.kernels.common import environment_switch
+    """set_switch(NAME, value) sets one of hyla's environment variables (hyla.utils.ENV_NAMES, e.g.
+    HYLA_CPP_KERNEL or HYLA_CACHE; None: unsets it), the one way tests change them. hyla reads them
+    once per process, so the record is read again after each change and when the test ends."""
+    from hyla.utils import ENV_NAMES, switches
 
     def set_(name: str, value: str | None) -> None:
+        assert name in ENV_NAMES, f"{name} is not one of hyla's switches: {ENV_NAMES}"
         if value is None:
             monkeypatch.delenv(name, raising=False)
         else:
             monkeypatch.setenv(name, value)
-        environment_switch.cache_clear()
+        switches.cache_clear()
 
     yield set_
-    environment_switch.cache_clear()
+    switches.cache_clear()  # (monkeypatch restores the variables after this; the record is read lazily)

@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 
 from hyla.analysis.interventions import CONDITIONS, REFERENCES, SITES, SPLITS
-from hyla.train.jsonio import write_json
+from hyla.utils import write_json
 
 LABELS = {
     "patched": "B's codes (the patch)",

@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 
 from hyla.analysis.intervention_report import group_stat
-from hyla.train.jsonio import write_json
+from hyla.utils import write_json
 
 SIGNIFICANCE = 0.05
 # (probe name in analysis.json, its value, the baselines it must beat) per task

@@ -34,7 +34,7 @@ from hyla.analysis.measures import (
 from hyla.analysis.probes import random_stream
 from hyla.analysis.progress import Stages
 from hyla.analysis.report import write_report
-from hyla.train.jsonio import append_jsonl, portable_path, write_json
+from hyla.utils import append_jsonl, portable_path, write_json
 
 DEFAULT_SPLITS = {
     FUZZY_LOGIC: ("valid_fixed_query", "ood_fixed_query", "valid", "ood"),

@@ -153,7 +153,7 @@ def measure_run(run_dir: Path, options: dict) -> dict:
 def cached_measure(run_dir: Path, step: int, options: dict) -> tuple[dict, bool]:
     """(entry, whether it came from the cache): `RUN/<cache_name>` when it holds these options,
     else measured and written there. A file of that name with other options is refused."""
-    from hyla.train.jsonio import write_json
+    from hyla.utils import write_json
 
     path = Path(run_dir) / cache_name(step, options)
     if path.exists():

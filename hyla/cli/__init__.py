@@ -5,7 +5,8 @@ function takes the remaining arguments (a list of str) and returns an exit code 
 modules are imported only when their subcommand runs. Invalid input (a bad option value, a folder
 that is not a run, a run of the wrong task, a damaged checkpoint) ends with one line
 `hyla COMMAND: error: ...` and exit code 2; a stop by a signal with 128 + its number (SIGINT 130,
-SIGTERM 143).
+SIGTERM 143). The commands need the workflow extra (`WORKFLOW_PACKAGES`); without it a command ends
+with one line saying to install it, and exit code 1.
 """
 
 from __future__ import annotations
@@ -53,6 +54,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+WORKFLOW_PACKAGES = ("tyro", "tqdm", "yaml", "matplotlib", "sklearn", "tokenizers", "threadpoolctl")
+"""The modules of the `workflow` extra (pyproject.toml): the library (ops, nn, tasks but text,
+integrations, saving and loading models) imports none of them."""
+WORKFLOW_EXTRA = "the hyla command needs the workflow extra: pip install 'hyla[workflow]'"
+
+
 def usage() -> str:
     width = max(map(len, COMMANDS))
     lines = [f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items()]
@@ -87,9 +94,13 @@ def main(argv: list[str] | None = None) -> int:
     bound_openmp_waiting()
     warnings.formatwarning = one_line_warning
     module, function = COMMANDS[name][0].split(":")
-    command = getattr(importlib.import_module(module), function)
     try:
-        code = command(rest)
+        code = getattr(importlib.import_module(module), function)(rest)
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] not in WORKFLOW_PACKAGES:
+            raise
+        print(f"hyla {name}: error: {e.name} is not installed; {WORKFLOW_EXTRA}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt as e:  # 128 + the signal's number, as a shell reports a process it ended
         return 128 + getattr(e, "signum", signal.SIGINT)
     except SystemExit as e:  # argparse and tyro: --help, or a usage message ending in one error line

@@ -12,7 +12,7 @@ from tyro.conf import Positional, UseAppendAction, arg
 from hyla.analysis.latent_report import write_report
 from hyla.analysis.pipeline import analyze_run
 from hyla.cli.interventions import check_models, model_labels
-from hyla.train.configs import check_positive, parse_options
+from hyla.cli.options import check_positive, parse_options
 
 
 @dataclass

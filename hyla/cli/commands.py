@@ -12,17 +12,9 @@ from typing import Annotated
 
 from tyro.conf import Positional, arg
 
-from hyla.train.configs import (
-    ConfigError,
-    ExperimentConfig,
-    check_positive,
-    config_to_dict,
-    describe_mixers,
-    parse_options,
-    parse_overrides,
-    task_names,
-)
-from hyla.train.presets import PRESETS, parse_train_args
+from hyla.cli.options import check_positive, parse_options, parse_overrides, parse_train_args
+from hyla.train.configs import ConfigError, ExperimentConfig, config_to_dict, describe_mixers, task_names
+from hyla.train.presets import PRESETS
 
 
 def _run_training(cfg: ExperimentConfig) -> int:

@@ -10,10 +10,12 @@ from typing import Annotated
 
 from tyro.conf import arg
 
+from hyla.cli.options import check_positive, parse_options
+from hyla.cli.sweep import run_configs
 from hyla.experiments.demo import DEFAULT_MIXERS, DEFAULT_PRESET, demo_sweep, train_overrides, write_outputs
 from hyla.experiments.launch import run_sweep
 from hyla.ops.mixers import canonical_mixer_name
-from hyla.train.configs import ConfigError, check_positive, parse_options
+from hyla.train.configs import ConfigError
 from hyla.train.presets import PRESETS, get_preset
 
 
@@ -72,6 +74,7 @@ def main(argv: list[str]) -> int:
         base.train, args.steps, args.compile, args.eval_samples, args.final_eval_samples, args.threads
     )
     spec = demo_sweep(args.preset, args.mixers, args.seed, overrides, args.parallel, out)
+    run_configs(spec, spec.local_threads())  # every run's config is valid
     steps = spec.overrides.get("train.steps", base.train.steps)
     print(
         f"hyla demo: {', '.join(args.mixers)} on {args.preset} ({base.task}), {steps} steps each, "

@@ -16,8 +16,9 @@ from tyro.conf import Positional, arg
 from hyla.analysis.collect import FUZZY_LOGIC, SRAVEN
 from hyla.analysis.intervention_report import write_report
 from hyla.analysis.interventions import interventions
-from hyla.train.configs import ConfigError, check_positive, parse_options
-from hyla.train.jsonio import portable_path
+from hyla.cli.options import check_positive, parse_options
+from hyla.train.configs import ConfigError
+from hyla.utils import portable_path
 
 
 @dataclass

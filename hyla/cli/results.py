@@ -35,8 +35,9 @@ from typing import Annotated
 
 from tyro.conf import Positional, arg
 
+from hyla.cli.options import check_positive, parse_options
 from hyla.experiments.results import default_out, latent_structure, summarize
-from hyla.train.configs import ConfigError, check_positive, parse_options
+from hyla.train.configs import ConfigError
 
 
 @dataclass

@@ -1,8 +1,12 @@
-"""`hyla sweep FILE`: its options and their parsing (the sweep file's format and the planning:
+"""`hyla sweep FILE`: its options and their parsing, and the parsing of every run's `hyla train`
+arguments (`run_configs`) before anything launches (the sweep file's format and the planning:
 hyla.experiments.sweep; launching: hyla.experiments.launch)."""
 
 from __future__ import annotations
 
+import dataclasses
+import re
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Literal
@@ -10,9 +14,10 @@ from typing import Annotated, Literal
 import yaml
 from tyro.conf import Positional, arg
 
+from hyla.cli.options import check_positive, parse_options, parse_train_args
 from hyla.experiments.launch import run_packed_sweep, run_sweep, slurm_executor, submit_sweep
-from hyla.experiments.sweep import SweepSpec, print_status
-from hyla.train.configs import ConfigError, check_positive, parse_options
+from hyla.experiments.sweep import Run, SweepSpec, print_status, train_args
+from hyla.train.configs import ConfigError, ExperimentConfig
 
 
 @dataclass
@@ -62,8 +67,55 @@ def main(argv: list[str]) -> int:
         return 0
     if args.pack and args.launcher != "local":
         raise ConfigError("--pack works with the local launcher")
+    configs = run_configs(spec, spec.local_threads())  # every run's, before anything launches
     if args.launcher == "slurm":
         submit_sweep(spec, slurm_executor(spec), args.dry_run)
         return 0
-    codes = run_packed_sweep(spec, args.pack, args.dry_run) if args.pack else run_sweep(spec, args.dry_run)
+    codes = run_packed_sweep(spec, configs, args.pack, args.dry_run) if args.pack else run_sweep(spec, args.dry_run)
     return 1 if any(codes.values()) else 0
+
+
+def run_configs(spec: SweepSpec, threads: int) -> dict[str, ExperimentConfig]:
+    """{run name: its config}, each parsed from the run's `hyla train` arguments and validated;
+    ConfigError naming the sweep file and the grid or overrides entry (else the run) that is
+    invalid, with the valid choices."""
+    configs = {}
+    for run in spec.runs():
+        for key in run.overrides:
+            _check_key(spec, run, key)
+        try:
+            configs[run.name] = parse_train_args(train_args(spec, run, threads))[0]
+        except ConfigError as e:
+            raise ConfigError(f"{spec.source}: {_entry(run, str(e))}: {e}") from None
+    return configs
+
+
+def _check_key(spec: SweepSpec, run: Run, key: str) -> None:
+    """ConfigError unless `key` names a config field ("section.field"), listing the valid ones."""
+    kind, path = ExperimentConfig, []
+    for part in key.split("."):
+        names = [f.name for f in dataclasses.fields(kind)] if dataclasses.is_dataclass(kind) else []
+        if part not in names:
+            where = f"fields of {'.'.join(path)}" if path else "sections and fields"
+            raise ConfigError(
+                f"{spec.source}: {_where(run, key)} entry {key}: unknown key; valid {where}: {', '.join(names)}"
+            )
+        kind, path = typing.get_type_hints(kind)[part], [*path, part]
+
+
+def _where(run: Run, key: str) -> str:
+    return "grid" if key in run.point else "overrides"
+
+
+def _entry(run: Run, message: str) -> str:
+    """The sweep-file entry that an error message names first, grid entries before overrides (they
+    are what differs from the runs that pass), else the run."""
+    found = {}
+    for key in run.overrides:
+        match = re.search(rf"(?<![\w.]){re.escape(key)}(?!\w)", message)
+        if match:
+            found[key] = (key not in run.point, match.start())
+    if not found:
+        return f"run {run.name}"
+    key = min(found, key=found.get)
+    return f"{_where(run, key)} entry {key}: {run.overrides[key]!r} (run {run.name})"

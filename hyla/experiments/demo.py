@@ -15,8 +15,8 @@ from hyla.analysis.plots import plot_curves
 from hyla.analysis.tables import markdown_table
 from hyla.experiments.sweep import SweepSpec
 from hyla.train.configs import TrainConfig
-from hyla.train.jsonio import write_json
 from hyla.train.run_dir import RunDir
+from hyla.utils import write_json
 
 DEFAULT_PRESET = "logic_cpu"
 DEFAULT_MIXERS = ("softmax", "linear", "hyla")

@@ -25,7 +25,7 @@ from pathlib import Path
 from hyla.experiments import records
 from hyla.nn.pretrained import is_export
 from hyla.nn.transformer import PRETRAINED_CONFIG, PRETRAINED_MANIFEST, PRETRAINED_WEIGHTS, sha256_of
-from hyla.train.jsonio import write_json
+from hyla.utils import write_json
 
 FORMAT = 1
 """the manifest's layout version (`format`)"""

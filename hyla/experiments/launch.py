@@ -28,7 +28,6 @@ from hyla.experiments.sweep import (
     Run,
     SweepSpec,
     alive,
-    check_configs,
     last_train_step,
     local_marker,
     marker_path,
@@ -36,9 +35,9 @@ from hyla.experiments.sweep import (
     run_status,
     run_steps,
     runs_to_launch,
-    train_args,
     write_marker,
 )
+from hyla.train.configs import ExperimentConfig
 from hyla.train.run_dir import RunDir
 from hyla.train.signals import SWEEP_ENDED, Stopped
 
@@ -97,7 +96,6 @@ def run_sweep(spec: SweepSpec, dry_run: bool = False, progress: bool = True) -> 
     """Train every run of the sweep that is not complete, here, `spec.parallel` at a time (each a
     `hyla` subprocess); returns {run name: exit code}. Progress is read from the runs' metrics.jsonl."""
     threads = spec.local_threads()
-    check_configs(spec, threads)
     out = Path(spec.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if not dry_run:
@@ -206,25 +204,24 @@ def _duration(seconds: float) -> str:
     return f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
 
 
-def run_packed_sweep(spec: SweepSpec, size: int, dry_run: bool = False) -> dict[str, int]:
+def run_packed_sweep(
+    spec: SweepSpec, configs: dict[str, ExperimentConfig], size: int, dry_run: bool = False
+) -> dict[str, int]:
     """Train the runs that are not complete in packs of at most `size` runs that share an
     architecture (hyla.train.packed: one batched model per pack), `spec.parallel` packs at a time,
-    each in a process of its own; returns {run name: exit code}. A stopped pack is packed again and
-    resumes exactly."""
+    each in a process of its own; returns {run name: exit code}. `configs`: every run's config, by
+    name, with `spec.local_threads()` threads (hyla.cli.sweep.run_configs). A stopped pack is packed
+    again and resumes exactly."""
     from hyla.train.packed import plan_packs
-    from hyla.train.presets import parse_train_args
 
     threads = spec.local_threads()
-    check_configs(spec, threads)
     out = Path(spec.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if not dry_run:
         settle_markers(spec)
     runs, todo = spec.runs(), {run.name: run for run in runs_to_launch(spec)}
     # resume=True: a run with a checkpoint continues from it, a new one starts
-    packs = plan_packs(
-        [replace(parse_train_args(train_args(spec, run, threads))[0], resume=True) for run in todo.values()], size
-    )
+    packs = plan_packs([replace(configs[name], resume=True) for name in todo], size)
     print(
         f"sweep {spec.name}: {len(runs)} runs, {len(runs) - len(todo)} complete or under way, {len(todo)} to run "
         f"in {len(packs)} packs of at most {size}, {spec.parallel} at a time ({threads} threads each) in {out}"
@@ -300,7 +297,6 @@ def submit_sweep(spec: SweepSpec, executor, dry_run: bool = False) -> dict[str, 
     """Submit every run that is not complete, running or queued as a job of `executor` (a submitit
     executor: Slurm, or the local one in tests), all in one array; returns {run name: job}."""
     threads = int(spec.slurm.get("cpus_per_task", 0))  # 0: torch's default
-    check_configs(spec, threads)
     Path(spec.out_dir).mkdir(parents=True, exist_ok=True)
     todo = runs_to_launch(spec)
     print(f"sweep {spec.name}: {len(spec.runs())} runs, {len(todo)} to submit")

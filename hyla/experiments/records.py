@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hyla.train.jsonio import portable_path, write_json
+from hyla.utils import portable_path, write_json
 
 SUFFIX = ".run.json"
 MAX_TRAIN_ROWS = 100

@@ -28,7 +28,7 @@ from hyla.experiments.result_tables import (
     write_csv,
     write_records,
 )
-from hyla.train.jsonio import portable_path, write_json
+from hyla.utils import portable_path, write_json
 
 SECONDARY_METRICS = ("feature_acc",)
 """final metrics tabled beside the runs' main metric where a task reports them (SRAVEN: per-feature accuracy)"""

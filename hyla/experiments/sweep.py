@@ -66,7 +66,6 @@ import itertools
 import json
 import math
 import os
-import re
 import socket
 import statistics
 import sys
@@ -185,57 +184,6 @@ def override_flags(key: str, value: Any) -> list[str]:
         section, _, name = key.rpartition(".")
         return [f"--{key}" if value else f"--{section + '.' if section else ''}no-{name}"]
     return [f"--{key}", str(value)]
-
-
-def check_configs(spec: SweepSpec, threads: int) -> None:
-    """Build and validate every run's config; ConfigError naming the sweep file and the grid or
-    overrides entry (else the run) that is invalid, with the valid choices."""
-    from hyla.train.configs import ConfigError
-    from hyla.train.presets import parse_train_args
-
-    for run in spec.runs():
-        for key in run.overrides:
-            _check_key(spec, run, key)
-        try:
-            parse_train_args(train_args(spec, run, threads))
-        except ConfigError as e:
-            raise ConfigError(f"{spec.source}: {_entry(run, str(e))}: {e}") from None
-
-
-def _check_key(spec: SweepSpec, run: Run, key: str) -> None:
-    """ConfigError unless `key` names a config field ("section.field"), listing the valid ones."""
-    import dataclasses
-    import typing
-
-    from hyla.train.configs import ConfigError, ExperimentConfig
-
-    kind, path = ExperimentConfig, []
-    for part in key.split("."):
-        names = [f.name for f in dataclasses.fields(kind)] if dataclasses.is_dataclass(kind) else []
-        if part not in names:
-            where = f"fields of {'.'.join(path)}" if path else "sections and fields"
-            raise ConfigError(
-                f"{spec.source}: {_where(run, key)} entry {key}: unknown key; valid {where}: {', '.join(names)}"
-            )
-        kind, path = typing.get_type_hints(kind)[part], [*path, part]
-
-
-def _where(run: Run, key: str) -> str:
-    return "grid" if key in run.point else "overrides"
-
-
-def _entry(run: Run, message: str) -> str:
-    """The sweep-file entry that an error message names first, grid entries before overrides (they
-    are what differs from the runs that pass), else the run."""
-    found = {}
-    for key in run.overrides:
-        match = re.search(rf"(?<![\w.]){re.escape(key)}(?!\w)", message)
-        if match:
-            found[key] = (key not in run.point, match.start())
-    if not found:
-        return f"run {run.name}"
-    key = min(found, key=found.get)
-    return f"{_where(run, key)} entry {key}: {run.overrides[key]!r} (run {run.name})"
 
 
 def run_command(spec: SweepSpec, run: Run, threads: int) -> list[str]:

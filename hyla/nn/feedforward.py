@@ -8,6 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from hyla.ops.torch_internals import switched_off
+
 FEEDFORWARDS = ("gelu_mlp", "swiglu")
 
 
@@ -15,10 +17,10 @@ def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     """GELU, tanh approximation: 0.5 x (1 + tanh(z)), z = sqrt(2/pi) (x + 0.044715 x^3).
 
     Under torch.compile it is written as the identical x * sigmoid(2z): inductor's CPU code for
-    tanh is several times slower than for sigmoid.
-    Eagerly it is aten's fused kernel.
+    tanh is several times slower than for sigmoid (docs/speed.md; HYLA_GELU_SIGMOID=0 keeps
+    aten's kernel). Eagerly it is aten's fused kernel.
     """
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() and not switched_off("gelu_sigmoid"):
         return x * torch.sigmoid(math.sqrt(8 / math.pi) * (x + 0.044715 * x * x * x))
     return F.gelu(x, approximate="tanh")
 

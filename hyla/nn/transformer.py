@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from hyla.nn import MixtureOfExperts, MultiHeadAttention, RelativePositionBias, make_feedforward
+from hyla.ops.torch_internals import switched_off
 
 LAYERNORM_EPS = 1e-6
 PRETRAINED_CONFIG, PRETRAINED_WEIGHTS = "config.json", "model.safetensors"
@@ -186,9 +187,11 @@ class Transformer(nn.Module):
     def _pruned_queries(self, seq_len: int, return_latents: bool, kv_caches) -> int:
         """How many last positions the last block computes (0: all). Only the last num_outputs
         positions are read out, so the last block need not compute the others (same outputs; unless
-        the latent codes or a KV cache want every position)."""
+        the latent codes or a KV cache want every position, or HYLA_QUERY_PRUNING=0)."""
         wanted = self.cfg.num_outputs
-        return wanted if not return_latents and kv_caches is None and seq_len > wanted else 0
+        if return_latents or kv_caches is not None or seq_len <= wanted or switched_off("query_pruning"):
+            return 0
+        return wanted
 
     def draw_dropout_masks(self, seq_len: int) -> list[torch.Tensor] | None:
         """The attention-dropout keep-masks that a training forward of `seq_len` tokens would draw,

@@ -14,8 +14,9 @@ The math (docs/math.md; the paper's Eq. 4-7). q [B, Tq, H, Dk], k [B, Tk, H, Dk]
 `hyla/ops/kernels/naive.py` is exactly this, in einsums: the reference. Every other implementation
 in `hyla/ops/kernels/` computes the same function and is tested against it on outputs AND
 gradients in float64 (tests/ops/). `BACKENDS` below lists them in the order `auto` tries them,
-each with the verifier that says why it does not apply to a call (None: it does); the first that
-applies runs, `naive` always does. Why each is there:
+each with its environment switch, if it has one, and the verifier that says why it does not apply
+to a call (None: it does); the first that applies runs, `naive` always does. Why each is there
+(and what it buys: docs/speed.md, which has a row for each):
 
     triton       memory linear in T on CUDA, and faster than `streamed` (docs/speed.md)
     cpp          one C++ kernel on the CPU, each query-key pair in registers
@@ -24,10 +25,12 @@ applies runs, `naive` always does. Why each is there:
                  so HYLA stays out of compiled graphs off the CPU
     naive        the reference
 
-Environment switches, read once per process (`=0` turns a fast path off): HYLA_CPP_KERNEL,
-HYLA_TRITON (`=1` also opts in on a GPU architecture not in TRITON_VALIDATED). A fast path that a
-verifier rejects logs its reason once (logger `hyla.ops`, level INFO); one that fails at run time
-warns once and records it. `implementations_ran()` lists what ran; training writes it to env.json.
+Switches (hyla.utils, read once per process): `=0` keeps `auto` from taking a fast path
+(HYLA_CPP_KERNEL, HYLA_TRITON); HYLA_TRITON=1 also lets it take the Triton kernels on a GPU
+architecture not in TRITON_VALIDATED. An explicit `implementation=` runs what it names either way.
+A fast path that `auto` passes over logs its reason once (logger `hyla.ops`, level INFO); one that
+fails at run time warns once and records it. `implementations_ran()` lists what ran; training
+writes it to env.json.
 
 `return_latents` (or `return_scores`, its name in SPEC §9) never changes the choice, so
 an analysis run computes the same outputs as training does. The returned latent codes are
@@ -52,7 +55,6 @@ from hyla.ops.kernels.common import (
     TRITON_MAX_HEAD_DIM,
     TRITON_NORMALIZATIONS,
     check_inputs,
-    environment_switch,
     normalize,
     raw_scores,
     record_fallback,
@@ -60,7 +62,8 @@ from hyla.ops.kernels.common import (
 )
 from hyla.ops.kernels.naive import attention_naive, attention_naive_eager
 from hyla.ops.kernels.streamed import hyla_streamed
-from hyla.ops.torch_internals import constant_under_compile
+from hyla.ops.torch_internals import constant_under_compile, forced_on, switched_off
+from hyla.utils import env_name
 
 LOG = logging.getLogger("hyla.ops")
 # Located, not imported (find_spec reads no module): a constant that torch.compile can trace.
@@ -70,7 +73,6 @@ TRITON_INSTALLED = importlib.util.find_spec("triton") is not None
 # the PyTorch forms: `auto` takes Triton there only. Elsewhere opt in with implementation="triton"
 # or HYLA_TRITON=1.
 TRITON_VALIDATED = {(9, 0): "NVIDIA H100 80GB HBM3 and H200; torch 2.11, Triton 3.6"}
-TRITON_ENV = "HYLA_TRITON"
 # `auto` streams HYLA once its hidden tensor [B, Tq, Tk, Dv] would exceed this many elements.
 STREAM_THRESHOLD = 1 << 24
 
@@ -98,11 +100,19 @@ class Call:
 @dataclass(frozen=True)
 class Backend:
     """One implementation: `run(q, k, v, value_network=..., **kwargs)` -> (output, latent codes or
-    None); `verify(call)` -> why it does not apply, or None."""
+    None); `verify(call)` -> why it does not apply, or None; `switch`: the `hyla.utils.Switches`
+    field whose `=0` keeps `auto` from taking it (None: it has none)."""
 
     name: str
     run: Callable
     verify: Callable[[Call], str | None]
+    switch: str | None = None
+
+    def rejects(self, call: Call) -> str | None:
+        """Why `auto` does not take it for `call` (None: it does)."""
+        if self.switch is not None and switched_off(self.switch):
+            return f"turned off by {env_name(self.switch)}=0"
+        return self.verify(call)
 
 
 def hyla_triton(q, k, v, **kwargs):
@@ -128,10 +138,11 @@ def triton_covers(q, v, normalization: str | None) -> bool:
 
 def triton_by_default(device: torch.device) -> bool:
     """Whether `auto` may take the Triton kernels on this CUDA device: a validated architecture or
-    HYLA_TRITON=1, and not in deterministic mode (the backward adds with atomics)."""
-    if torch.are_deterministic_algorithms_enabled() or environment_switch(TRITON_ENV) == "0":
+    HYLA_TRITON=1, and not in deterministic mode (the backward adds with atomics). (HYLA_TRITON=0:
+    the `triton` row of BACKENDS.)"""
+    if torch.are_deterministic_algorithms_enabled():
         return False
-    return environment_switch(TRITON_ENV) == "1" or _validated_architecture(device.index or 0)
+    return forced_on("triton") or _validated_architecture(device.index or 0)
 
 
 @constant_under_compile
@@ -160,7 +171,7 @@ def _verify_triton(call: Call) -> str | None:
     if not triton_covers(call.q, call.v, call.normalization):
         return "inputs the kernels do not take (normalization, dtype, head size) or triton not installed"
     if not triton_by_default(call.q.device):
-        return f"not a validated GPU architecture, {TRITON_ENV}=0 or deterministic mode"
+        return f"not a validated GPU architecture ({env_name('triton')}=1 opts in) or deterministic mode"
     return None
 
 
@@ -196,8 +207,8 @@ def _codes_beside(kernel: Callable) -> Callable:
 
 # The order `auto` tries them; `naive` always applies.
 BACKENDS = [
-    Backend("triton", _codes_beside(hyla_triton), _verify_triton),
-    Backend("cpp", _codes_beside(cpp.hyla_cpp), _verify_cpp),
+    Backend("triton", _codes_beside(hyla_triton), _verify_triton, switch="triton"),
+    Backend("cpp", _codes_beside(cpp.hyla_cpp), _verify_cpp, switch="cpp_kernel"),
     Backend("streamed", _codes_beside(hyla_streamed), _verify_streamed),
     Backend("naive_eager", attention_naive_eager, _verify_naive_eager),
     Backend("naive", attention_naive, lambda call: None),
@@ -274,7 +285,7 @@ _BY_NAME = {backend.name: backend for backend in BACKENDS}
 def choose(call: Call) -> Backend:
     """The first of BACKENDS that applies to `call` (what `auto` runs)."""
     for backend in BACKENDS:
-        reason = backend.verify(call)
+        reason = backend.rejects(call)
         if reason is None:
             return backend
         _log_rejection(backend.name, reason)

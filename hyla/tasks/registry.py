@@ -14,17 +14,26 @@ import torch
 from .base import Task
 from .fuzzy_logic import FuzzyLogic
 from .sraven import SRaven
-from .text import Text
 
-TASKS: dict[str, type[Task]] = {"fuzzy_logic": FuzzyLogic, "sraven": SRaven, "text": Text}
+TASK_NAMES = ("fuzzy_logic", "sraven", "text")
+
+
+def task_class(name: str) -> type[Task]:
+    """The task class filed under `name`; `text` is imported here, on first use: it needs the
+    tokenizers package of the workflow extra."""
+    if name == "text":
+        from .text import Text
+
+        return Text
+    if name not in TASK_NAMES:
+        raise ValueError(f"unknown task {name!r}; known: {', '.join(TASK_NAMES)}")
+    return {"fuzzy_logic": FuzzyLogic, "sraven": SRaven}[name]
 
 
 def build_task(name: str, settings: dict[str, Any], seed: int, device: str | torch.device = "cpu") -> Task:
     """Task `name` made with `settings` (its keyword arguments) and `seed`, generating its batches on
     `device`."""
-    if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; known: {', '.join(TASKS)}")
-    return TASKS[name](**settings, seed=seed, device=device)
+    return task_class(name)(**settings, seed=seed, device=device)
 
 
 def task_from_config(config: dict[str, Any], device: str | torch.device = "cpu") -> Task:

@@ -50,10 +50,10 @@ import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 
-from hyla.ops.cache import default_cache_dir
 from hyla.tasks.base import Batch, Task
 from hyla.tasks.random import integers
 from hyla.tasks.tokenizer import encode_documents, end_of_text_id, load_or_train_bpe
+from hyla.utils import switches
 
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text")
 BUILTIN_CORPORA = ("python_docs", "pydoc_topics")
@@ -292,7 +292,7 @@ def prepare_corpus(
 ) -> TokenizedCorpus:
     """Tokenizer + token streams of `source`, read from the cache or made (once) and cached."""
     corpus = open_corpus(source, valid_fraction, max_chars)
-    folder = Path(cache_dir) if cache_dir is not None else default_cache_dir() / "text"
+    folder = Path(cache_dir) if cache_dir is not None else switches().cache / "text"
     folder = folder / f"{corpus.name}-{_digest(CACHE_FORMAT, corpus.key)[:16]}"
     tokenizer_path = folder / f"bpe-{vocab_size}.json"
     stream_paths = {split: folder / f"tokens-bpe-{vocab_size}-{split}.bin" for split in ("train", "valid")}

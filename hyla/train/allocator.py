@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 import sys
+
+from hyla.utils import switches
 
 # mallopt parameters (glibc's malloc.h)
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
@@ -29,7 +30,7 @@ TRIM_THRESHOLD = 1 << 30  # bytes
 def keep_freed_memory() -> bool:
     """Set glibc's mmap and trim thresholds as the module docstring says, once per process.
     Returns whether they are set."""
-    if os.environ.get("HYLA_MALLOC_TUNING", "1") == "0" or not sys.platform.startswith("linux"):
+    if switches().off("malloc_tuning") or not sys.platform.startswith("linux"):
         return False
     try:
         mallopt = ctypes.CDLL(None).mallopt

@@ -1,8 +1,9 @@
-"""Typed experiment configuration: the schema, its validation, and parsing of overrides.
+"""Typed experiment configuration: the schema and its validation.
 
 One `ExperimentConfig` describes a run completely: which task, its settings, the model, the
 optimization and the run folder. The named presets are in `hyla.train.presets`; `hyla train`
-starts from one and applies `--section.field value` overrides on top (see `hyla train --help`).
+starts from one and applies `--section.field value` overrides on top (parsed in hyla.cli.options;
+see `hyla train --help`).
 
 Task registry: every field of `ExperimentConfig` whose type is a `TaskConfig` subclass is a task,
 selected by `task=<field name>`. Registering a task is therefore one line, e.g.
@@ -20,7 +21,6 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 import torch
-import tyro
 
 from hyla.nn.feedforward import FEEDFORWARDS
 from hyla.nn.transformer import ModelConfig
@@ -33,7 +33,7 @@ class ConfigError(ValueError):
 
 class TaskConfig:
     """Base of the per-task settings: dataclasses whose fields are the keyword arguments of the task
-    class that `hyla.tasks.TASKS` files under the name of their ExperimentConfig field (`build_task`)."""
+    class that `hyla.tasks.task_class` files under the name of their ExperimentConfig field (`build_task`)."""
 
     def validate(self) -> None:
         """Raise ConfigError for invalid values (called before `build_task`)."""
@@ -235,8 +235,8 @@ class ExperimentConfig:
     """parent folder of run folders"""
     name: str = ""
     """run folder name (empty: <preset>-<mixer>-s<seed>-<timestamp>)"""
-    preset: tyro.conf.Suppress[str] = ""
-    """the preset this config started from (recorded by `hyla train --preset`, informative only)"""
+    preset: str = ""
+    """the preset this config started from (recorded by `hyla train --preset`, informative only; not an option)"""
     resume: bool = False
     """continue the run in out_dir/name from its latest checkpoint"""
 
@@ -312,43 +312,6 @@ def resolve_model(model: ModelConfig, task) -> ModelConfig:
 def _check(ok: bool, name: str, value, requirement: str) -> None:
     if not ok:
         raise ConfigError(f"{name}={value!r} {requirement}")
-
-
-def parse_options(kind, argv: list[str], prog: str, description: str | None = None, default=None):
-    """Options of a `hyla` subcommand: tyro builds typed options and --help from a dataclass (its
-    field docstrings are the help); an invalid option is a ConfigError of one line."""
-    import contextlib
-    import io
-
-    messages = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(messages):
-            kwargs = {} if default is None else {"default": default}
-            return tyro.cli(kind, args=argv, prog=prog, description=description, **kwargs)
-    except SystemExit as e:
-        if not e.code:
-            raise  # --help
-        lines = [line.strip(" │╭╮╰╯") for line in messages.getvalue().splitlines()]
-        lines = [line for line in lines if line.strip("─-") and not line.startswith("For full helptext")]
-        lines = [_unknown_options_only(line) for line in lines[1:]]  # lines[0]: the box's title
-        raise ConfigError(f"{' '.join(lines)} (see {prog} --help)") from None
-
-
-def _unknown_options_only(line: str) -> str:
-    """tyro's "Unrecognized options: --train.stepz, 100" lists the values after an unknown option
-    too: keep the option names ("--train.stepz"); a line without options is kept as it is."""
-    prefix, _, listed = line.partition(": ")
-    if prefix not in ("Unrecognized options", "Unrecognized arguments"):
-        return line
-    names = [item.split("=")[0] for item in listed.split(", ") if item.startswith("--")]
-    return f"{prefix}: {', '.join(names)}" if names else line
-
-
-def check_positive(**values: int | None) -> None:
-    """ConfigError unless every given value is None or >= 1 (for subcommand options)."""
-    for name, value in values.items():
-        if value is not None and value < 1:
-            raise ConfigError(f"--{name.replace('_', '-')}={value} must be >= 1")
 
 
 def _check_choice(name: str, value, choices) -> None:
@@ -492,15 +455,3 @@ def describe_mixers() -> list[tuple[str, str, str, str, str]]:
         (name, author, m.normalization, m.value_network, m.activation if m.value_network == "mlp" else "-")
         for name, (author, m) in NAMED_MIXERS.items()
     ]
-
-
-def parse_overrides(base: ExperimentConfig, argv: list[str], prog: str, description: str) -> ExperimentConfig:
-    """Apply `--section.field VALUE` overrides to `base`; invalid keys, types and values are
-    ConfigErrors."""
-    cfg = parse_options(ExperimentConfig, argv, prog, description, default=base)
-    for name in TASK_DERIVED_MODEL_FIELDS:
-        if getattr(cfg.model, name) != getattr(base.model, name):
-            raise ConfigError(
-                f"model.{name} is set from the task; change the task's settings instead (e.g. --{cfg.task}.seq_len) "
-            )
-    return validate(cfg)

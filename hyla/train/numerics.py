@@ -16,6 +16,7 @@ from hyla.train.allocator import keep_freed_memory
 from hyla.train.configs import ExperimentConfig
 from hyla.train.distributed import DistContext
 from hyla.train.step import generates_value_network
+from hyla.utils import switches
 
 
 def default_threads(world_size: int = 1) -> int:
@@ -49,7 +50,8 @@ def numerics(cfg: ExperimentConfig, ctx: DistContext, compile_mode: str | None, 
     if packed:
         return {**settings, "packed": True}
     if ctx.device.type == "cpu" and generates_value_network(cfg):
-        settings["cpp_kernel"] = cpp.available()  # HYLA's C++ kernel, or (without a compiler) PyTorch forms
+        # HYLA's C++ kernel, or PyTorch forms (without a compiler, or with HYLA_CPP_KERNEL=0)
+        settings["cpp_kernel"] = not switches().off("cpp_kernel") and cpp.available()
     return settings
 
 

@@ -5,18 +5,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-import warnings
 
 import torch
 from torch import nn
 
-from hyla.ops.kernels.common import environment_switch
 from hyla.train.configs import TrainConfig
-
-ADAMW_KERNEL_ENV = "HYLA_ADAMW_KERNEL"
-"""=0: hyla's AdamW step never calls torch's fused AdamW kernel itself; every step is torch.optim.AdamW's."""
-DEPRECATED_PUBLIC_OPS_ENV = "HYLA_PUBLIC_OPS"
-"""=1 (anything but "" or "0"): the same as HYLA_ADAMW_KERNEL=0, with a FutureWarning to set that instead."""
+from hyla.utils import switches
 
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -95,24 +89,10 @@ def _fused_adamw_works() -> bool:
         return False
 
 
-def adamw_kernel_switched_off() -> bool:
-    """HYLA_ADAMW_KERNEL=0, or the deprecated HYLA_PUBLIC_OPS set (warns once)."""
-    if environment_switch(DEPRECATED_PUBLIC_OPS_ENV) not in ("", "0"):
-        _warn_public_ops_deprecated()
-        return True
-    return environment_switch(ADAMW_KERNEL_ENV) == "0"
-
-
-@functools.cache
-def _warn_public_ops_deprecated() -> None:
-    warnings.warn(
-        f"{DEPRECATED_PUBLIC_OPS_ENV} is deprecated: set {ADAMW_KERNEL_ENV}=0 instead", FutureWarning, stacklevel=3
-    )
-
-
 def fused_adamw_available() -> bool:
-    """Whether this PyTorch's fused AdamW kernel is there as hyla calls it and not switched off."""
-    return not adamw_kernel_switched_off() and _fused_adamw_works()
+    """Whether this PyTorch's fused AdamW kernel is there as hyla calls it and not switched off
+    (HYLA_ADAMW_KERNEL=0: every step is torch.optim.AdamW's)."""
+    return not switches().off("adamw_kernel") and _fused_adamw_works()
 
 
 SMALL_TENSOR = 32768

@@ -1,29 +1,15 @@
 """Named presets: plain functions returning an `ExperimentConfig`, registered under their names
-(`hyla list` shows them), and `parse_train_args`, the start of every training run's config (a
-preset or a config file, then overrides). The paper presets keep the authors' names; where every
-paper-preset setting comes from, and how hyla differs from the authors' code:
-docs/paper_fidelity.md."""
+(`hyla list` shows them; `hyla train --preset NAME` starts from one, hyla.cli.options). The paper
+presets keep the authors' names; where every paper-preset setting comes from, and how hyla differs
+from the authors' code: docs/paper_fidelity.md."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from pathlib import Path
-
-import tyro
+from dataclasses import replace
 
 from hyla.nn.transformer import ModelConfig
-from hyla.train.configs import (
-    ConfigError,
-    ExperimentConfig,
-    FuzzyLogicConfig,
-    SRavenConfig,
-    TextConfig,
-    TrainConfig,
-    config_from_dict,
-    parse_overrides,
-)
+from hyla.train.configs import ConfigError, ExperimentConfig, FuzzyLogicConfig, SRavenConfig, TextConfig, TrainConfig
 
 PRESETS: dict[str, Callable[[], ExperimentConfig]] = {}
 
@@ -263,37 +249,3 @@ def lm_cpu() -> ExperimentConfig:
 
 
 # ============================================================================= end of language-modeling presets
-
-
-TRAIN_HELP = """Train a model. Start from a preset (--preset NAME) or a config file (--config
-config.json, e.g. from a run folder), then override any field with --section.field VALUE
-(e.g. --model.mixer hyla --train.steps 2000 --fuzzy_logic.seq_len 32). --print-config prints the
-resolved config and exits. Under `torchrun --nproc_per_node=N` the same command trains data-parallel.
-Presets: {presets}."""
-
-
-@dataclass
-class TrainSource:
-    preset: str | None = None
-    """start from this preset"""
-    config: Path | None = None
-    """start from this config file (e.g. a run folder's config.json)"""
-    print_config: bool = False
-    """print the resolved config and exit"""
-
-
-def parse_train_args(argv: list[str]) -> tuple[ExperimentConfig, bool]:
-    """(config, print_config) from `hyla train` arguments: where to start (--preset or --config),
-    then the overrides on top of it."""
-    source, overrides = tyro.cli(TrainSource, args=argv, return_unknown_args=True, add_help=False)
-    if source.preset and source.config:
-        raise ConfigError("give --preset or --config, not both")
-    if source.config:
-        try:
-            base = config_from_dict(json.loads(source.config.read_text()))
-        except (OSError, ValueError) as e:
-            raise ConfigError(f"--config {source.config}: {e}") from None
-    else:
-        base = get_preset(source.preset) if source.preset else ExperimentConfig()
-    description = TRAIN_HELP.format(presets=", ".join(PRESETS))
-    return parse_overrides(base, overrides, "hyla train", description), source.print_config

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from hyla.train.configs import ExperimentConfig, config_from_dict, config_to_dict
-from hyla.train.jsonio import dumps, read_jsonl, write_json, write_text_atomic
+from hyla.utils import dumps, read_jsonl, write_json, write_text_atomic
 
 
 class RunDir:

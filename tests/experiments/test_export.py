@@ -19,8 +19,8 @@ from hyla.experiments.export import export_run
 from hyla.nn.transformer import sha256_of
 from hyla.tasks import FuzzyLogic
 from hyla.train import load_run_at_step
-from hyla.train.jsonio import portable_path
 from hyla.train.run_dir import RunError
+from hyla.utils import portable_path
 
 
 @pytest.fixture(scope="module")

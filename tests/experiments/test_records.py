@@ -48,7 +48,7 @@ def test_tables_come_back_from_the_records_alone_and_a_folder_shadows_its_record
 
 
 def test_records_hold_no_absolute_path_of_the_machine(tmp_path, monkeypatch):
-    from hyla.train.jsonio import portable_path
+    from hyla.utils import portable_path
 
     runs = tmp_path / "repo" / "runs" / "sweep"
     fake_run(runs, "a0", "hyla", 0, 0.8)

@@ -48,7 +48,7 @@ def test_every_sweep_file_builds_valid_run_configs(path):
     spec = sweep.SweepSpec.load(path)
     assert spec.runs()
     spec.seeds = spec.seeds[:1]  # every grid point once: the other seeds' arguments differ in `--seed N` alone
-    sweep.check_configs(spec, threads=1)  # every run's `hyla train` arguments parse and validate
+    assert sweep_command.run_configs(spec, threads=1)  # every run's `hyla train` arguments parse and validate
 
 
 def test_only_selects_runs_by_name_and_a_pattern_matching_none_is_one_line(tmp_path, capsys):

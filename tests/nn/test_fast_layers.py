@@ -1,6 +1,7 @@
 """The training hot path's fast versions against their plain references, outputs and gradients:
 compiled `gelu_tanh` vs F.gelu, and the model's last block computing only the read-out positions vs
-every position. (The attention implementations are tested against `attention_naive` in tests/ops/test_attention.py.)"""
+every position; and the switches that turn each off (HYLA_GELU_SIGMOID, HYLA_QUERY_PRUNING). (The
+attention implementations are tested against `attention_naive` in tests/ops/test_attention.py.)"""
 
 import pytest
 import torch
@@ -20,6 +21,23 @@ def test_compiled_gelu_tanh_equals_the_tanh_approximation():
         torch.autograd.grad(out.sum(), x)[0], torch.autograd.grad(ref.sum(), x)[0], rtol=1e-10, atol=1e-12
     )
     torch.testing.assert_close(gelu_tanh(x), ref, rtol=0, atol=0)  # eager: aten's kernel
+
+
+@pytest.mark.parametrize("switch, traced, not_traced", [(None, torch.sigmoid, F.gelu), ("0", F.gelu, torch.sigmoid)])
+def test_gelu_sigmoid_switch_keeps_atens_kernel_under_compile(set_switch, switch, traced, not_traced):
+    """What torch.compile traces of `gelu_tanh`: x * sigmoid(2z), or with HYLA_GELU_SIGMOID=0 aten's gelu."""
+    set_switch("HYLA_GELU_SIGMOID", switch)
+    graphs = []
+
+    def backend(graph_module, example_inputs):  # the graph dynamo traced, run as it is
+        graphs.append(graph_module)
+        return graph_module.forward
+
+    torch._dynamo.reset()
+    torch.compile(gelu_tanh, backend=backend, fullgraph=True)(torch.randn(5))
+    [graph] = graphs
+    called = {node.target for node in graph.graph.nodes if node.op == "call_function"}
+    assert traced in called and not_traced not in called, called
 
 
 @pytest.mark.parametrize("mixer", ["softmax", "linear", "hyla"])
@@ -50,3 +68,14 @@ def test_last_block_computes_only_the_read_out_positions(mixer, layers, length, 
     torch.testing.assert_close(
         torch.autograd.grad(pruned, x, grad)[0], torch.autograd.grad(full, x, grad)[0], rtol=1e-4, atol=1e-5
     )
+
+
+@pytest.mark.parametrize("switch, queries", [(None, 1), ("0", 16)])
+def test_query_pruning_switch_makes_the_last_block_compute_every_position(set_switch, switch, queries):
+    set_switch("HYLA_QUERY_PRUNING", switch)
+    cfg = ModelConfig(num_layers=2, dim=16, num_heads=2, qk_dim=8, v_dim=8, mlp_dim=16, seq_len=16, input_dim=5)
+    model = Transformer(cfg).eval()
+    seen = []
+    model.blocks[-1].attention.register_forward_hook(lambda module, args, out: seen.append(out.shape[1]))
+    assert model(torch.randn(3, 16, 5)).shape == (3, 1, 1)
+    assert seen == [queries]

@@ -2,6 +2,7 @@
 reference on outputs, latent codes and gradients (tests/helpers_ops.py: the cases, tolerances and
 the list of implementations); what `auto` picks; masks, extreme scores, dtypes and input errors."""
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -37,9 +38,7 @@ def spy_on_backends(monkeypatch, calls: list) -> None:
     """Make every backend of `auto` append its name to `calls` when it runs."""
 
     def spied(backend):
-        return dispatch.Backend(
-            backend.name, lambda *a, **kw: calls.append(backend.name) or backend.run(*a, **kw), backend.verify
-        )
+        return dataclasses.replace(backend, run=lambda *a, **kw: calls.append(backend.name) or backend.run(*a, **kw))
 
     monkeypatch.setattr(dispatch, "BACKENDS", [spied(backend) for backend in dispatch.BACKENDS])
 
@@ -139,7 +138,7 @@ def test_streamed_gradcheck(normalization):
 def test_auto_streams_hyla_above_the_threshold(monkeypatch, set_switch):
     calls = []
 
-    set_switch(cpp.DISABLE_ENV, "0")  # the C++ kernel, when built, comes before streaming
+    set_switch("HYLA_CPP_KERNEL", "0")  # the C++ kernel, when built, comes before streaming
     case = make_case(2, 9, 11, 3, 4, 5, dtype=torch.float32)
     q, k, v, bias, mask = case.q, case.k, case.v, case.bias, case.mask
     expected = attention(q, k, v, **axes_of("hyla"), bias=bias, mask=mask)
@@ -171,7 +170,7 @@ def test_auto_streams_hyla_above_the_threshold(monkeypatch, set_switch):
 def test_return_scores_never_changes_the_implementation(case, expected, monkeypatch, set_switch):
     """Analysis (return_scores=True) runs what training runs, so it sees the same numbers."""
     if case.get("no_cpp"):
-        set_switch(cpp.DISABLE_ENV, "0")
+        set_switch("HYLA_CPP_KERNEL", "0")
     elif expected == "cpp" and not cpp.available():
         pytest.skip("the C++ kernel did not build on this machine")
     if "threshold" in case:
@@ -199,7 +198,7 @@ def test_compiled_auto_takes_the_cpp_kernel_or_the_reference(
     reference (compiled), and the compiled result matches the eager reference."""
 
     if not cpp_kernel:
-        set_switch(cpp.DISABLE_ENV, "0")
+        set_switch("HYLA_CPP_KERNEL", "0")
     elif not cpp.available():
         pytest.skip("the C++ kernel did not build on this machine")
     case = make_case(3, 16, 16, 8, 2, 2, dtype=torch.float32, mask=None)
@@ -257,7 +256,7 @@ def test_compiled_hyla_uses_the_dropout_mask_it_draws_in_forward_and_backward(
     last few only (the model's last block). `auto` compiles the reference on the CPU (the C++
     kernel off) and runs naive_eager on CUDA, which keeps HYLA out of the graph: inductor's
     gradients of HYLA were wrong there at SRAVEN's sizes (benchmarks/repro_inductor_hyla_grad.py)."""
-    set_switch(cpp.DISABLE_ENV, "0")
+    set_switch("HYLA_CPP_KERNEL", "0")
     g = torch.Generator().manual_seed(0)
     B, T, H, D = 64, 36, 16, 4  # a SRAVEN batch of 64: inductor tiles by size
     q, grad = (torch.randn(B, q_len, H, D, generator=g, dtype=torch.float64) for _ in range(2))

@@ -8,14 +8,14 @@ import pytest
 import torch
 from helpers_ops import assert_all_close, assert_close, make_case, outputs_and_grads
 
-from hyla.ops import attention, attention_naive
-from hyla.ops.cache import default_cache_dir
+from hyla.ops import attention, attention_naive, dispatch
 from hyla.ops.dispatch import choose_implementation
 from hyla.ops.kernels import cpp
 from hyla.ops.kernels.common import implementations_ran, reset_implementations_ran
+from hyla.utils import switches
 
 pytestmark = pytest.mark.skipif(not cpp.available(), reason="the C++ kernel did not build on this machine")
-BUILT = default_cache_dir() / "kernels"  # where the line above built (or found) the library
+BUILT = switches().cache / "kernels"  # where the line above built (or found) the library
 
 
 def naive(q, k, v, **kwargs):
@@ -117,19 +117,22 @@ def test_compiled_matches_eager():
     assert_all_close(got, outputs_and_grads(cpp.hyla_cpp, case, normalization="rms_head"), what="compiled")
 
 
-def test_disabled_by_the_environment(monkeypatch, set_switch):
-    set_switch(cpp.DISABLE_ENV, "0")
-    cpp._warn_disabled.cache_clear()
+def test_turned_off_for_auto_by_its_switch(set_switch, caplog, monkeypatch):
+    """HYLA_CPP_KERNEL=0: `auto` takes the reference (and logs why, once); an explicit
+    implementation="cpp" still runs the kernel."""
+    set_switch("HYLA_CPP_KERNEL", "0")
+    monkeypatch.setattr(dispatch, "_LOGGED", set())  # what earlier tests logged
     q = torch.randn(2, 3, 4, 2)
-    with pytest.warns(UserWarning, match=f"turned off by {cpp.DISABLE_ENV}=0"):
-        assert not cpp.available()
-    with pytest.raises(RuntimeError, match=cpp.DISABLE_ENV):
-        cpp.hyla_cpp(q, q, q, normalization="rms_head")
     reset_implementations_ran()
-    out = attention(q, q, q, normalization="rms_head", value_network="mlp")
+    with caplog.at_level("INFO", logger="hyla.ops"):
+        out = attention(q, q, q, normalization="rms_head", value_network="mlp")
     assert implementations_ran() == ["naive"]  # auto takes the reference, with the same values
+    assert "cpp does not apply: turned off by HYLA_CPP_KERNEL=0" in caplog.text
     naive_out = attention(q, q, q, normalization="rms_head", value_network="mlp", implementation="naive")
     assert_close(out, naive_out, what="auto without the kernel")
+    explicit = attention(q, q, q, normalization="rms_head", value_network="mlp", implementation="cpp")
+    assert implementations_ran() == ["cpp", "naive"]
+    assert_close(explicit, naive_out, what="the kernel, asked for by name")
 
 
 def test_a_damaged_cached_library_is_rebuilt(fresh_build, monkeypatch):
@@ -184,9 +187,9 @@ def test_a_compiler_that_does_not_exist_warns(fresh_build, monkeypatch):
 
 
 @pytest.fixture
-def fresh_build(monkeypatch, tmp_path):
+def fresh_build(set_switch, tmp_path):
     """An empty kernel cache and a forgotten library, restored (and rebuilt from the real cache) after."""
-    monkeypatch.setenv("HYLA_CACHE", str(tmp_path))
+    set_switch("HYLA_CACHE", str(tmp_path))
     cpp._library.cache_clear()
     yield tmp_path
     cpp._library.cache_clear()

@@ -6,7 +6,7 @@ from dataclasses import asdict, fields
 import pytest
 import torch
 
-from hyla.tasks import TASKS, FuzzyLogic, build_task, task_from_config
+from hyla.tasks import FuzzyLogic, build_task, task_class, task_from_config
 from hyla.train.configs import ExperimentConfig, config_to_dict, task_names
 from hyla.train.presets import get_preset
 
@@ -14,7 +14,7 @@ from hyla.train.presets import get_preset
 @pytest.mark.parametrize("name", task_names())
 def test_every_setting_of_a_task_section_is_a_keyword_of_its_task_class(name):
     settings = {f.name for f in fields(getattr(ExperimentConfig(), name))}
-    keywords = set(inspect.signature(TASKS[name]).parameters) - {"seed", "device"}
+    keywords = set(inspect.signature(task_class(name)).parameters) - {"seed", "device"}
     assert settings == keywords
 
 

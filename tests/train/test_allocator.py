@@ -45,8 +45,8 @@ def test_freed_blocks_are_reused_without_page_faults():
 
 
 @glibc
-def test_turned_off_by_the_environment(monkeypatch):
-    monkeypatch.setenv("HYLA_MALLOC_TUNING", "0")
+def test_turned_off_by_the_environment(set_switch):
+    set_switch("HYLA_MALLOC_TUNING", "0")
     assert keep_freed_memory.__wrapped__() is False
 
 

@@ -5,6 +5,7 @@ from dataclasses import fields
 
 import pytest
 
+from hyla.cli.options import parse_train_args
 from hyla.train.configs import (
     ConfigError,
     ExperimentConfig,
@@ -15,7 +16,7 @@ from hyla.train.configs import (
     task_names,
     validate,
 )
-from hyla.train.presets import PRESETS, get_preset, parse_train_args
+from hyla.train.presets import PRESETS, get_preset
 
 
 def test_every_preset_is_valid():

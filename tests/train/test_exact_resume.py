@@ -204,9 +204,9 @@ def test_resume_warns_when_the_cpp_kernel_comes_or_goes(tmp_path, set_switch):
 
     if not cpp.available():
         pytest.skip("the C++ kernel did not build on this machine")
-    set_switch(cpp.DISABLE_ENV, "0")
+    set_switch("HYLA_CPP_KERNEL", "0")
     train(config(tmp_path, "run", stop_at=7))
-    set_switch(cpp.DISABLE_ENV, None)
+    set_switch("HYLA_CPP_KERNEL", None)
     with pytest.warns(RuntimeWarning, match="cpp_kernel True \\(was False\\).*not be bit-identical"):
         resume(tmp_path, "run")
 

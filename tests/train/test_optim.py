@@ -98,19 +98,17 @@ def test_adamw_settings():
     assert math.isclose(group["initial_lr"], 1e-3)
 
 
-@pytest.mark.parametrize(
-    "switch", [None, ("HYLA_ADAMW_KERNEL", "0"), ("HYLA_ADAMW_KERNEL", "1"), ("HYLA_PUBLIC_OPS", "1")], ids=str
-)
+@pytest.mark.parametrize("switch", [None, ("HYLA_ADAMW_KERNEL", "0"), ("HYLA_ADAMW_KERNEL", "1")], ids=str)
 def test_adamw_equals_torch_fused_adamw_bit_for_bit(monkeypatch, set_switch, tmp_path, switch):
     """hyla's AdamW against torch.optim.AdamW(fused=True): two parameter groups, small tensors
     (updated on one thread) and large ones, a step with a parameter left without gradient (torch's
-    path), a state_dict saved and loaded mid-way. HYLA_ADAMW_KERNEL=0 (or the deprecated
-    HYLA_PUBLIC_OPS=1) turns off hyla's own kernel call: every step is torch's."""
+    path), a state_dict saved and loaded mid-way. HYLA_ADAMW_KERNEL=0 turns off hyla's own kernel
+    call: every step is torch's."""
     kernel_calls = []
     monkeypatch.setattr(
         optim, "fused_adamw_step", lambda *a, **kw: kernel_calls.append(1) or fused_adamw_step(*a, **kw)
     )
-    switched_off = switch in (("HYLA_ADAMW_KERNEL", "0"), ("HYLA_PUBLIC_OPS", "1"))
+    switched_off = switch == ("HYLA_ADAMW_KERNEL", "0")
     if switch:
         set_switch(*switch)
     torch.manual_seed(0)

@@ -21,6 +21,7 @@ from test_exact_resume import (
     without_timing,
 )
 
+from hyla.cli.sweep import run_configs
 from hyla.experiments import records
 from hyla.experiments.launch import run_packed_sweep
 from hyla.experiments.result_tables import aggregate, find_runs
@@ -243,7 +244,7 @@ def test_sweep_packs_compatible_runs_and_two_processes_train_the_same(tmp_path, 
         grid=[{"model.mixer": ["softmax", "hyla"]}],
         results=str(tmp_path / "results"),
     )
-    codes = run_packed_sweep(spec, 2)
+    codes = run_packed_sweep(spec, run_configs(spec, spec.local_threads()), 2)
     assert codes == dict.fromkeys((run.name for run in spec.runs()), 0)
     packs = [line for line in capsys.readouterr().out.splitlines() if line.startswith("pack: ")]
     assert packs == [
@@ -254,12 +255,12 @@ def test_sweep_packs_compatible_runs_and_two_processes_train_the_same(tmp_path, 
     ]
     assert all(run_status(tmp_path / "runs" / name) == "completed" for name in codes)
     assert not list((tmp_path / "runs").glob("*.running"))
-    assert run_packed_sweep(spec, 2) == {}  # nothing left to run
+    assert run_packed_sweep(spec, run_configs(spec, spec.local_threads()), 2) == {}  # nothing left to run
     assert [path.name for path in records.find(tmp_path / "results")] == sorted(f"{n}.run.json" for n in codes)
 
     # the two full packs again, two processes at once
     parallel = replace(spec, out_dir=str(tmp_path / "parallel"), seeds=[0, 1], parallel=2, results=None)
-    parallel_codes = run_packed_sweep(parallel, 2)
+    parallel_codes = run_packed_sweep(parallel, run_configs(parallel, parallel.local_threads()), 2)
     assert parallel_codes == dict.fromkeys((run.name for run in parallel.runs()), 0) and len(parallel_codes) == 4
     assert "2 packs of at most 2, 2 at a time" in capsys.readouterr().out
     for name in parallel_codes:

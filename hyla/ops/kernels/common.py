@@ -3,9 +3,7 @@ input checks. Sharing them is what makes the latent codes of every implementatio
 
 from __future__ import annotations
 
-import functools
 import math
-import os
 import warnings
 
 import torch
@@ -109,13 +107,6 @@ def check_inputs(q, k, v, normalization, value_network, activation) -> None:
         )
     if not (q.is_floating_point() and k.is_floating_point() and v.is_floating_point()):
         raise TypeError("q, k and v must be floating point tensors")
-
-
-@functools.cache
-def environment_switch(name: str) -> str:
-    """The environment variable `name` (a fast path's switch: "0" turns it off), read once per
-    process; "" when unset. (Tests that set one call `environment_switch.cache_clear()`.)"""
-    return os.environ.get(name, "")
 
 
 @constant_under_compile  # recorded while tracing: a set the graph changed would fail a guard and recompile

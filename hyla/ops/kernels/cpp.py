@@ -19,10 +19,11 @@ What it gains in training steps/s is in the speed ledger, docs/speed.md.
 The kernel is compiled on first use with the system C++ compiler (`$CXX`, else `c++`) for this
 CPU (`-march=native`, OpenMP) and cached under `$HYLA_CACHE/kernels` by a key of the source, the
 compiler and the CPU, so a machine compiles it once. Without a working compiler, when the build
-fails or the cached library does not load (it is rebuilt once), or with HYLA_CPP_KERNEL=0, it is
-unavailable: hyla warns once with the reason and `attention(implementation="auto")` takes the
-PyTorch paths. A failed build is remembered beside the library (`hyla_cpu-<key>.failed`), so the
-processes of a sweep do not each retry it; delete that file to retry.
+fails or the cached library does not load (it is rebuilt once), it is unavailable: hyla warns
+once with the reason and `attention(implementation="auto")` takes the PyTorch paths, as it does
+with HYLA_CPP_KERNEL=0 (hyla.ops.dispatch: the switch keeps `auto` from taking the kernel). A
+failed build is remembered beside the library (`hyla_cpu-<key>.failed`), so the processes of a
+sweep do not each retry it; delete that file to retry.
 """
 
 from __future__ import annotations
@@ -41,13 +42,12 @@ from pathlib import Path
 
 import torch
 
-from hyla.ops.cache import default_cache_dir
-from hyla.ops.kernels.common import RMS_EPS, as_4d, environment_switch, per_pair, shared_by_heads
+from hyla.ops.kernels.common import RMS_EPS, as_4d, per_pair, shared_by_heads
 from hyla.ops.registration import register_operator
 from hyla.ops.torch_internals import constant_under_compile
+from hyla.utils import switches
 
 SOURCE = Path(__file__).with_name("hyla_cpu.cpp")
-DISABLE_ENV = "HYLA_CPP_KERNEL"
 # Tried in turn: the first set that compiles is used (OpenMP or -march=native may be missing).
 FLAG_SETS = (("-march=native", "-fopenmp"), ("-fopenmp",), ("-march=native",), ())
 BASE_FLAGS = ("-O3", "-fno-math-errno", "-std=c++17", "-shared", "-fPIC")  # (no errno: sqrt vectorizes)
@@ -153,7 +153,7 @@ def _library() -> ctypes.CDLL | None:
     key = _cache_key(compiler)
     if key is None:
         return None
-    target = default_cache_dir() / "kernels" / f"hyla_cpu-{key}.so"
+    target = switches().cache / "kernels" / f"hyla_cpu-{key}.so"
     failed = target.with_suffix(".failed")
     if failed.exists():
         _unavailable(f"an earlier build failed, {failed}: {failed.read_text().strip()}")
@@ -185,15 +185,7 @@ def _library() -> ctypes.CDLL | None:
 @constant_under_compile  # torch.compile calls it once while tracing (it may run the compiler)
 def available() -> bool:
     """Whether the kernel can run here (compiling it on the first call)."""
-    if environment_switch(DISABLE_ENV) == "0":
-        _warn_disabled()
-        return False
     return _library() is not None
-
-
-@functools.cache
-def _warn_disabled() -> None:
-    _unavailable(f"turned off by {DISABLE_ENV}=0")
 
 
 def covers(
@@ -256,7 +248,7 @@ def hyla_cpp(
             "mask and dropout mask shared by the heads"
         )
     if not available():
-        raise RuntimeError(f"the C++ HYLA kernel is not available here (see the warning; {DISABLE_ENV}=0 turns it off)")
+        raise RuntimeError("the C++ HYLA kernel is not available here (see the warning)")
     _, q_len, heads, qk_dim = q.shape
     k_len = k.shape[1]
     bias_t = None
