@@ -219,6 +219,54 @@ def plot_matrices(
     )
 
 
+def rule_codes_figure(panels: dict[str, dict], column_groups: list[str], title: str) -> Figure:
+    """Paper Fig. 5E, a row per split: the mean code of each rule (rules x code dimensions, the
+    dimensions grouped as `column_groups`, e.g. one group per layer) and the centered cosine
+    similarity of the rules' mean codes, the addition/subtraction cells outlined and the test of
+    their similarity (`measures.addition_subtraction`) in the panel's title.
+
+    panels: {split: a `measures.label_similarity` entry of SRAVEN with `addition_subtraction`}."""
+    fig = Figure(figsize=(12.0, 3.6 * len(panels)))
+    axes = fig.subplots(len(panels), 2, squeeze=False, width_ratios=[1.6, 1.0])
+    for (ax_codes, ax_similarity), (split, entry) in zip(axes, panels.items()):
+        names = [RULE_NAMES[r] for r in entry["labels"]]
+        means, similarity = np.array(entry["mean_codes"]), np.array(entry["centered_cosine"])  # [R, D], [R, R]
+        image = ax_codes.imshow(means, cmap="viridis", aspect="auto", interpolation="nearest")
+        fig.colorbar(image, ax=ax_codes, shrink=0.85, label="mean code")
+        width = means.shape[1] // len(column_groups)
+        for boundary in range(width, means.shape[1], width):
+            ax_codes.axvline(boundary - 0.5, color="white", lw=1.0)
+        ax_codes.set_xticks([width * (g + 0.5) - 0.5 for g in range(len(column_groups))], column_groups, fontsize=7)
+        ax_codes.set_yticks(range(len(names)), names, fontsize=7)
+        ax_codes.set(xlabel="code dimension", ylabel="rule")
+        ax_codes.set_title(f"{split}: mean code per rule", fontsize=9)
+        _similarity_panel(fig, ax_similarity, similarity, names, entry, split)
+    fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def _similarity_panel(fig: Figure, ax, similarity: np.ndarray, names: list[str], entry: dict, split: str) -> None:
+    """The rules' centered cosine matrix with its values, the (addition, subtraction) cells outlined."""
+    from matplotlib.patches import Rectangle
+
+    image = ax.imshow(similarity, cmap="RdBu_r", vmin=-1, vmax=1)
+    fig.colorbar(image, ax=ax, shrink=0.85, label="cosine similarity (centered)")
+    for (r, c), value in np.ndenumerate(similarity):
+        ax.text(c, r, f"{value:.2f}", ha="center", va="center", fontsize=6)
+    test = entry["addition_subtraction"]
+    a, s = (entry["labels"].index(rule) for rule in test["rules"])
+    for r, c in ((a, s), (s, a)):
+        ax.add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, ec="black", lw=2.0))
+    ax.set_xticks(range(len(names)), names, fontsize=7, rotation=90)
+    ax.set_yticks(range(len(names)), names, fontsize=7)
+    ax.set(xlabel="rule", ylabel="rule")
+    ax.set_title(
+        f"{split}: cos(add, sub) {test['centered_cosine']:.2f} (outlined), rank {test['rank_among_pairs']} "
+        f"of {test['num_pairs']} pairs, p = {test['p_value']:.3f}",
+        fontsize=8,
+    )
+
+
 def probe_layers_figure(
     layer_names: list[str],
     curves: dict[str, list[float]],
@@ -226,52 +274,61 @@ def probe_layers_figure(
     ylabel: str,
     title: str,
     floor: float | None = -1.0,
+    trivial: dict[str, float] | None = None,
 ) -> Figure:
-    """Probe score per code set (solid) with its chance level (dashed, same color).
+    """Probe score per code set (solid) with its chance level (dashed, same color: the probe fitted
+    on shuffled labels) and the score of each trivial answer (`trivial`: {label: score}, grey dotted
+    lines, e.g. always naming the most frequent rule).
 
     floor: the lowest score shown (R² is unbounded below; one R² of -8 would squash every other
     line): a score below it is drawn at the floor as a down-pointing marker with its value written
-    beside it. None: no floor."""
-    fig = Figure(figsize=(4.5, 3.2))
+    above (several at one code set: stacked), and the legend says so. None: no floor."""
+    fig = Figure(figsize=(6.6, 3.4))
     ax = fig.subplots()
     x = np.arange(len(layer_names))
-    clipped = False
+    stacked = np.zeros(len(x), dtype=int)  # [code sets]: clipped values written so far at each
     for k, (name, values) in enumerate(curves.items()):
         color = colormaps["tab10"](k)
-        clipped |= _clipped_line(ax, x, values, floor, dict(color=color, marker="o", ls="-", label=name))
+        _clipped_line(ax, x, values, floor, stacked, dict(color=color, marker="o", ls="-", label=name))
         if name in chance:
-            clipped |= _clipped_line(
-                ax, x, chance[name], floor, dict(color=color, marker="x", ls="--", alpha=0.6, label=f"{name} (chance)")
-            )
-    if clipped:
+            style = dict(color=color, marker="x", ls="--", alpha=0.6, label=f"{name}: chance (shuffled labels)")
+            _clipped_line(ax, x, chance[name], floor, stacked, style)
+    for k, (label, value) in enumerate((trivial or {}).items()):
+        ax.axhline(value, color="0.35", ls=(0, (1, 1 + 2 * k)), lw=1.2, label=label)
+    handles, labels = ax.get_legend_handles_labels()
+    if stacked.any():
         margin = 0.05 * (1.0 - floor)
         ax.set_ylim(floor - margin, max(ax.get_ylim()[1], 1.0 + margin))
+        handles.append(Line2D([], [], ls="", marker="v", ms=7, color="0.3"))
+        labels.append(f"below {floor:g}: clipped, drawn at {floor:g}, value written above")
     ax.set_xticks(x, layer_names)
     ax.set_xlabel("latent codes of")
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7, frameon=False)
+    ax.legend(handles, labels, fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     return fig
 
 
-def _clipped_line(ax, x: np.ndarray, values: list[float], floor: float | None, style: dict) -> bool:
-    """Draw one line with its values below `floor` at the floor, marked and annotated; whether any was."""
+def _clipped_line(ax, x: np.ndarray, values: list[float], floor: float | None, stacked: np.ndarray, style: dict):
+    """Draw one line with its values below `floor` at the floor, each marked and its value written
+    above the marker, one row higher per value already written at that x (`stacked`, updated)."""
     values = np.asarray(values, dtype=np.float64)
     below = np.flatnonzero(values < floor) if floor is not None else np.array([], dtype=int)
     shown = values if floor is None else np.where(values < floor, floor, values)
     ax.plot(x, shown, **style)
-    if len(below):
-        ax.plot(x[below], shown[below], ls="", marker="v", ms=8, color=style["color"], alpha=style.get("alpha", 1.0))
-        for i in below:
-            ax.annotate(
-                f"{values[i]:.2f}",
-                (x[i], floor),
-                xytext=(4, 4),
-                textcoords="offset points",
-                fontsize=7,
-                color=style["color"],
-            )
-    return bool(len(below))
+    for i in below:
+        ax.plot(x[i], floor, ls="", marker="v", ms=8, color=style["color"], alpha=style.get("alpha", 1.0))
+        ax.annotate(
+            f"{values[i]:.2f}",
+            (x[i], floor),
+            xytext=(0, 7 + 10 * stacked[i]),
+            textcoords="offset points",
+            ha="center",
+            fontsize=7,
+            color=style["color"],
+            bbox=dict(boxstyle="square,pad=0.1", fc="white", ec="none", alpha=0.85),
+        )
+        stacked[i] += 1
 
 
 def plot_probe_layers(
@@ -282,8 +339,9 @@ def plot_probe_layers(
     title: str,
     path: str | Path,
     floor: float | None = -1.0,
+    trivial: dict[str, float] | None = None,
 ) -> Path:
     """`probe_layers_figure` written to `path`."""
     return save_figure(
-        probe_layers_figure(layer_names, curves, chance, ylabel, title, floor), path, dpi=110, tight=True
+        probe_layers_figure(layer_names, curves, chance, ylabel, title, floor, trivial), path, dpi=110, tight=True
     )

@@ -25,10 +25,8 @@ import tyro
 from hyla.nn.feedforward import FEEDFORWARDS
 from hyla.nn.transformer import ModelConfig
 from hyla.ops.mixers import ACTIVATIONS, NAMED_MIXERS, NORMALIZATIONS, VALUE_NETWORKS, canonical_mixer_name
-
-
-class ConfigError(ValueError):
-    """An invalid configuration value; the message names the field and the valid choices."""
+from hyla.options import ConfigError, parse_options
+from hyla.options import check_positive as check_positive  # (re-exported: the commands import it from here)
 
 
 class TaskConfig:
@@ -356,32 +354,6 @@ def resolve_model(model: ModelConfig, task) -> ModelConfig:
 def _check(ok: bool, name: str, value, requirement: str) -> None:
     if not ok:
         raise ConfigError(f"{name}={value!r} {requirement}")
-
-
-def parse_options(kind, argv: list[str], prog: str, description: str | None = None, default=None):
-    """Options of a `hyla` subcommand: tyro builds typed options and --help from a dataclass (its
-    field docstrings are the help); an invalid option is a ConfigError of one line."""
-    import contextlib
-    import io
-
-    messages = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(messages):
-            kwargs = {} if default is None else {"default": default}
-            return tyro.cli(kind, args=argv, prog=prog, description=description, **kwargs)
-    except SystemExit as e:
-        if not e.code:
-            raise  # --help
-        lines = [line.strip(" │╭╮╰╯") for line in messages.getvalue().splitlines()]
-        lines = [line for line in lines if line.strip("─-") and not line.startswith("For full helptext")]
-        raise ConfigError(f"{' '.join(lines[1:])} (see {prog} --help)") from None  # lines[0]: the box's title
-
-
-def check_positive(**values: int | None) -> None:
-    """ConfigError unless every given value is None or >= 1 (for subcommand options)."""
-    for name, value in values.items():
-        if value is not None and value < 1:
-            raise ConfigError(f"--{name.replace('_', '-')}={value} must be >= 1")
 
 
 def _check_choice(name: str, value, choices) -> None:

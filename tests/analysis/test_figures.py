@@ -74,7 +74,7 @@ def test_constant_codes_get_the_constant_panel_in_similarity_heatmaps(tmp_path, 
     assert [t.get_text() for t in mean_panels[0].get_xticklabels()] == [f"h{h}" for h in range(6)]
     assert not _unlabeled(cosines) and not _unlabeled(means)
     assert "Constant codes on valid_fixed_query (no similarity matrix: it would show rounding noise): layer 0." in (
-        _mean_code_lines("valid_fixed_query", similarity, "fuzzy_logic")
+        _mean_code_lines("valid_fixed_query", similarity)
     )
 
 

@@ -188,7 +188,6 @@ def test_end_to_end_on_a_trained_checkpoint(tmp_path):
             str(run),
             "--samples",
             "256",
-            "--no-tsne",
             "--permutations",
             "100",
             "--split",
@@ -202,9 +201,7 @@ def test_end_to_end_on_a_trained_checkpoint(tmp_path):
     assert code == 0
     hook_lines = [json.loads(line) for line in (run / "analysis" / "analysis_hook.jsonl").read_text().splitlines()]
     assert [line["step"] for line in hook_lines] == [15, 30]  # the training loop's periodic hook
-    out_dir = (
-        run / "analysis" / "step30-samples256-no-tsne-permutations100-splits-valid_fixed_query+ood_fixed_query+valid"
-    )
+    out_dir = run / "analysis" / "step30-samples256-permutations100-splits-valid_fixed_query+ood_fixed_query+valid"
     results = json.loads((out_dir / "analysis.json").read_text())
     assert results["task"] == "fuzzy_logic" and results["splits"]["valid"]["num_samples"] == 256
     probe = results["probes"]["valid_fixed_query->ood_fixed_query"]["all layers"]
@@ -212,26 +209,24 @@ def test_end_to_end_on_a_trained_checkpoint(tmp_path):
     assert (out_dir / "report.md").exists() and (out_dir / "latents_valid.npz").exists()
     # other options: another folder, the first one untouched
     before = (out_dir / "analysis.json").read_bytes()
-    assert (
-        cli.main(["analyze", str(run), "--samples", "64", "--no-tsne", "--permutations", "20", "--split", "valid"]) == 0
-    )
-    assert (run / "analysis" / "step30-samples64-no-tsne-permutations20-splits-valid" / "report.md").exists()
+    assert cli.main(["analyze", str(run), "--samples", "64", "--permutations", "20", "--split", "valid"]) == 0
+    assert (run / "analysis" / "step30-samples64-permutations20-splits-valid" / "report.md").exists()
     assert (out_dir / "analysis.json").read_bytes() == before
 
 
 def test_analysis_folder_is_named_by_its_options_and_never_overwritten(tmp_path):
-    assert pipeline.output_name(30, {"num_samples": 4096, "device": "cpu", "tsne": True}) == "step30"
+    assert pipeline.output_name(30, {"num_samples": 2048, "device": "cpu", "tsne": False}) == "step30"
     assert pipeline.output_name(
         7,
         {
             "num_samples": 64,
-            "tsne": False,
+            "tsne": True,
             "seed": 1,
             "probe_feature": 2,
             "device": "cuda:0",
             "splits": ["valid", "ood"],
         },
-    ) == ("step7-samples64-no-tsne-seed1-feature2-device-cuda_0-splits-valid+ood")
+    ) == ("step7-samples64-tsne-seed1-feature2-device-cuda_0-splits-valid+ood")
     out_dir = tmp_path / "step30"
     pipeline.claim_output(out_dir, {"checkpoint_step": 30, "num_samples": 64, "splits": ["valid"]})
     pipeline.claim_output(out_dir, {"checkpoint_step": 30, "num_samples": 64, "splits": ["valid"]})  # same: fine
