@@ -30,7 +30,7 @@ PROBES = {
     ),
     "sraven": (None, "accuracy", {"chance": "chance_accuracy", "majority rule": "majority"}),
 }
-TOPOGRAPHIC, ADDITION_SUBTRACTION = "topographic similarity", "addition-subtraction similarity"
+TOPOGRAPHIC, ADDITION_SUBTRACTION = "topographic similarity", "addition-subtraction similarity (centered cosine)"
 NO_RELATION = "no relation (ρ = 0)"
 MEAN_OF_PAIRS = "mean of all rule pairs"
 
@@ -125,12 +125,23 @@ similar of the 28 pairs), "undefined" counting models whose codes do not vary on
 model*: each model's value by its training seed."""
 
 
+def in_order(summary: list[dict]) -> list[dict]:
+    """The rows by task, then in the order the analyses list their measures, splits and code sets
+    (layer 0, 1, ..., all layers), then by mixer."""
+    place: dict[tuple, int] = {}
+    for r in summary:
+        place.setdefault((r["task"], r["measure"], r["split"], r["code_set"]), len(place))
+    return sorted(
+        summary, key=lambda r: (r["task"], place[(r["task"], r["measure"], r["split"], r["code_set"])], r["mixer"])
+    )
+
+
 def table(summary: list[dict]) -> str:
     lines = [
         "| task | measure | split | code set | mixer | mean ± s.e. | baselines | passes | per model (seed: value) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for row in sorted(summary, key=lambda r: (r["task"], r["measure"], r["split"], r["code_set"], r["mixer"])):
+    for row in in_order(summary):
         cell = f"{row['mean']:.3f}" + ("" if row["se"] is None else f" ± {row['se']:.3f}")
         baselines = ", ".join(f"{name} {value:.3f}" for name, value in row["baselines"].items())
         models = ", ".join(
@@ -155,7 +166,7 @@ def figure(summary: list[dict]):
 
     from hyla.analysis.plots import series_colors
 
-    panels = sorted({(r["task"], r["measure"], r["split"]) for r in summary})
+    panels = list(dict.fromkeys((r["task"], r["measure"], r["split"]) for r in in_order(summary)))
     colors = series_colors(sorted({r["mixer"] for r in summary}))
     fig = Figure(figsize=(9, 2.7 * len(panels)))
     axes = fig.subplots(len(panels), 1, squeeze=False)

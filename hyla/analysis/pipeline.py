@@ -77,7 +77,7 @@ def draw_embeddings(split: str, data: dict, subset: np.ndarray, embeddings: dict
             "task": (
                 np.array([codes_of.get(t, -1) for t in task_ids]),
                 True,
-                {i: f"terms {t}" for t, i in codes_of.items()},
+                {i: f"terms {t}" for t, i in codes_of.items()} | {-1: "other tasks (less frequent)"},
             ),
         }
     paths = []
@@ -109,9 +109,10 @@ def draw_similarity(split: str, similarity: dict, kind: str, out_dir: Path) -> l
     means = {name: np.array(entry["mean_codes"]) for name, entry in similarity.items() if name != "all layers"}
     width = next(iter(means.values())).shape[1]
     if kind == SRAVEN:  # per layer: the codes towards panel (2,0), then towards (2,1), H heads each
-        columns, xlabel = [f"(2,{p}) h{h}" for p in range(2) for h in range(width // 2)], "key panel, head"
+        columns, groups = [f"h{h}" for _ in range(2) for h in range(width // 2)], 2
+        xlabel = "head: towards key panel (2,0) | towards (2,1)"
     else:
-        columns, xlabel = [f"h{h}" for h in range(width)], "head"
+        columns, groups, xlabel = [f"h{h}" for h in range(width)], 1, "head"
     return [
         figures.plot_matrices(
             cosines,
@@ -133,6 +134,7 @@ def draw_similarity(split: str, similarity: dict, kind: str, out_dir: Path) -> l
             ylabel=what,
             annotate=False,
             value_label="mean code",
+            groups=groups,
         ),
     ]
 

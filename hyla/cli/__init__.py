@@ -43,7 +43,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "analyze": (
         "hyla.cli.analyze:main",
         "latent-code analysis of a run (probes, embeddings, report): "
-        "hyla analyze RUN [--split S] [--samples N] [--no-tsne]",
+        "hyla analyze RUN [RUN ...] [--out DIR] [--split S] [--samples N] [--tsne]",
     ),
     "interventions": (
         "hyla.cli.interventions:main",

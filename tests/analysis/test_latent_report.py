@@ -2,7 +2,7 @@
 
 import pytest
 
-from hyla.analysis.latent_report import summarize, table
+from hyla.analysis.latent_report import ADDITION_SUBTRACTION, summarize, table
 
 
 def fuzzy_analysis(mixer: str, seed: int, spearman: float, p_value: float, f1: float) -> dict:
@@ -65,11 +65,7 @@ def sraven_analysis(seed: int, centered: float, p_value: float) -> dict:
 
 def test_addition_subtraction_passes_on_its_permutation_test_against_the_mean_of_all_pairs():
     [row] = summarize([sraven_analysis(0, 0.9, 1 / 28), sraven_analysis(1, 0.5, 3 / 28)])  # layer 0: undefined
-    assert (row["measure"], row["code_set"], row["passes"]) == (
-        "addition-subtraction similarity",
-        "all layers",
-        "1 of 2",
-    )
+    assert (row["measure"], row["code_set"], row["passes"]) == (ADDITION_SUBTRACTION, "all layers", "1 of 2")
     assert row["mean"] == pytest.approx(0.7) and row["baselines"] == pytest.approx({"mean of all rule pairs": -0.14})
 
 
