@@ -18,7 +18,8 @@ FUZZY_LOGIC_PROBE_COLUMNS = (
     ("term_f1_held_out", "mean_chance"),
     ("term_f1_held_out", "mean_always_positive"),
 )
-CODES_COLUMN = "*codes*: the latent codes probed, of one layer or of all layers side by side"
+CODES_COLUMN = "*codes*: the latent codes measured, of one layer or of all layers side by side"
+SPLIT_COLUMN = "*split*: the split whose codes are measured (see Splits)"
 SIGNIFICANCE = 0.05
 
 
@@ -88,6 +89,8 @@ def _split_lines(splits: dict) -> list[str]:
         ),
         "",
         columns(
+            "*split*: the task's split the sequences come from (valid: training tasks, ood: held-out tasks; "
+            "the suffixes name the input variants of docs/tasks.md)",
             "*samples*: the sequences whose codes were collected",
             "*metrics*: the model's own scores on them, mean over the sequences (the task's metrics: SRAVEN "
             "acc = the whole answer right, feature_acc = share of its features right; fuzzy logic r2 = "
@@ -186,6 +189,7 @@ def _topographic_lines(topographic: dict, kind: str) -> list[str]:
         ),
         "",
         columns(
+            SPLIT_COLUMN,
             CODES_COLUMN,
             "*Spearman*: the correlation above (0: no relation between task distance and code distance; "
             "1: the codes order the task pairs exactly as their distances do)",
@@ -229,6 +233,7 @@ def _addition_subtraction_lines(similarity: dict, figure_names: list[str]) -> li
         markdown_table(header, rows),
         "",
         columns(
+            SPLIT_COLUMN,
             CODES_COLUMN,
             "*cos(add, sub)*: cosine similarity of the mean codes of the rows whose rule is addition and of "
             "those whose rule is subtraction",

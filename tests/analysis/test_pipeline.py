@@ -74,6 +74,18 @@ def _check_outputs(out_dir, results):
     linked = re.findall(r"!\[[^]]*\]\(([^)]+)\)", report)
     assert linked and all((out_dir / name).exists() for name in linked)
     assert all((out_dir / name).exists() for name in results["figures"])
+    assert _unexplained_columns(report) == []
+
+
+def _unexplained_columns(report: str) -> list[str]:
+    """The header cells of the report's tables that the "Columns: ..." line after the table does not
+    name (as *name*)."""
+    lines, missing = report.splitlines(), []
+    for i, line in enumerate(lines):
+        if line.startswith("| ") and not lines[i - 1].startswith("|"):
+            explanation = next((later for later in lines[i:] if later.startswith("Columns: ")), "")
+            missing += [cell for cell in line.strip("| ").split(" | ") if f"*{cell}*" not in explanation]
+    return missing
 
 
 def test_fuzzy_logic_analysis_recovers_planted_terms(tmp_path):
@@ -130,6 +142,7 @@ def test_sraven_analysis_recovers_planted_rules_through_permutations(tmp_path):
     assert np.allclose(np.diag(similarity["cosine"]), 1.0)
     topographic = results["topographic_similarity"]["valid"]["layer 1"]
     assert topographic["spearman"] > 0.5 and topographic["p_value"] < 0.01
+    assert "addition_subtraction.png" in results["figures"]
     _check_outputs(tmp_path, results)
 
 
