@@ -303,3 +303,18 @@ def test_progress_stops_its_thread_and_is_silent_when_disabled(capsys):
         stage.counter("code sets", 2)()
         time.sleep(0.05)
     assert capsys.readouterr().err == ""
+
+
+def test_outside_a_terminal_each_item_done_prints_a_line_with_the_stage_eta(capsys):
+    with progress.Stages(True, every=3600) as stage:  # no heartbeat: every line below comes from an item
+        stage("probes")
+        tick = stage.counter("code sets", 3)
+        for _ in range(3):
+            time.sleep(0.01)
+            tick()
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "analyze: probes (0 s elapsed)"
+    assert lines[1:] == [
+        "analyze: code sets 1/3 (0 s elapsed, ETA 0 s)",
+        "analyze: code sets 2/3 (0 s elapsed, ETA 0 s)",
+    ]

@@ -58,3 +58,5 @@ def test_the_figure_outlines_addition_and_subtraction_and_titles_the_test():
     assert outlined == [(ADDITION, SUBTRACTION), (SUBTRACTION, ADDITION)]
     assert "rank 1 of 28 rule pairs, permutation p = 0.036" in matrix_ax.get_title()
     assert [t.get_text() for t in codes_ax.get_xticklabels()] == ["layer 0", "layer 1"]
+    assert all(ax.get_xlabel() and ax.get_ylabel() for ax in (codes_ax, matrix_ax))
+    assert all(ax.get_ylabel() for ax in fig.axes if ax.get_label() == "<colorbar>")
