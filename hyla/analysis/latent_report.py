@@ -9,8 +9,8 @@ Measures, from each model's `analysis.json` (hyla.analysis.pipeline):
   on held-out tasks (passes: above both its chance level and always answering "present"); SRAVEN,
   the rule's decoding accuracy (passes: above both its chance level and the majority rule);
 - SRAVEN, paper Fig. 5E: the centered cosine of addition's and subtraction's mean codes per split
-  and code set (passes: permutation p < 0.05 against the other rule pairs; baseline: the mean over
-  all rule pairs)."""
+  and code set (passes: permutation p < 0.05 against the other rule pairs, i.e. no other pair more
+  similar; baselines: the mean over all rule pairs and the most similar other pair)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ PROBES = {
 }
 TOPOGRAPHIC, ADDITION_SUBTRACTION = "topographic similarity", "addition-subtraction similarity (centered cosine)"
 NO_RELATION = "no relation (ρ = 0)"
-MEAN_OF_PAIRS = "mean of all rule pairs"
+MEAN_OF_PAIRS, MOST_SIMILAR = "mean of all rule pairs", "most similar other pair"
 
 
 def measurements(analysis: dict) -> list[dict]:
@@ -56,7 +56,11 @@ def measurements(analysis: dict) -> list[dict]:
             if analysis["task"] == "sraven":
                 test = entry.get("addition_subtraction")
                 value, passes = (test["centered_cosine"], test["p_value"] < SIGNIFICANCE) if test else (None, False)
-                levels = {MEAN_OF_PAIRS: test["mean_of_pairs"]} if test else {}
+                levels = (
+                    {MEAN_OF_PAIRS: test["mean_of_pairs"], MOST_SIMILAR: test["most_similar_other_pair"]}
+                    if test
+                    else {}
+                )
                 rows.append(_row(ADDITION_SUBTRACTION, split, code_set, value, passes, levels))
     return rows
 
@@ -118,7 +122,8 @@ training -> test splits; *code set*: the latent codes of one layer, or of all la
 *mixer*: the models' attention; *mean ± s.e.*: over the models (no s.e. for one model); *baselines*:
 what the measure is compared with, mean over the models (chance: the same probe fitted on shuffled
 labels; majority rule / always 'present': a trivial answer that ignores the codes; ρ = 0: no
-relation; mean of all rule pairs: the similarity of a random rule pair); *passes*: how many of the
+relation; mean of all rule pairs: the similarity of a random rule pair; most similar other pair: what
+addition-subtraction must reach to pass); *passes*: how many of the
 models pass the measure's test (topographic similarity: permutation p < 0.05; probe: above every
 baseline; addition-subtraction: permutation p < 0.05 against the other rule pairs, i.e. the most
 similar of the 28 pairs), "undefined" counting models whose codes do not vary on the split; *per

@@ -186,9 +186,11 @@ def addition_subtraction(present: np.ndarray, raw: np.ndarray, centered: np.ndar
     similarity of rule-free codes, about -1/(R-1), which any pair of a rule-coding model may beat.
     """
     a, s = index[ADDITION], index[SUBTRACTION]
-    upper = centered[np.triu_indices(len(present), k=1)]  # [R(R-1)/2]: every rule pair once
-    others = centered[a].copy()
-    others[a] = -np.inf
+    rows, cols = np.triu_indices(len(present), k=1)
+    upper = centered[rows, cols]  # [R(R-1)/2]: every rule pair once
+    others = upper[(rows != min(a, s)) | (cols != max(a, s))]
+    nearest = centered[a].copy()
+    nearest[a] = -np.inf
     observed = centered[a, s]
     return {
         "rules": [ADDITION, SUBTRACTION],
@@ -198,5 +200,6 @@ def addition_subtraction(present: np.ndarray, raw: np.ndarray, centered: np.ndar
         "num_pairs": int(len(upper)),
         "p_value": float(np.mean(upper >= observed - 1e-12)),
         "mean_of_pairs": float(upper.mean()),
-        "nearest_rule_to_addition": int(present[np.argmax(others)]),
+        "most_similar_other_pair": float(others.max()),
+        "nearest_rule_to_addition": int(present[np.argmax(nearest)]),
     }

@@ -210,6 +210,7 @@ def _addition_subtraction_lines(similarity: dict, figure_names: list[str]) -> li
             _f(a["cosine"]),
             _f(a["centered_cosine"]),
             _f(a["mean_of_pairs"]),
+            _f(a["most_similar_other_pair"]),
             f"{a['rank_among_pairs']} / {a['num_pairs']}",
             _f(a["p_value"]),
             RULE_NAMES[a["nearest_rule_to_addition"]],
@@ -220,7 +221,17 @@ def _addition_subtraction_lines(similarity: dict, figure_names: list[str]) -> li
     ]
     if not rows:
         return []
-    header = ["split", "codes", "cos(add, sub)", "centered", "mean of all pairs", "rank", "p-value", "nearest to add"]
+    header = [
+        "split",
+        "codes",
+        "cos(add, sub)",
+        "centered",
+        "mean of all pairs",
+        "most similar other pair",
+        "rank",
+        "p-value",
+        "nearest to add",
+    ]
     return [
         "",
         "## Do addition and subtraction share codes? (paper Fig. 5E)",
@@ -240,6 +251,7 @@ def _addition_subtraction_lines(similarity: dict, figure_names: list[str]) -> li
             "*centered*: the same after subtracting the mean over the 8 rules' mean codes (what every rule "
             "shares, which makes every raw cosine near 1)",
             "*mean of all pairs*: the centered cosine averaged over all 28 rule pairs",
+            "*most similar other pair*: the highest centered cosine of the 27 other pairs",
             "*rank*: the place of (addition, subtraction) among the 28 pairs, most similar first",
             "*p-value*: permutation test of the rule names (rank / 28): the share of rule pairs at least as "
             "similar; exact, no sampling",

@@ -51,7 +51,7 @@ def test_a_model_whose_codes_do_not_vary_counts_as_undefined():
 
 
 def sraven_analysis(seed: int, centered: float, p_value: float) -> dict:
-    test = {"centered_cosine": centered, "p_value": p_value, "mean_of_pairs": -0.14}
+    test = {"centered_cosine": centered, "p_value": p_value, "mean_of_pairs": -0.14, "most_similar_other_pair": 0.6}
     return {
         "task": "sraven",
         "run": {"task": "sraven", "mixer": "hyla", "seed": seed, "path": f"hyla_s{seed}"},
@@ -66,7 +66,9 @@ def sraven_analysis(seed: int, centered: float, p_value: float) -> dict:
 def test_addition_subtraction_passes_on_its_permutation_test_against_the_mean_of_all_pairs():
     [row] = summarize([sraven_analysis(0, 0.9, 1 / 28), sraven_analysis(1, 0.5, 3 / 28)])  # layer 0: undefined
     assert (row["measure"], row["code_set"], row["passes"]) == (ADDITION_SUBTRACTION, "all layers", "1 of 2")
-    assert row["mean"] == pytest.approx(0.7) and row["baselines"] == pytest.approx({"mean of all rule pairs": -0.14})
+    assert row["mean"] == pytest.approx(0.7) and row["baselines"] == pytest.approx(
+        {"mean of all rule pairs": -0.14, "most similar other pair": 0.6}
+    )
 
 
 def test_every_column_of_the_summary_is_explained_beside_it(tmp_path):

@@ -29,6 +29,7 @@ def test_shared_codes_are_the_most_similar_pair_with_the_smallest_p_value():
     test = label_similarity(sraven_codes(0, shared=True))["all layers"]["addition_subtraction"]
     assert test["centered_cosine"] > 0.9 and test["rank_among_pairs"] == 1 and test["num_pairs"] == 28
     assert test["p_value"] == pytest.approx(1 / 28) and test["mean_of_pairs"] < 0
+    assert test["most_similar_other_pair"] < test["centered_cosine"]
 
 
 def test_shuffled_rules_give_p_values_spread_over_the_null():
@@ -48,6 +49,8 @@ def test_p_value_is_the_exact_permutation_test_over_every_relabelling_of_the_rul
     relabelled = np.array([similarity[p[ADDITION], p[SUBTRACTION]] for p in itertools.permutations(range(RULES))])
     assert test["p_value"] == pytest.approx(np.mean(relabelled >= observed - 1e-12))
     assert test["p_value"] == pytest.approx(test["rank_among_pairs"] / 28)  # no ties among random codes
+    others = np.delete(relabelled, np.flatnonzero(np.isclose(relabelled, observed)))
+    assert test["most_similar_other_pair"] == pytest.approx(others.max())
 
 
 def test_the_figure_outlines_addition_and_subtraction_and_titles_the_test():
