@@ -36,7 +36,7 @@ def write_report(results: dict, path: str | Path) -> Path:
     """Write the report for the results dict of `hyla.analysis.analyze`."""
     kind = results["task"]
     lines = _intro_lines(kind, results.get("run") or {})
-    lines += _split_lines(results["splits"])
+    lines += _split_lines(results["splits"], kind)
     lines += _probe_lines(results["probes"], kind)
     lines += _topographic_lines(results["topographic_similarity"], kind)
     if kind == "sraven":
@@ -71,7 +71,7 @@ def _intro_lines(kind: str, run: dict) -> list[str]:
     ]
 
 
-def _split_lines(splits: dict) -> list[str]:
+def _split_lines(splits: dict, kind: str) -> list[str]:
     """The splits section: one table row per split, its number of samples and its metrics."""
     return [
         "## Splits",
@@ -92,9 +92,12 @@ def _split_lines(splits: dict) -> list[str]:
             "*split*: the task's split the sequences come from (valid: training tasks, ood: held-out tasks; "
             "the suffixes name the input variants of docs/tasks.md)",
             "*samples*: the sequences whose codes were collected",
-            "*metrics*: the model's own scores on them, mean over the sequences (the task's metrics: SRAVEN "
-            "acc = the whole answer right, feature_acc = share of its features right; fuzzy logic r2 = "
-            "1 − squared error / variance of the sequence's targets, mse = squared error)",
+            "*metrics*: the model's own scores on them, mean over the sequences ("
+            + (
+                "acc: the whole answer panel right, feature_acc: the share of its features right)"
+                if kind == "sraven"
+                else "r2: 1 − squared error / variance of the sequence's targets, mse: the squared error)"
+            ),
         ),
     ]
 
