@@ -49,7 +49,6 @@ class AnalyzeOptions:
     """SRAVEN: probe only this underlying feature (the paper: the last)"""
 
     def __post_init__(self):
-        check_models(self.runs, self.out)
         check_positive(
             samples=self.samples,
             batch_size=self.batch_size,
@@ -61,6 +60,7 @@ class AnalyzeOptions:
 def main(argv: list[str]) -> int:
     """`hyla analyze RUN [RUN ...] [--out DIR] [--split S ...] [--samples N] ...`"""
     args = parse_options(AnalyzeOptions, argv, "hyla analyze")
+    check_models(args.runs, args.out)  # here, not in tyro: its error box would wrap a long path
     labels = model_labels(args.runs)
     roots = [
         args.out / label if args.out else default_output(run, label, "analysis")

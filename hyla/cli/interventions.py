@@ -41,7 +41,6 @@ class InterventionsOptions:
     """cpu | cuda | cuda:N | auto"""
 
     def __post_init__(self):
-        check_models(self.runs, self.out)
         check_positive(tasks=self.tasks, samples=self.samples, batch_size=self.batch_size)
         if self.seed < 0:
             raise ConfigError(f"--seed={self.seed} must be >= 0")
@@ -52,6 +51,7 @@ def main(argv: list[str]) -> int:
     from hyla.train import load_run_at_step  # train depends on the model; analysis only needs it here
 
     args = parse_options(InterventionsOptions, argv, "hyla interventions")
+    check_models(args.runs, args.out)  # here, not in tyro: its error box would wrap a long path
     out = args.out or default_output(args.runs[0], model_labels(args.runs)[0], "interventions")
     print(f"interventions: {len(args.runs)} model(s), writing into {out}/", file=sys.stderr)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
