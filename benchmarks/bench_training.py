@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from hyla.cli.options import parse_overrides
+from hyla.cli.train_args import parse_overrides
 from hyla.train.configs import ConfigError, ExperimentConfig, build_task, resolve_model
 from hyla.train.distributed import DistContext
 from hyla.train.loop import build_model

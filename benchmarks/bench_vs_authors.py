@@ -294,7 +294,7 @@ def pack_worker(argv: list[str]) -> int:
     """--pack-worker N <hyla train options>: train N runs (seeds 0..N-1) of those options as one pack."""
     from dataclasses import replace
 
-    from hyla.cli.options import parse_train_args
+    from hyla.cli.train_args import parse_train_args
     from hyla.train import train_packed
 
     size, flags = int(argv[0]), argv[1:]

@@ -389,7 +389,7 @@ def stage_masks(args, out: Path, deadline: float) -> None:
 
 def paper_configs(args) -> dict[str, list]:
     """The runs of experiments/sweeps/table_a1_raven_gpu.yaml by mixer, graphed, continuing where they are."""
-    from hyla.cli.options import parse_train_args
+    from hyla.cli.train_args import parse_train_args
     from hyla.experiments.sweep import SweepSpec, train_args
 
     spec = SweepSpec.load(ROOT / "experiments" / "sweeps" / "table_a1_raven_gpu.yaml")

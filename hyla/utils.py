@@ -58,6 +58,11 @@ class Switches:
         return getattr(self, switch) is True
 
 
+class ConfigError(ValueError):
+    """An invalid configuration value or command option; the message names the field and the valid
+    choices (the `hyla` command prints it in one line)."""
+
+
 def env_name(switch: str) -> str:
     """The environment variable of a `Switches` field: "cpp_kernel" -> "HYLA_CPP_KERNEL"."""
     return PREFIX + switch.upper()

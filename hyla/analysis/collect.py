@@ -85,10 +85,17 @@ def sraven_codes(latents: list[torch.Tensor], perm: torch.Tensor, num_features: 
 
 @torch.no_grad()
 def collect_latents(
-    model: torch.nn.Module, task, split: str, num_samples: int = 4096, batch_size: int = 512, progress: bool = True
+    model: torch.nn.Module,
+    task,
+    split: str,
+    num_samples: int = 4096,
+    batch_size: int = 512,
+    progress: bool = True,
+    tick=None,
 ) -> dict[str, np.ndarray]:
     """Run `model` on `num_samples` sequences of `split` and return the codes with task
-    identities, targets, predictions and per-sample metrics (numpy).
+    identities, targets, predictions and per-sample metrics (numpy). `progress`: a tqdm bar;
+    `tick()`: called after each chunk of `batch_size` sequences.
 
     The sequences are ONE task batch (step 0), run through the model in chunks of `batch_size`:
     on `*_fixed_context` / `*_fixed_query` splits every sample then shares the same context /
@@ -120,6 +127,8 @@ def collect_latents(
                     fields[f"metric_{name}"] = value
             for name, value in fields.items():
                 parts.setdefault(name, []).append(value.detach().cpu().numpy())
+            if tick is not None:
+                tick()
     finally:
         model.train(was_training)
     data = {name: np.concatenate(values) for name, values in parts.items()}

@@ -61,6 +61,7 @@ def constant_panel(ax, title: str) -> None:
 
 
 AXIS_NAMES = {"pca": "PC", "tsne": "t-SNE"}
+OTHER_COLOR = (0.85, 0.85, 0.85, 1.0)  # points of no class drawn (-1): e.g. the less frequent tasks
 
 
 def embeddings_figure(
@@ -97,7 +98,7 @@ def embeddings_figure(
             else:
                 _scatter_values(ax, xy, color)
     if categorical and classes:
-        _class_legend(axes[0, -1], classes, cmap, category_names)
+        _class_legend(axes[0, -1], classes, cmap, category_names, other=bool(np.any(color < 0)))
     elif not categorical:
         mappable = ScalarMappable(Normalize(float(np.min(color)), float(np.max(color))), "viridis")
         fig.colorbar(mappable, ax=axes[:, -1].tolist(), shrink=0.8, label=color_label)
@@ -109,7 +110,7 @@ def _scatter_classes(ax, xy: np.ndarray, color: np.ndarray, classes: list, cmap)
     """Points colored by class (-1 and any value not in `classes`: grey), in one scatter in random
     order, so no class is drawn over all the others."""
     palette = {value: cmap(k % cmap.N) for k, value in enumerate(classes)}
-    point_colors = [palette.get(value, (0.85, 0.85, 0.85, 1.0)) for value in color]
+    point_colors = [palette.get(value, OTHER_COLOR) for value in color]
     order = np.random.default_rng(0).permutation(len(xy))
     ax.scatter(xy[order, 0], xy[order, 1], s=4, c=[point_colors[i] for i in order], lw=0)
 
@@ -128,20 +129,13 @@ def _scatter_values(ax, xy: np.ndarray, color: np.ndarray) -> None:
     )
 
 
-def _class_legend(ax, classes: list, cmap, category_names: dict | None) -> None:
-    """A legend right of `ax`: one marker per class, named by `category_names` (default: the value)."""
-    handles = [
-        Line2D(
-            [],
-            [],
-            ls="",
-            marker="o",
-            ms=5,
-            color=cmap(k % cmap.N),
-            label=(category_names or {}).get(int(value), str(value)),
-        )
-        for k, value in enumerate(classes)
-    ]
+def _class_legend(ax, classes: list, cmap, category_names: dict | None, other: bool = False) -> None:
+    """A legend right of `ax`: one marker per class, named by `category_names` (default: the value),
+    and with `other` a grey one for the points of no class drawn (named by category_names[-1])."""
+    names = category_names or {}
+    colors = [cmap(k % cmap.N) for k in range(len(classes))] + ([OTHER_COLOR] if other else [])
+    labels = [names.get(int(value), str(value)) for value in classes] + ([names.get(-1, "other")] if other else [])
+    handles = [Line2D([], [], ls="", marker="o", ms=5, color=c, label=label) for c, label in zip(colors, labels)]
     ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=7, frameon=False)
 
 
@@ -169,16 +163,22 @@ def matrices_figure(
     ylabel: str,
     annotate: bool = True,
     value_label: str = "value",
+    groups: int = 1,
 ) -> Figure:
-    """Heatmaps side by side, one per {panel title: matrix `[rows, cols]`}, with a diverging color
-    map centered at 0 (e.g. cosine similarity matrices per layer); a None matrix gets the
-    "constant codes" panel; small matrices get their values written in. Every column is labeled:
-    with many columns, the tick labels get smaller."""
+    """Heatmaps, one per {panel title: matrix `[rows, cols]`}, with a diverging color map centered at
+    0 (e.g. cosine similarity matrices per layer): side by side, or two per row when the matrices
+    are wide (more than 16 columns); a None matrix gets the "constant codes" panel; small matrices
+    get their values written in; `groups` > 1 splits the columns into that many equal groups, with
+    a line between them. Every column is labeled, and the layout keeps labels off each other."""
     drawn = {name: m for name, m in matrices.items() if m is not None}
     rows, cols = next(iter(drawn.values())).shape if drawn else (len(row_names), len(col_names))
-    panel_width, panel_height = max(3.0, 0.4 * min(cols, 24) + 1.5), max(2.8, 0.35 * rows + 1.2)
-    fig = Figure(figsize=(panel_width * len(matrices) + 1.0, panel_height))
-    axes = fig.subplots(1, len(matrices), squeeze=False)[0]
+    per_row = len(matrices) if cols <= 16 else min(2, len(matrices))
+    grid_rows = -(-len(matrices) // per_row)
+    panel_width, panel_height = max(3.0, 0.2 * cols + 1.2), max(2.8, 0.3 * rows + 1.4)
+    fig = Figure(figsize=(panel_width * per_row + 1.0, panel_height * grid_rows), layout="constrained")
+    axes = fig.subplots(grid_rows, per_row, squeeze=False).ravel()
+    for spare in axes[len(matrices) :]:
+        spare.remove()
     limit = max((float(np.nanmax(np.abs(m))) for m in drawn.values()), default=1.0) or 1.0
     image = None
     for ax, (name, matrix) in zip(axes, matrices.items()):
@@ -186,15 +186,18 @@ def matrices_figure(
         if matrix is None:
             constant_panel(ax, name)
             continue
-        image = ax.imshow(matrix, cmap="RdBu_r", vmin=-limit, vmax=limit, aspect="auto")
+        image = ax.imshow(matrix, cmap="RdBu_r", vmin=-limit, vmax=limit, aspect="auto", interpolation="nearest")
         ax.set_yticks(range(len(row_names)), row_names, fontsize=7)
-        ax.set_xticks(range(len(col_names)), col_names, fontsize=7 if len(col_names) <= 24 else 5, rotation=90)
+        ax.set_xticks(range(len(col_names)), col_names, fontsize=7 if len(col_names) <= 16 else 6, rotation=90)
+        for boundary in range(cols // groups, cols, cols // groups) if groups > 1 else ():
+            ax.axvline(boundary - 0.5, color="black", lw=1.0)
         if annotate and max(matrix.shape) <= 10:
             for (r, c), value in np.ndenumerate(matrix):
-                ax.text(c, r, f"{value:.2f}", ha="center", va="center", fontsize=6)
+                color = "white" if abs(value) > 0.6 * limit else "black"
+                ax.text(c, r, f"{value:.2f}", ha="center", va="center", fontsize=6, color=color)
         ax.set_title(name, fontsize=9)
     if image is not None:
-        fig.colorbar(image, ax=axes.tolist(), shrink=0.8, label=value_label)
+        fig.colorbar(image, ax=axes[: len(matrices)].tolist(), shrink=0.8, label=value_label)
     fig.suptitle(title, fontsize=10)
     return fig
 
@@ -209,13 +212,67 @@ def plot_matrices(
     ylabel: str,
     annotate: bool = True,
     value_label: str = "value",
+    groups: int = 1,
 ) -> Path:
     """`matrices_figure` written to `path`."""
     return save_figure(
-        matrices_figure(matrices, row_names, col_names, title, xlabel, ylabel, annotate, value_label),
+        matrices_figure(matrices, row_names, col_names, title, xlabel, ylabel, annotate, value_label, groups),
         path,
         dpi=110,
         tight=True,
+    )
+
+
+def rule_codes_figure(panels: dict[str, dict], column_groups: list[str], title: str) -> Figure:
+    """Paper Fig. 5E, a row per split: the mean code of each rule minus the mean over the rules (rules
+    x code dimensions, the dimensions grouped as `column_groups`, e.g. one group per layer), and the
+    cosine similarity of those centered mean codes, the addition/subtraction cells outlined and the
+    test of their similarity (`measures.addition_subtraction`) in the panel's title.
+
+    panels: {split: a `measures.label_similarity` entry of SRAVEN with `addition_subtraction`}."""
+    fig = Figure(figsize=(12.0, 3.9 * len(panels)), layout="constrained")
+    axes = fig.subplots(len(panels), 2, squeeze=False, width_ratios=[1.6, 1.0])
+    for (ax_codes, ax_similarity), (split, entry) in zip(axes, panels.items()):
+        names = [RULE_NAMES[r] for r in entry["labels"]]
+        means = np.array(entry["mean_codes"])  # [R, D]
+        centered = means - means.mean(0, keepdims=True)
+        limit = float(np.abs(centered).max()) or 1.0
+        image = ax_codes.imshow(
+            centered, cmap="RdBu_r", vmin=-limit, vmax=limit, aspect="auto", interpolation="nearest"
+        )
+        fig.colorbar(image, ax=ax_codes, shrink=0.85, label="mean code − mean over rules")
+        width = means.shape[1] // len(column_groups)
+        for boundary in range(width, means.shape[1], width):
+            ax_codes.axvline(boundary - 0.5, color="black", lw=0.8)
+        ax_codes.set_xticks([width * (g + 0.5) - 0.5 for g in range(len(column_groups))], column_groups, fontsize=7)
+        ax_codes.set_yticks(range(len(names)), names, fontsize=7)
+        ax_codes.set(xlabel="code dimension", ylabel="rule")
+        ax_codes.set_title(f"{split}: mean code per rule, centered (what the similarity compares)", fontsize=9)
+        _similarity_panel(fig, ax_similarity, np.array(entry["centered_cosine"]), names, entry, split)
+    fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def _similarity_panel(fig: Figure, ax, similarity: np.ndarray, names: list[str], entry: dict, split: str) -> None:
+    """The rules' centered cosine matrix with its values, the (addition, subtraction) cells outlined."""
+    from matplotlib.patches import Rectangle
+
+    image = ax.imshow(similarity, cmap="RdBu_r", vmin=-1, vmax=1)
+    fig.colorbar(image, ax=ax, shrink=0.85, label="cosine similarity (centered)")
+    for (r, c), value in np.ndenumerate(similarity):
+        color = "white" if abs(value) > 0.6 else "black"
+        ax.text(c, r, f"{value:.2f}", ha="center", va="center", fontsize=6, color=color)
+    test = entry["addition_subtraction"]
+    a, s = (entry["labels"].index(rule) for rule in test["rules"])
+    for r, c in ((a, s), (s, a)):
+        ax.add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, ec="gold", lw=2.5))
+    ax.set_xticks(range(len(names)), names, fontsize=7, rotation=90)
+    ax.set_yticks(range(len(names)), names, fontsize=7)
+    ax.set(xlabel="rule", ylabel="rule")
+    ax.set_title(
+        f"{split}: cos(add, sub) = {test['centered_cosine']:.2f} (outlined),\n"
+        f"rank {test['rank_among_pairs']} of {test['num_pairs']} rule pairs, permutation p = {test['p_value']:.3f}",
+        fontsize=8,
     )
 
 
@@ -226,52 +283,64 @@ def probe_layers_figure(
     ylabel: str,
     title: str,
     floor: float | None = -1.0,
+    trivial: dict[str, float] | None = None,
 ) -> Figure:
-    """Probe score per code set (solid) with its chance level (dashed, same color).
+    """Probe score per code set (solid) with its chance level (dashed, same color: the probe fitted
+    on shuffled labels) and the score of each trivial answer (`trivial`: {label: score}, grey dotted
+    lines, e.g. always naming the most frequent rule).
 
     floor: the lowest score shown (R² is unbounded below; one R² of -8 would squash every other
     line): a score below it is drawn at the floor as a down-pointing marker with its value written
-    beside it. None: no floor."""
-    fig = Figure(figsize=(4.5, 3.2))
+    above (several at one code set: stacked), and the legend says so. None: no floor."""
+    fig = Figure(figsize=(6.6, 3.4))
     ax = fig.subplots()
     x = np.arange(len(layer_names))
-    clipped = False
+    stacked = np.zeros(len(x), dtype=int)  # [code sets]: clipped values written so far at each
     for k, (name, values) in enumerate(curves.items()):
         color = colormaps["tab10"](k)
-        clipped |= _clipped_line(ax, x, values, floor, dict(color=color, marker="o", ls="-", label=name))
+        _clipped_line(ax, x, values, floor, stacked, dict(color=color, marker="o", ls="-", label=name))
         if name in chance:
-            clipped |= _clipped_line(
-                ax, x, chance[name], floor, dict(color=color, marker="x", ls="--", alpha=0.6, label=f"{name} (chance)")
-            )
-    if clipped:
+            style = dict(color=color, marker="x", ls="--", alpha=0.6, label=f"{name}: chance (shuffled labels)")
+            _clipped_line(ax, x, chance[name], floor, stacked, style, "chance ")
+    for k, (label, value) in enumerate((trivial or {}).items()):
+        ax.axhline(value, color="0.35", ls=(0, (1, 1 + 2 * k)), lw=1.2, label=label)
+    handles, labels = ax.get_legend_handles_labels()
+    if stacked.any():
         margin = 0.05 * (1.0 - floor)
         ax.set_ylim(floor - margin, max(ax.get_ylim()[1], 1.0 + margin))
+        handles.append(Line2D([], [], ls="", marker="v", ms=7, color="0.3"))
+        labels.append(f"below {floor:g}: clipped, drawn at {floor:g}, value written above")
     ax.set_xticks(x, layer_names)
     ax.set_xlabel("latent codes of")
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7, frameon=False)
+    ax.legend(handles, labels, fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     return fig
 
 
-def _clipped_line(ax, x: np.ndarray, values: list[float], floor: float | None, style: dict) -> bool:
-    """Draw one line with its values below `floor` at the floor, marked and annotated; whether any was."""
+def _clipped_line(
+    ax, x: np.ndarray, values: list[float], floor: float | None, stacked: np.ndarray, style: dict, prefix: str = ""
+) -> None:
+    """Draw one line with its values below `floor` at the floor, each marked and its value written
+    (after `prefix`) above the marker, one row higher per value already written at that x (`stacked`,
+    updated)."""
     values = np.asarray(values, dtype=np.float64)
     below = np.flatnonzero(values < floor) if floor is not None else np.array([], dtype=int)
     shown = values if floor is None else np.where(values < floor, floor, values)
     ax.plot(x, shown, **style)
-    if len(below):
-        ax.plot(x[below], shown[below], ls="", marker="v", ms=8, color=style["color"], alpha=style.get("alpha", 1.0))
-        for i in below:
-            ax.annotate(
-                f"{values[i]:.2f}",
-                (x[i], floor),
-                xytext=(4, 4),
-                textcoords="offset points",
-                fontsize=7,
-                color=style["color"],
-            )
-    return bool(len(below))
+    for i in below:
+        ax.plot(x[i], floor, ls="", marker="v", ms=8, color=style["color"], alpha=style.get("alpha", 1.0))
+        ax.annotate(
+            f"{prefix}{values[i]:.2f}",
+            (x[i], floor),
+            xytext=(0, 7 + 10 * stacked[i]),
+            textcoords="offset points",
+            ha="center",
+            fontsize=7,
+            color=style["color"],
+            bbox=dict(boxstyle="square,pad=0.1", fc="white", ec="none", alpha=0.85),
+        )
+        stacked[i] += 1
 
 
 def plot_probe_layers(
@@ -282,8 +351,9 @@ def plot_probe_layers(
     title: str,
     path: str | Path,
     floor: float | None = -1.0,
+    trivial: dict[str, float] | None = None,
 ) -> Path:
     """`probe_layers_figure` written to `path`."""
     return save_figure(
-        probe_layers_figure(layer_names, curves, chance, ylabel, title, floor), path, dpi=110, tight=True
+        probe_layers_figure(layer_names, curves, chance, ylabel, title, floor, trivial), path, dpi=110, tight=True
     )

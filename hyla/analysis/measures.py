@@ -149,8 +149,8 @@ def label_similarity(data: dict) -> dict:
     """Per code set: mean code per rule (SRAVEN) / per term (fuzzy logic) and the cosine
     similarity matrices, raw and centered, and whether the codes are constant (then the cosines
     are those of rounding noise: figures show no matrix). SRAVEN also gets the addition-vs-
-    subtraction claim (paper Fig. 5E): their centered cosine and the rank of that pair among all
-    rule pairs (not for constant codes)."""
+    subtraction claim (paper Fig. 5E): their centered cosine, the rank of that pair among all rule
+    pairs and its permutation p-value (`addition_subtraction`; not for constant codes)."""
     kind = str(data["task"])
     labels = per_feature(data["rules"]) if kind == SRAVEN else term_membership(data)
     results = {}
@@ -173,14 +173,33 @@ def label_similarity(data: dict) -> dict:
 
 
 def addition_subtraction(present: np.ndarray, raw: np.ndarray, centered: np.ndarray, index: dict) -> dict:
+    """Paper Fig. 5E, "addition and subtraction share similar codes": the centered cosine of their
+    mean codes, its rank among all rule pairs, and a permutation test of it against the other pairs.
+
+    The test permutes the rule names: under H0 the names "addition" and "subtraction" are as good as
+    any other two, so a random relabelling of the R rules (all R! equally likely) sends the pair to
+    each of the R(R-1)/2 unordered pairs with the same probability. Its null distribution is thus
+    exactly the similarities of all pairs (no sampling, no seed), and the one-sided p-value is the
+    share of pairs at least as similar as (addition, subtraction): rank / pairs, 1/28 at best for 8
+    rules (one similarity matrix cannot say more). Shuffling rule labels across samples would test
+    instead whether the codes carry the rule at all (the probes do): its null sits at the
+    similarity of rule-free codes, about -1/(R-1), which any pair of a rule-coding model may beat.
+    """
     a, s = index[ADDITION], index[SUBTRACTION]
-    upper = centered[np.triu_indices(len(present), k=1)]
-    others = centered[a].copy()
-    others[a] = -np.inf
+    rows, cols = np.triu_indices(len(present), k=1)
+    upper = centered[rows, cols]  # [R(R-1)/2]: every rule pair once
+    others = upper[(rows != min(a, s)) | (cols != max(a, s))]
+    nearest = centered[a].copy()
+    nearest[a] = -np.inf
+    observed = centered[a, s]
     return {
+        "rules": [ADDITION, SUBTRACTION],
         "cosine": float(raw[a, s]),
-        "centered_cosine": float(centered[a, s]),
-        "rank_among_pairs": int(1 + np.sum(upper > centered[a, s])),
+        "centered_cosine": float(observed),
+        "rank_among_pairs": int(1 + np.sum(upper > observed)),
         "num_pairs": int(len(upper)),
-        "nearest_rule_to_addition": int(present[np.argmax(others)]),
+        "p_value": float(np.mean(upper >= observed - 1e-12)),
+        "mean_of_pairs": float(upper.mean()),
+        "most_similar_other_pair": float(others.max()),
+        "nearest_rule_to_addition": int(present[np.argmax(nearest)]),
     }

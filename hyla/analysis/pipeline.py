@@ -15,6 +15,8 @@ from __future__ import annotations
 import inspect
 import json
 import re
+import sys
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -43,10 +45,9 @@ DEFAULT_SPLITS = {
 
 
 # ----------------------------------------------------------------------------- figures
-def draw_embeddings(
-    split: str, data: dict, out_dir: Path, tsne: bool, plot_samples: int, seed: int, tick=no_tick
-) -> list[Path]:
-    kind = str(data["task"])
+def embed_split(data: dict, tsne: bool, plot_samples: int, seed: int, tick=no_tick) -> tuple[np.ndarray, dict]:
+    """The rows drawn (a seeded subset of `plot_samples`) and their 2-D embeddings per (method,
+    code set); `tick()` after each embedding."""
     sets = code_sets(data)
     rows = len(next(iter(sets.values())))
     subset = np.sort(random_stream(seed, "plot subset").permutation(rows)[:plot_samples])
@@ -55,6 +56,12 @@ def draw_embeddings(
         for name, codes in sets.items():
             embeddings[(method, name)] = figures.embed(codes[subset], method, seed)
             tick()
+    return subset, embeddings
+
+
+def draw_embeddings(split: str, data: dict, subset: np.ndarray, embeddings: dict, out_dir: Path) -> list[Path]:
+    """The embeddings of `embed_split`, colored by rule and target (SRAVEN) or target and task."""
+    kind = str(data["task"])
     if kind == SRAVEN:
         colorings = {
             "rule": (per_feature(data["rules"])[subset], True, dict(enumerate(figures.RULE_NAMES))),
@@ -69,7 +76,7 @@ def draw_embeddings(
             "task": (
                 np.array([codes_of.get(t, -1) for t in task_ids]),
                 True,
-                {i: f"terms {t}" for t, i in codes_of.items()},
+                {i: f"terms {t}" for t, i in codes_of.items()} | {-1: "other tasks (less frequent)"},
             ),
         }
     paths = []
@@ -101,9 +108,10 @@ def draw_similarity(split: str, similarity: dict, kind: str, out_dir: Path) -> l
     means = {name: np.array(entry["mean_codes"]) for name, entry in similarity.items() if name != "all layers"}
     width = next(iter(means.values())).shape[1]
     if kind == SRAVEN:  # per layer: the codes towards panel (2,0), then towards (2,1), H heads each
-        columns, xlabel = [f"(2,{p}) h{h}" for p in range(2) for h in range(width // 2)], "key panel, head"
+        columns, groups = [f"h{h}" for _ in range(2) for h in range(width // 2)], 2
+        xlabel = "head: towards key panel (2,0) | towards (2,1)"
     else:
-        columns, xlabel = [f"h{h}" for h in range(width)], "head"
+        columns, groups, xlabel = [f"h{h}" for h in range(width)], 1, "head"
     return [
         figures.plot_matrices(
             cosines,
@@ -125,6 +133,7 @@ def draw_similarity(split: str, similarity: dict, kind: str, out_dir: Path) -> l
             ylabel=what,
             annotate=False,
             value_label="mean code",
+            groups=groups,
         ),
     ]
 
@@ -136,6 +145,7 @@ def draw_probes(probes: dict, kind: str, out_dir: Path) -> list[Path]:
         if kind == SRAVEN:
             curves = {"rule accuracy": [per_set[n]["accuracy"] for n in names]}
             chance = {"rule accuracy": [per_set[n]["chance_accuracy"] for n in names]}
+            trivial = {"always the training set's most frequent rule": per_set[names[0]]["majority"]}
             ylabel = "accuracy (held-out tasks)"
         else:
             curves = {
@@ -148,13 +158,27 @@ def draw_probes(probes: dict, kind: str, out_dir: Path) -> list[Path]:
                 "ridge R² (held out)": [per_set[n]["ridge_term_bits_held_out"]["chance"] for n in names],
                 "term F1 (held out)": [per_set[n]["term_f1_held_out"]["mean_chance"] for n in names],
             }
+            trivial = {
+                "R² 0: predicting the mean": 0.0,
+                "F1 of always answering 'present'": per_set[names[0]]["term_f1_held_out"]["mean_always_positive"],
+            }
             ylabel = "probe score"
-        paths.append(
-            figures.plot_probe_layers(
-                names, curves, chance, ylabel, f"probes {pair}", out_dir / f"probes_{pair.replace('->', '_to_')}.png"
-            )
-        )
+        path = out_dir / f"probes_{pair.replace('->', '_to_')}.png"
+        paths.append(figures.plot_probe_layers(names, curves, chance, ylabel, f"probes {pair}", path, trivial=trivial))
     return paths
+
+
+def draw_addition_subtraction(similarity: dict, mixer: str, out_dir: Path) -> list[Path]:
+    """SRAVEN, paper Fig. 5E: the mean code per rule and the rules' similarity matrix of the codes of
+    all layers, a row per split, with the addition-vs-subtraction test (none when no split has it)."""
+    panels = {split: per_set["all layers"] for split, per_set in similarity.items()}
+    panels = {split: entry for split, entry in panels.items() if entry.get("addition_subtraction")}
+    if not panels:
+        return []
+    layers = len([name for name in next(iter(similarity.values())) if name != "all layers"])
+    title = f"{mixer + ': ' if mixer else ''}do addition and subtraction share codes? (paper Fig. 5E; all layers)"
+    fig = figures.rule_codes_figure(panels, [f"layer {layer}" for layer in range(layers)], title)
+    return [figures.save_figure(fig, out_dir / "addition_subtraction.png", dpi=100, tight=True)]
 
 
 # ----------------------------------------------------------------------------- entry points
@@ -182,9 +206,9 @@ def analyze(
     task,
     out_dir: str | Path,
     splits=None,
-    num_samples: int = 4096,
+    num_samples: int = 2048,
     batch_size: int = 512,
-    tsne: bool = True,
+    tsne: bool = False,
     plot_samples: int = 1500,
     num_permutations: int = 1000,
     seed: int = 0,
@@ -196,9 +220,11 @@ def analyze(
     """Everything relevant to the task; writes figures, `latents_<split>.npz`, `analysis.json`
     and `report.md` into `out_dir` and returns the results dict (the content of analysis.json).
 
-    num_samples: sequences per split; plot_samples: points per embedding plot (rows: samples,
-    or (sample, feature) pairs for SRAVEN); num_permutations: size of the topographic
-    permutation test; probe_feature: see `run_probes`; metadata: stored under "run"."""
+    num_samples: sequences per split; tsne: t-SNE embeddings besides PCA (minutes per model on a
+    CPU, the rest of the analysis well under one); plot_samples: points per embedding plot (rows:
+    samples, or (sample, feature) pairs for SRAVEN); num_permutations: size of the topographic
+    permutation test; probe_feature: see `run_probes`; metadata: stored under "run" (its "mixer"
+    titles the figure of paper Fig. 5E)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     kind = task_kind(task)
@@ -207,13 +233,17 @@ def analyze(
         splits = resolve_splits(task, splits)
         for i, split in enumerate(splits):
             stage(f"latent codes of {split} ({num_samples} sequences, split {i + 1}/{len(splits)})")
-            data[split] = collect_latents(model, task, split, num_samples, batch_size, stage.bars)
+            tick = stage.counter(f"latent codes of {split}, batches", -(-num_samples // batch_size))
+            data[split] = collect_latents(model, task, split, num_samples, batch_size, progress=False, tick=tick)
             if save_codes:
                 save_latents(out_dir / f"latents_{split}.npz", data[split])
         with threadpool_limits(limits=1):  # small sklearn problems: threads only oversubscribe the CPU
-            results = _analyze_codes(
-                data, kind, out_dir, tsne, plot_samples, num_permutations, seed, probe_feature, stage
-            )
+            results = _measure(data, kind, num_permutations, seed, probe_feature, stage)
+            stage(f"embeddings ({'PCA and t-SNE' if tsne else 'PCA'})")
+            tick = stage.counter("embeddings", len(data) * len(code_sets(data[splits[0]])) * (2 if tsne else 1))
+            embedded = {split: embed_split(d, tsne, plot_samples, seed, tick) for split, d in data.items()}
+        mixer = (metadata or {}).get("mixer", "")
+        results["figures"] = [path.name for path in _draw(results, data, embedded, mixer, out_dir, stage)]
         stage("report")
         results["num_samples"], results["run"] = num_samples, metadata or {}
         write_json(out_dir / "analysis.json", results, indent=1)
@@ -221,17 +251,8 @@ def analyze(
     return results
 
 
-def _analyze_codes(
-    data: dict,
-    kind: str,
-    out_dir: Path,
-    tsne: bool,
-    plot_samples: int,
-    num_permutations: int,
-    seed: int,
-    probe_feature: int | None,
-    stage: Stages,
-) -> dict:
+def _measure(data: dict, kind: str, num_permutations: int, seed: int, probe_feature: int | None, stage) -> dict:
+    """Probes, topographic similarity and the similarity of the mean codes per label."""
     results = {"task": kind, "seed": seed, "splits": {split: split_summary(d) for split, d in data.items()}}
     num_sets = len(code_sets(next(iter(data.values()))))
     stage("probes")
@@ -243,14 +264,26 @@ def _analyze_codes(
         split: topographic(d, num_permutations, seed, tick) for split, d in data.items()
     }
     results["label_similarity"] = {split: label_similarity(d) for split, d in data.items()}
-    stage(f"figures ({'PCA and t-SNE' if tsne else 'PCA'} embeddings)")
-    tick = stage.counter("embeddings", len(data) * num_sets * (2 if tsne else 1))
-    paths = draw_probes(results["probes"], kind, out_dir)
-    for split, d in data.items():
-        paths += draw_embeddings(split, d, out_dir, tsne, plot_samples, seed, tick)
-        paths += draw_similarity(split, results["label_similarity"][split], kind, out_dir)
-    results["figures"] = [p.name for p in paths]
     return results
+
+
+def _draw(results: dict, data: dict, embedded: dict, mixer: str, out_dir: Path, stage) -> list[Path]:
+    """Every figure, counted as a stage: the probes, per split the embeddings and the mean codes,
+    SRAVEN's addition vs subtraction."""
+    kind, similarity = results["task"], results["label_similarity"]
+    drawings = [partial(draw_probes, results["probes"], kind, out_dir)]
+    for split, d in data.items():
+        drawings.append(partial(draw_embeddings, split, d, *embedded[split], out_dir))
+        drawings.append(partial(draw_similarity, split, similarity[split], kind, out_dir))
+    if kind == SRAVEN:
+        drawings.append(partial(draw_addition_subtraction, similarity, mixer, out_dir))
+    stage("figures")
+    tick = stage.counter("figure groups", len(drawings))
+    paths = []
+    for draw in drawings:
+        paths += draw()
+        tick()
+    return paths
 
 
 def analysis_hook(
@@ -290,12 +323,13 @@ def analysis_hook(
 
 
 def analyze_run(
-    run_dir: str | Path, splits=None, num_samples: int = 4096, device: str = "cpu", out_root=None, **kwargs
+    run_dir: str | Path, out_root: str | Path, splits=None, num_samples: int = 2048, device: str = "cpu", **kwargs
 ) -> dict:
     """Load a finished (or checkpointed) run, or an exported model, and write its analysis into
-    `<out_root>/<name>/` (default out_root: RUN/analysis), named by the checkpoint step and the
-    options (`output_name`), so an analysis with other options never overwrites this one; the
-    results dict gets the folder under "out_dir".
+    `<out_root>/<name>/` (`hyla analyze` gives RUN/analysis for a run, ./analysis-<model> for an
+    exported model: never into it, hyla.cli.folders), named by the checkpoint step and the options
+    (`output_name`), so an analysis with other options never overwrites this one; the results
+    dict gets the folder under "out_dir".
     device: where the model runs to collect the codes (cpu | cuda | cuda:N | auto)."""
     import torch
 
@@ -306,8 +340,10 @@ def analyze_run(
     cfg, model, task, step = load_run_at_step(run_dir, task=("fuzzy_logic", "sraven"))
     given = {"num_samples": num_samples, "device": device, **kwargs}
     options = {"splits": list(splits or []), **{key: given.get(key, default) for key, default in _defaults().items()}}
-    out_dir = Path(out_root or Path(run_dir) / "analysis") / output_name(step, options)
+    out_dir = Path(out_root) / output_name(step, options)
     claim_output(out_dir, {"checkpoint_step": step, **options})
+    if kwargs.get("progress", True):
+        print(f"analyze: {run_dir} (step {step}): writing into {out_dir}/", file=sys.stderr, flush=True)
     metadata = {
         "path": portable_path(run_dir),
         "task": cfg.task,
@@ -338,7 +374,7 @@ NAME_PARTS = {
 
 def output_name(step: int, options: dict) -> str:
     """`step<S>` and every option that differs from its default in `analyze`, e.g.
-    `step30-samples256-permutations100-no-tsne-splits-valid+ood` (`step30` for the defaults)."""
+    `step30-samples256-tsne-permutations100-splits-valid+ood` (`step30` for the defaults)."""
     defaults = _defaults()
     parts = [f"step{step}"]
     for key, pattern in NAME_PARTS.items():

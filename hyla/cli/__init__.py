@@ -44,7 +44,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "analyze": (
         "hyla.cli.analyze:main",
         "latent-code analysis of a run (probes, embeddings, report): "
-        "hyla analyze RUN [--split S] [--samples N] [--no-tsne]",
+        "hyla analyze RUN [RUN ...] [--out DIR] [--split S] [--samples N] [--tsne]",
     ),
     "interventions": (
         "hyla.cli.interventions:main",
@@ -143,9 +143,13 @@ def bound_openmp_waiting() -> None:
 
 
 def user_errors() -> tuple[type[Exception], ...]:
-    """The exceptions that mean bad input, not a bug: reported in one line, without a traceback."""
-    from hyla.train.checkpoint import CheckpointError
-    from hyla.train.configs import ConfigError
-    from hyla.train.run_dir import RunError
+    """The exceptions that mean bad input, not a bug: reported in one line, without a traceback. An
+    error class whose module is not loaded cannot have been raised, and importing it would load
+    torch: a refusal made before the heavy imports (a missing folder) stays fast."""
+    from hyla.utils import ConfigError
 
-    return ConfigError, RunError, CheckpointError, FileExistsError
+    loaded = [getattr(sys.modules[module], name) for module, name in LOADED_ERRORS if module in sys.modules]
+    return (ConfigError, FileExistsError, *loaded)
+
+
+LOADED_ERRORS = (("hyla.train.run_dir", "RunError"), ("hyla.train.checkpoint", "CheckpointError"))

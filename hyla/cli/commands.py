@@ -12,7 +12,8 @@ from typing import Annotated
 
 from tyro.conf import Positional, arg
 
-from hyla.cli.options import check_positive, parse_options, parse_overrides, parse_train_args
+from hyla.cli.options import check_positive, parse_options
+from hyla.cli.train_args import parse_overrides, parse_train_args
 from hyla.train.configs import ConfigError, ExperimentConfig, config_to_dict, describe_mixers, task_names
 from hyla.train.presets import PRESETS
 

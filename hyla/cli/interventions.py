@@ -3,9 +3,7 @@ hyla.analysis.interventions; the summary of several models: hyla.analysis.interv
 
 from __future__ import annotations
 
-import os
 import sys
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -16,9 +14,9 @@ from tyro.conf import Positional, arg
 from hyla.analysis.collect import FUZZY_LOGIC, SRAVEN
 from hyla.analysis.intervention_report import write_report
 from hyla.analysis.interventions import interventions
+from hyla.cli.folders import check_models, default_output, model_labels
 from hyla.cli.options import check_positive, parse_options
-from hyla.train.configs import ConfigError
-from hyla.utils import portable_path
+from hyla.utils import ConfigError, portable_path
 
 
 @dataclass
@@ -29,7 +27,9 @@ class InterventionsOptions:
     runs: Positional[Annotated[tuple[Path, ...], arg(metavar="RUN [RUN ...]", help_behavior_hint="(required)")]]
     """run folders (`hyla train`) or exported models (`hyla export`), fuzzy logic or SRAVEN; several
     (e.g. the training seeds of each mixer) are summarized as mean ± s.e. over models per mixer"""
-    out: Annotated[Path | None, arg(help_behavior_hint="(default: RUN/interventions)")] = None
+    out: Annotated[
+        Path | None, arg(help_behavior_hint="(default: RUN/interventions; ./interventions-NAME for an exported model)")
+    ] = None
     """output folder, needed with several models; file names carry --tasks, --samples and --seed"""
     tasks: int = 16
     """task pairs per split (fuzzy logic); SRAVEN: tasks x samples grids per split"""
@@ -41,29 +41,9 @@ class InterventionsOptions:
     """cpu | cuda | cuda:N | auto"""
 
     def __post_init__(self):
-        check_models(self.runs, self.out)
         check_positive(tasks=self.tasks, samples=self.samples, batch_size=self.batch_size)
         if self.seed < 0:
             raise ConfigError(f"--seed={self.seed} must be >= 0")
-
-
-def check_models(runs: Sequence[Path], out: Path | None) -> None:
-    """One or more distinct models; several need --out, where their summary is written."""
-    if not runs:
-        raise ConfigError("give a run folder or an exported model (or several)")
-    if len(runs) > 1 and out is None:
-        raise ConfigError(f"--out is needed with {len(runs)} models (their summary is written there)")
-    if len({path.resolve() for path in runs}) < len(runs):
-        raise ConfigError("a model is named twice")
-
-
-def model_labels(paths: Sequence[Path]) -> list[str]:
-    """A short distinct name per model: its path below the models' common folder, '/' as '-'."""
-    resolved = [Path(path).resolve() for path in paths]
-    if len(resolved) == 1:
-        return [resolved[0].name]
-    parent = Path(os.path.commonpath(resolved))
-    return [str(path.relative_to(parent)).replace(os.sep, "-") for path in resolved]
 
 
 def main(argv: list[str]) -> int:
@@ -71,6 +51,9 @@ def main(argv: list[str]) -> int:
     from hyla.train import load_run_at_step  # train depends on the model; analysis only needs it here
 
     args = parse_options(InterventionsOptions, argv, "hyla interventions")
+    check_models(args.runs, args.out)  # here, not in tyro: its error box would wrap a long path
+    out = args.out or default_output(args.runs[0], model_labels(args.runs)[0], "interventions")
+    print(f"interventions: {len(args.runs)} model(s), writing into {out}/", file=sys.stderr)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     loaded = [load_run_at_step(path, task=(FUZZY_LOGIC, SRAVEN)) for path in args.runs]  # a bad one fails first
     per_model = []
@@ -86,7 +69,6 @@ def main(argv: list[str]) -> int:
         }
         options = (args.tasks, args.samples, args.seed, args.batch_size)
         per_model.append(interventions(model.to(device), task, *options, metadata=metadata))
-    out = args.out or Path(args.runs[0]) / "interventions"
     stem = out / f"interventions_tasks{args.tasks}_samples{args.samples}_seed{args.seed}"
     table = write_report(per_model, stem)
     print(table)

@@ -14,7 +14,8 @@ from typing import Annotated, Literal
 import yaml
 from tyro.conf import Positional, arg
 
-from hyla.cli.options import check_positive, parse_options, parse_train_args
+from hyla.cli.options import check_positive, parse_options
+from hyla.cli.train_args import parse_train_args
 from hyla.experiments.launch import run_packed_sweep, run_sweep, slurm_executor, submit_sweep
 from hyla.experiments.sweep import Run, SweepSpec, print_status, train_args
 from hyla.train.configs import ConfigError, ExperimentConfig

@@ -25,10 +25,7 @@ import torch
 from hyla.nn.feedforward import FEEDFORWARDS
 from hyla.nn.transformer import ModelConfig
 from hyla.ops.mixers import ACTIVATIONS, NAMED_MIXERS, NORMALIZATIONS, VALUE_NETWORKS, canonical_mixer_name
-
-
-class ConfigError(ValueError):
-    """An invalid configuration value; the message names the field and the valid choices."""
+from hyla.utils import ConfigError
 
 
 class TaskConfig:

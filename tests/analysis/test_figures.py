@@ -1,6 +1,8 @@
 """Figures that do not mislead: constant codes get no matrix of rounding noise, one outlier does
 not squash a probe plot, every axis is labeled, a single seed gets no error bar."""
 
+import itertools
+
 import numpy as np
 import pytest
 from matplotlib.collections import PolyCollection
@@ -8,6 +10,7 @@ from matplotlib.container import BarContainer, ErrorbarContainer
 from matplotlib.image import AxesImage
 
 from hyla.analysis import figures, measures, pipeline
+from hyla.analysis.latent_report import figure as latent_figure
 from hyla.analysis.plots import curves_figure
 from hyla.analysis.report import _mean_code_lines
 from hyla.experiments.result_figures import final_figure
@@ -74,7 +77,7 @@ def test_constant_codes_get_the_constant_panel_in_similarity_heatmaps(tmp_path, 
     assert [t.get_text() for t in mean_panels[0].get_xticklabels()] == [f"h{h}" for h in range(6)]
     assert not _unlabeled(cosines) and not _unlabeled(means)
     assert "Constant codes on valid_fixed_query (no similarity matrix: it would show rounding noise): layer 0." in (
-        _mean_code_lines("valid_fixed_query", similarity, "fuzzy_logic")
+        _mean_code_lines("valid_fixed_query", similarity)
     )
 
 
@@ -94,6 +97,49 @@ def test_probe_plot_clips_an_outlier_and_writes_its_value():
     assert len(markers) == 1 and list(markers[0].get_ydata()) == [-1.0]
     unclipped = figures.probe_layers_figure(["a", "b"], {"F1": [0.4, 0.6]}, {}, "F1", "probes").axes[0]
     assert not unclipped.texts and unclipped.get_ylim()[0] > 0.3
+
+
+def test_values_clipped_at_one_code_set_are_stacked_not_overlapping_and_the_legend_says_clipped():
+    fig = figures.probe_layers_figure(
+        ["layer 0", "layer 1", "all layers"],
+        {"R² (in dist.)": [0.2, 0.5, 0.9], "R² (held out)": [-56.62, -2.5, 0.1]},
+        {"R² (held out)": [-1.31, -0.2, -0.1]},
+        "probe score",
+        "probes",
+        trivial={"R² 0: predicting the mean": 0.0},
+    )
+    ax = fig.axes[0]
+    fig.draw_without_rendering()
+    boxes = {text.get_text(): text.get_window_extent() for text in ax.texts}
+    assert set(boxes) == {"-56.62", "chance -1.31", "-2.50"}  # the chance line's value says so
+    assert not any(a.overlaps(b) for a, b in itertools.combinations(boxes.values(), 2))
+    legend = [text.get_text() for text in ax.get_legend().get_texts()]
+    assert "below -1: clipped, drawn at -1, value written above" in legend
+    assert "R² 0: predicting the mean" in legend and "R² (held out): chance (shuffled labels)" in legend
+
+
+def test_the_summary_figure_draws_every_baseline_across_its_bar():
+    rows = [
+        {
+            "task": "sraven",
+            "mixer": mixer,
+            "measure": "held-out probe (accuracy)",
+            "split": "valid->ood",
+            "code_set": code_set,
+            "mean": 0.6,
+            "se": None,
+            "baselines": {"chance": 0.12, "majority rule": 0.11},
+            "per_model": [{"value": 0.6}],
+        }
+        for mixer in ("hyla", "softmax")
+        for code_set in ("layer 0", "all layers")
+    ]
+    ax = latent_figure(rows).axes[0]
+    levels = sorted(round(float(seg[0][1]), 2) for c in ax.collections for seg in c.get_segments())
+    assert levels == [0.11] * 4 + [0.12] * 4  # one short line per bar and baseline
+    legend = [text.get_text() for text in ax.get_legend().get_texts()]
+    assert legend == ["hyla", "softmax", "chance", "majority rule"]
+    assert not _unlabeled(latent_figure(rows))
 
 
 def test_every_figure_labels_every_axis():

@@ -74,6 +74,18 @@ def _check_outputs(out_dir, results):
     linked = re.findall(r"!\[[^]]*\]\(([^)]+)\)", report)
     assert linked and all((out_dir / name).exists() for name in linked)
     assert all((out_dir / name).exists() for name in results["figures"])
+    assert _unexplained_columns(report) == []
+
+
+def _unexplained_columns(report: str) -> list[str]:
+    """The header cells of the report's tables that the "Columns: ..." line after the table does not
+    name (as *name*)."""
+    lines, missing = report.splitlines(), []
+    for i, line in enumerate(lines):
+        if line.startswith("| ") and not lines[i - 1].startswith("|"):
+            explanation = next((later for later in lines[i:] if later.startswith("Columns: ")), "")
+            missing += [cell for cell in line.strip("| ").split(" | ") if f"*{cell}*" not in explanation]
+    return missing
 
 
 def test_fuzzy_logic_analysis_recovers_planted_terms(tmp_path):
@@ -130,6 +142,7 @@ def test_sraven_analysis_recovers_planted_rules_through_permutations(tmp_path):
     assert np.allclose(np.diag(similarity["cosine"]), 1.0)
     topographic = results["topographic_similarity"]["valid"]["layer 1"]
     assert topographic["spearman"] > 0.5 and topographic["p_value"] < 0.01
+    assert "addition_subtraction.png" in results["figures"]
     _check_outputs(tmp_path, results)
 
 
@@ -188,7 +201,6 @@ def test_end_to_end_on_a_trained_checkpoint(tmp_path):
             str(run),
             "--samples",
             "256",
-            "--no-tsne",
             "--permutations",
             "100",
             "--split",
@@ -202,9 +214,7 @@ def test_end_to_end_on_a_trained_checkpoint(tmp_path):
     assert code == 0
     hook_lines = [json.loads(line) for line in (run / "analysis" / "analysis_hook.jsonl").read_text().splitlines()]
     assert [line["step"] for line in hook_lines] == [15, 30]  # the training loop's periodic hook
-    out_dir = (
-        run / "analysis" / "step30-samples256-no-tsne-permutations100-splits-valid_fixed_query+ood_fixed_query+valid"
-    )
+    out_dir = run / "analysis" / "step30-samples256-permutations100-splits-valid_fixed_query+ood_fixed_query+valid"
     results = json.loads((out_dir / "analysis.json").read_text())
     assert results["task"] == "fuzzy_logic" and results["splits"]["valid"]["num_samples"] == 256
     probe = results["probes"]["valid_fixed_query->ood_fixed_query"]["all layers"]
@@ -212,26 +222,24 @@ def test_end_to_end_on_a_trained_checkpoint(tmp_path):
     assert (out_dir / "report.md").exists() and (out_dir / "latents_valid.npz").exists()
     # other options: another folder, the first one untouched
     before = (out_dir / "analysis.json").read_bytes()
-    assert (
-        cli.main(["analyze", str(run), "--samples", "64", "--no-tsne", "--permutations", "20", "--split", "valid"]) == 0
-    )
-    assert (run / "analysis" / "step30-samples64-no-tsne-permutations20-splits-valid" / "report.md").exists()
+    assert cli.main(["analyze", str(run), "--samples", "64", "--permutations", "20", "--split", "valid"]) == 0
+    assert (run / "analysis" / "step30-samples64-permutations20-splits-valid" / "report.md").exists()
     assert (out_dir / "analysis.json").read_bytes() == before
 
 
 def test_analysis_folder_is_named_by_its_options_and_never_overwritten(tmp_path):
-    assert pipeline.output_name(30, {"num_samples": 4096, "device": "cpu", "tsne": True}) == "step30"
+    assert pipeline.output_name(30, {"num_samples": 2048, "device": "cpu", "tsne": False}) == "step30"
     assert pipeline.output_name(
         7,
         {
             "num_samples": 64,
-            "tsne": False,
+            "tsne": True,
             "seed": 1,
             "probe_feature": 2,
             "device": "cuda:0",
             "splits": ["valid", "ood"],
         },
-    ) == ("step7-samples64-no-tsne-seed1-feature2-device-cuda_0-splits-valid+ood")
+    ) == ("step7-samples64-tsne-seed1-feature2-device-cuda_0-splits-valid+ood")
     out_dir = tmp_path / "step30"
     pipeline.claim_output(out_dir, {"checkpoint_step": 30, "num_samples": 64, "splits": ["valid"]})
     pipeline.claim_output(out_dir, {"checkpoint_step": 30, "num_samples": 64, "splits": ["valid"]})  # same: fine
@@ -295,3 +303,18 @@ def test_progress_stops_its_thread_and_is_silent_when_disabled(capsys):
         stage.counter("code sets", 2)()
         time.sleep(0.05)
     assert capsys.readouterr().err == ""
+
+
+def test_outside_a_terminal_each_item_done_prints_a_line_with_the_stage_eta(capsys):
+    with progress.Stages(True, every=3600) as stage:  # no heartbeat: every line below comes from an item
+        stage("probes")
+        tick = stage.counter("code sets", 3)
+        for _ in range(3):
+            time.sleep(0.01)
+            tick()
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "analyze: probes (0 s elapsed)"
+    assert lines[1:] == [
+        "analyze: code sets 1/3 (0 s elapsed, ETA 0 s)",
+        "analyze: code sets 2/3 (0 s elapsed, ETA 0 s)",
+    ]

@@ -180,7 +180,7 @@ def test_help_says_once_what_an_unset_option_means(capsys, monkeypatch):
         "sweep": "(default: this machine's cores / parallel)",
         "sample": "(default: all tokens)",
         "analyze": "(default: all)",
-        "interventions": "(default: RUN/interventions)",
+        "interventions": "(default: RUN/interventions; ./interventions-NAME for an exported model)",
     }
     for command, hint in expected.items():
         assert main([command, "--help"]) == 0

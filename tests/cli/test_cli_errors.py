@@ -89,7 +89,7 @@ def test_random_bytes_are_damaged_and_a_fallback_names_its_step(tmp_path, capsys
     run = tiny_run(tmp_path)  # checkpoints at 20 (latest) and 15 (previous)
     latest, previous = run / "checkpoints" / "latest.pt", run / "checkpoints" / "previous.pt"
     latest.write_bytes(os.urandom(4096))
-    commands = (["eval", "--split", "ood", "--samples", "16"], ["export"], ["analyze", "--samples", "64", "--no-tsne"])
+    commands = (["eval", "--split", "ood", "--samples", "16"], ["export"], ["analyze", "--samples", "64"])
     for command in commands:
         assert main([command[0], str(run), *command[1:]]) == 0
         warning = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]

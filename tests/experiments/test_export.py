@@ -116,8 +116,8 @@ def test_a_changed_file_is_refused_in_one_line(exported, tmp_path, capsys):
         Transformer.from_pretrained(changed)
     Transformer.from_pretrained(changed, verify=False)  # the bytes are still a readable model
     assert main(["analyze", str(changed), "--samples", "64"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "does not match its sha256" in err, err
+    first, *others = capsys.readouterr().err.strip().splitlines()  # what runs, then the error in one line
+    assert first.startswith("analyze: 1 model") and len(others) == 1 and "does not match its sha256" in others[0]
 
 
 def test_export_refuses_an_existing_folder_unless_replacing_an_export(exported, tmp_path):
@@ -138,31 +138,34 @@ def test_export_refuses_an_existing_folder_unless_replacing_an_export(exported, 
     assert not list(tmp_path.glob(".copy.tmp-*"))
 
 
-def test_eval_analyze_and_interventions_take_an_exported_folder(exported, tmp_path):
+def test_eval_analyze_and_interventions_take_an_exported_folder(exported, tmp_path, monkeypatch, capsys):
     _, out = exported
     model = tmp_path / "model"
     model.mkdir()
     for p in out.iterdir():
         (model / p.name).write_bytes(p.read_bytes())
-    assert (
-        main(["analyze", str(model), "--samples", "64", "--no-tsne", "--permutations", "20", "--split", "valid"]) == 0
-    )
-    analysis = json.loads(
-        (model / "analysis" / "step20-samples64-no-tsne-permutations20-splits-valid" / "analysis.json").read_text()
-    )
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)  # an exported model's analyses go to the working folder, never into the model
+    assert main(["analyze", str(model), "--samples", "64", "--permutations", "20", "--split", "valid"]) == 0
+    folder = Path("analysis-model") / "step20-samples64-permutations20-splits-valid"
+    analysis = json.loads((folder / "analysis.json").read_text())
     assert analysis["task"] == "fuzzy_logic" and analysis["run"]["checkpoint_step"] == 20
     assert analysis["run"]["path"] == f"{tmp_path.name}/model"  # not the machine's absolute path
+    assert f"writing into {folder}/" in capsys.readouterr().err
+    assert main(["interventions", str(model), "--tasks", "2", "--samples", "8"]) == 0
+    assert "writing into interventions-model/" in capsys.readouterr().err
+    assert sorted(p.name for p in model.iterdir()) == ["config.json", "manifest.json", "model.safetensors"]
+    # (the layout of the interventions JSON is interventions.py's; here: it ran on the export's step)
+    [text] = [f.read_text() for f in Path("interventions-model").glob("*.json")]
+    assert '"checkpoint_step": 20' in text and str(tmp_path) not in text  # no absolute path either
     assert main(["eval", str(model), "--split", "ood", "--samples", "16"]) == 0
     assert set(json.loads((model / "eval-step20-n16.json").read_text())["splits"]) == {"ood"}
-    # (the layout of the interventions JSON is interventions.py's; here: it ran on the export's step)
-    assert main(["interventions", str(model), "--tasks", "2", "--samples", "8", "--out", str(tmp_path / "iv")]) == 0
-    [text] = [f.read_text() for f in (tmp_path / "iv").glob("*.json")]
-    assert '"checkpoint_step": 20' in text and str(tmp_path) not in text  # no absolute path either
 
 
 def test_analyze_summarizes_several_models_and_a_run_equals_its_export(exported, tmp_path, capsys):
     run, out = exported
-    options = ["--samples", "64", "--no-tsne", "--permutations", "20", "--split", "valid", "--split", "ood"]
+    options = ["--samples", "64", "--permutations", "20", "--split", "valid", "--split", "ood"]
     assert main(["analyze", str(run), str(out), *options]) == 2
     assert "--out is needed with 2 models" in capsys.readouterr().err
     assert main(["analyze", str(run), str(out), *options, "--out", str(tmp_path / "latent")]) == 0

@@ -87,7 +87,11 @@ def test_no_progress_prints_nothing(capsys):
 
 def test_analyze_reports_each_stage(tmp_path, capsys):
     run = tiny_run(tmp_path)
-    assert main(["analyze", str(run), "--samples", "64", "--no-tsne", "--permutations", "10"]) == 0
+    assert main(["analyze", str(run), "--samples", "64", "--permutations", "10"]) == 0
     stages = [line for line in capsys.readouterr().err.splitlines() if line.startswith("analyze: ")]
-    assert stages[0].startswith("analyze: latent codes of ") and stages[-1].startswith("analyze: report (")
+    assert stages[0].startswith("analyze: 1 model (64 sequences per split") and stages[0].endswith(
+        f"into {run}/analysis/"
+    )
+    assert stages[1] == f"analyze: {run} (step 20): writing into {run}/analysis/step20-samples64-permutations10/"
+    assert stages[2].startswith("analyze: latent codes of ") and stages[-1].startswith("analyze: report (")
     assert any(line.startswith("analyze: probes (") and line.endswith(" s elapsed)") for line in stages)

@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from hyla.cli.options import parse_train_args
+from hyla.cli.train_args import parse_train_args
 from hyla.experiments.launch import submit_sweep
 from hyla.experiments.sweep import SweepSpec, print_status, sweep_status, train_args
 from hyla.train import train

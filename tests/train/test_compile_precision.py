@@ -222,7 +222,7 @@ def test_resume_of_a_run_from_before_the_precision_setting(tmp_path):
 
 
 def test_an_unknown_precision_is_refused_with_the_choices():
-    from hyla.cli.options import parse_train_args
+    from hyla.cli.train_args import parse_train_args
     from hyla.train.configs import ConfigError
 
     with pytest.raises(ConfigError, match="train.precision.*fp32.*tf32.*bf16"):

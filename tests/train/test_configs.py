@@ -5,7 +5,7 @@ from dataclasses import fields
 
 import pytest
 
-from hyla.cli.options import parse_train_args
+from hyla.cli.train_args import parse_train_args
 from hyla.train.configs import (
     ConfigError,
     ExperimentConfig,
