@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,9 +14,6 @@ from typing import Annotated
 import torch
 from tyro.conf import Positional, arg
 
-from hyla.analysis.collect import FUZZY_LOGIC, SRAVEN
-from hyla.analysis.intervention_report import write_report
-from hyla.analysis.interventions import interventions
 from hyla.train.configs import ConfigError, check_positive, parse_options
 from hyla.train.jsonio import portable_path
 
@@ -27,7 +25,8 @@ class InterventionsOptions:
 
     runs: Positional[Annotated[tuple[Path, ...], arg(metavar="RUN [RUN ...]", help_behavior_hint="(required)")]]
     """run folders (`hyla train`) or exported models (`hyla export`), fuzzy logic or SRAVEN; several
-    (e.g. the training seeds of each mixer) are summarized as mean ± s.e. over models per mixer"""
+    (e.g. the training seeds of each mixer) are summarized per mixer: mean ± s.e. over models, and the
+    median of all their queries with a bootstrap 95% interval"""
     out: Annotated[Path | None, arg(help_behavior_hint="(default: RUN/interventions)")] = None
     """output folder, needed with several models; file names carry --tasks, --samples and --seed"""
     tasks: int = 16
@@ -35,6 +34,7 @@ class InterventionsOptions:
     samples: int = 32
     """sequences per task pair"""
     seed: int = 0
+    """seed of the task pairs, the controls and the bootstrap intervals"""
     batch_size: int = 512
     device: str = "cpu"
     """cpu | cuda | cuda:N | auto"""
@@ -65,29 +65,57 @@ def model_labels(paths: Sequence[Path]) -> list[str]:
     return [str(path.relative_to(parent)).replace(os.sep, "-") for path in resolved]
 
 
+PROGRESS_EVERY = 10.0
+"""seconds between progress lines outside a terminal (a stage takes about half a minute per model)"""
+
+
 def main(argv: list[str]) -> int:
     """`hyla interventions RUN [RUN ...] [--out DIR] [--tasks N] [--samples M] [--seed S]`"""
-    from hyla.train import load_run_at_step  # train depends on the model; analysis only needs it here
-
     args = parse_options(InterventionsOptions, argv, "hyla interventions")
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
-    loaded = [load_run_at_step(path, task=(FUZZY_LOGIC, SRAVEN)) for path in args.runs]  # a bad one fails first
-    per_model = []
-    for path, label, (cfg, model, task, step) in zip(args.runs, model_labels(args.runs), loaded):
-        print(f"interventions: {label} ({cfg.task}, {cfg.model.mixer}, seed {cfg.seed})", file=sys.stderr)
-        metadata = {
-            "label": label,
-            "path": portable_path(path),
-            "task": cfg.task,
-            "mixer": cfg.model.mixer,
-            "seed": cfg.seed,
-            "checkpoint_step": step,
-        }
-        options = (args.tasks, args.samples, args.seed, args.batch_size)
-        per_model.append(interventions(model.to(device), task, *options, metadata=metadata))
     out = args.out or Path(args.runs[0]) / "interventions"
     stem = out / f"interventions_tasks{args.tasks}_samples{args.samples}_seed{args.seed}"
-    table = write_report(per_model, stem)
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    print(
+        f"interventions: {len(args.runs)} model(s), {args.tasks} task pairs x {args.samples} sequences per split, "
+        f"seed {args.seed}, on {device}; writes {stem}.json and .png",
+        file=sys.stderr,
+        flush=True,
+    )
+    # the analysis loads after the first line (hyla.analysis imports scikit-learn)
+    from hyla.analysis.collect import FUZZY_LOGIC, SRAVEN
+    from hyla.analysis.intervention_report import write_report
+    from hyla.analysis.interventions import interventions
+    from hyla.analysis.progress import Stages
+    from hyla.train import load_run_at_step  # train depends on the model; analysis only needs it here
+
+    with Stages(True, every=PROGRESS_EVERY, prefix="interventions") as stage:
+        stage(f"loading {len(args.runs)} model(s)")
+        loaded = [load_run_at_step(path, task=(FUZZY_LOGIC, SRAVEN)) for path in args.runs]  # a bad one fails first
+        per_model, start = [], time.perf_counter()
+        for i, (path, label, (cfg, model, task, step)) in enumerate(zip(args.runs, model_labels(args.runs), loaded)):
+            about = f"{label} ({cfg.task}, {cfg.model.mixer}, seed {cfg.seed})"
+            stage(f"model {i + 1}/{len(loaded)}: {about}{models_eta(start, i, len(loaded))}")
+            metadata = {
+                "label": label,
+                "path": portable_path(path),
+                "task": cfg.task,
+                "mixer": cfg.model.mixer,
+                "seed": cfg.seed,
+                "checkpoint_step": step,
+            }
+            options = (args.tasks, args.samples, args.seed, args.batch_size)
+            per_model.append(interventions(model.to(device), task, *options, stage=stage, metadata=metadata))
+        stage("the summary over models (bootstrap intervals), tables and figure")
+        table = write_report(per_model, stem)
     print(table)
     print(f"wrote {stem.with_suffix('.json')} and {stem.with_suffix('.png')}")
     return 0
+
+
+def models_eta(start: float, done: int, total: int) -> str:
+    """`; ETA ...` of the models left, from the pace of those done since `start` (none before the first)."""
+    from hyla.analysis.tables import format_duration
+
+    if not done:
+        return ""
+    return f"; ETA {format_duration((time.perf_counter() - start) / done * (total - done))} for the models left"
