@@ -48,14 +48,14 @@ SCALE = {
     "the answers B's rule implies for A's last row: 0 = the unpatched model, 1 = all of it on B's answers",
 }
 DEFINITIONS = {  # one line per split, site, condition and reference; the last two tell the tasks apart
-    "valid": "split valid: A and B are training tasks (SRAVEN: grids of valid_unpermuted)",
-    "ood": "split ood: A and B are held-out tasks (SRAVEN: grids of ood_unpermuted)",
     "patched": "B's codes (the patch): the codes the same query computes in B's context, put into A's run",
     "query_side": "leak control: B's query state against A's keys (no example of B reaches the code via a key)",
     "shuffled_heads": "heads shuffled: B's codes with the heads permuted at random per sequence and layer",
     "unpatched": "unpatched = 0: the model on A, unchanged (the scale's 0)",
     "wrecked": "wrecked: the unpatched predictions of other queries (right distribution, no relation to this one)",
     FUZZY_LOGIC: {
+        "valid": "split valid: A and B are training tasks that share one term",
+        "ood": "split ood: A and B are held-out tasks (new combinations of known terms) that share one term",
         "probe": "site probe: the query's code to itself (the pair the probes read)",
         "row": "site row: the query's codes to every key",
         "random_donor": "random task's codes: the query's codes in a random third task C's context (same inputs)",
@@ -64,6 +64,8 @@ DEFINITIONS = {  # one line per split, site, condition and reference; the last t
         "random_task": "perfect random task: C's exact targets (chance: a wrong task carried out perfectly)",
     },
     SRAVEN: {
+        "valid": "split valid: grids A and B of valid_unpermuted (rule combinations seen in training)",
+        "ood": "split ood: grids A and B of ood_unpermuted (held-out rule combinations)",
         "probe": "site probe: the answer token's codes to feature f in panels (2,0) and (2,1)",
         "row": "site row: the answer token's codes to every key",
         "random_donor": "random task's codes: the answer token's codes in a random other grid of the split",
@@ -86,19 +88,13 @@ def group_stat(stats: list[dict], seed: int) -> dict:
     "median_ci", "per_model", "per_model_median"}: the mean and s.e. over the models' means when
     there are two or more, else the one model's own (its s.e. over queries); the median of all the
     models' scores and its bootstrap interval (`median_interval`, seeded with `seed`)."""
+    per_model = {"per_model": [s["mean"] for s in stats], "per_model_median": [s["median"] for s in stats]}
+    if len(stats) == 1:  # (its median's interval: the same draws as the model's own)
+        return {key: stats[0][key] for key in ("mean", "se", "median", "median_ci")} | per_model
     means = [s["mean"] for s in stats if s["mean"] is not None]
-    if len(stats) == 1:
-        mean, se = stats[0]["mean"], stats[0]["se"]
-    else:
-        mean = sum(means) / len(means) if means else None
-        se = math.sqrt(sum((m - mean) ** 2 for m in means) / (len(means) - 1) / len(means)) if len(means) > 1 else None
-    return {
-        "mean": mean,
-        "se": se,
-        **median_interval([s["scores"] for s in stats], seed),
-        "per_model": [s["mean"] for s in stats],
-        "per_model_median": [s["median"] for s in stats],
-    }
+    mean = sum(means) / len(means) if means else None
+    se = math.sqrt(sum((m - mean) ** 2 for m in means) / (len(means) - 1) / len(means)) if len(means) > 1 else None
+    return {"mean": mean, "se": se, **median_interval([s["scores"] for s in stats], seed), **per_model}
 
 
 def summarize_split(entries: list[dict], seed: int) -> dict:
