@@ -1,7 +1,8 @@
 """Markdown tables of `hyla interventions` results: the calibrated transfer (0 = unpatched, 1 = B's own
 prediction) of the patch and its three controls per split, site and layer setting, beside the
-references (constant, a perfect random task or rule, wrecked), mean ± s.e. over the models of each
-mixer (docs/interventions.md).
+references (constant, a perfect random task or rule, wrecked), as mean ± s.e. over the models of
+each mixer and as the median with its bootstrap 95% interval, each task's tables after a legend
+that defines their sites, conditions, references and columns (docs/interventions.md).
 
     hyla interventions experiments/results/weights_raven_cpu/models/* --out experiments/results/interventions_raven_cpu
     python experiments/interventions_table.py experiments/results/interventions_raven_cpu
@@ -30,9 +31,10 @@ def main(paths: list[str]) -> None:
     for path in paths:
         for file in report_files(Path(path)):
             report = json.loads(file.read_text())
-            if "groups" not in report:  # one model's results, as written before the calibrated score
-                sys.exit(f"interventions_table: {file} has the old layout; rerun hyla interventions")
-            print(f"## {file}\n\n{tables(report['groups'])}\n")
+            groups = report.get("groups")
+            if not groups or "seed" not in groups[0]:  # written before the calibrated score, or the medians
+                sys.exit(f"interventions_table: {file} has an old layout (no medians); rerun hyla interventions")
+            print(f"## {file}\n\n{tables(groups)}\n")
 
 
 if __name__ == "__main__":

@@ -1,74 +1,110 @@
-"""Interventions over several trained models: mean ± s.e. over the models of each mixer, the table
-printed on the terminal (and by experiments/interventions_table.py), and the figure
-(docs/interventions.md, "The command").
+"""Interventions over several trained models: the summary of each mixer's models, the table printed on
+the terminal (and by experiments/interventions_table.py), and the figure (docs/interventions.md,
+"The command").
 
 A group is the models of one task and mixer (e.g. the three training seeds of HYLA on fuzzy logic).
-With two or more models the ± is the standard error over the models' means; with one model it is
-that model's standard error over queries (the group's `error_bars` says which)."""
+Every number is given twice: the mean ± s.e. (with two or more models the s.e. over the models'
+means, with one model that model's s.e. over queries; the group's `error_bars` says which), and the
+median of the scored queries of all the group's models with its bootstrap 95% interval (draws of
+models, then of their queries: `median_interval`). The tables and the figure define every site,
+condition, reference and column where they appear."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
-from hyla.analysis.interventions import CONDITIONS, REFERENCES, SITES, SPLITS
+from hyla.analysis.collect import FUZZY_LOGIC, SRAVEN
+from hyla.analysis.interventions import (
+    BOOTSTRAP_RESAMPLES,
+    CONDITIONS,
+    MIN_GAP,
+    REFERENCES,
+    SITES,
+    SPLITS,
+    median_interval,
+)
+from hyla.analysis.tables import markdown_table, mean_se
 from hyla.utils import write_json
 
+DOCS = "docs/interventions.md"
 LABELS = {
     "patched": "B's codes (the patch)",
-    "query_side": "B's query, A's keys (leak control)",
-    "random_donor": "random task's codes (control)",
-    "shuffled_heads": "B's codes, heads shuffled (control)",
+    "query_side": "leak control",
+    "random_donor": "random task's codes",
+    "shuffled_heads": "heads shuffled",
     "unpatched": "unpatched = 0",
     "donor_run": "B's own run = 1",
     "donor_target": "B's answer = 1",
     "constant": "constant prediction",
-    "random_task": "a perfect random task",
-    "random_rule": "a perfect random rule",
-    "wrecked": "wrecked (shuffled predictions)",
+    "random_task": "perfect random task",
+    "random_rule": "perfect random rule",
+    "wrecked": "wrecked",
 }
-BAR_STYLES = {  # the patch coloured and solid; the controls hatched, the leak control in the patch's hue
-    "patched": {"color": "tab:blue", "edgecolor": "tab:blue"},
-    "query_side": {"color": "white", "edgecolor": "tab:blue", "hatch": "...."},
-    "random_donor": {"color": "0.85", "edgecolor": "0.4", "hatch": "///"},
-    "shuffled_heads": {"color": "white", "edgecolor": "0.4", "hatch": "xxx"},
+SCALE = {
+    FUZZY_LOGIC: "transfer per query = (m_patched − m_A) / (m_B − m_A), m = the model's prediction for the "
+    "query: 0 = the unpatched model on A's sequence, 1 = the model on B's (same inputs, B's labels)",
+    SRAVEN: "transfer per query = (m_patched − m_A) / (m_B − m_A), m = the probability the model puts on "
+    "the answers B's rule implies for A's last row: 0 = the unpatched model, 1 = all of it on B's answers",
 }
-LEGEND_INCHES, TITLE_INCHES = 1.0, 0.5  # room below and above the panels, whatever their number
-LINE_STYLES = {  # B's own and unpatched mark the scale; the no-transfer references are grey or red
-    "unpatched": {"color": "black", "ls": "-", "lw": 1.0},
-    "donor_run": {"color": "tab:green", "ls": "--", "lw": 1.5},
-    "donor_target": {"color": "tab:green", "ls": "--", "lw": 1.5},
-    "constant": {"color": "0.35", "ls": "-.", "lw": 1.2},
-    "random_task": {"color": "0.35", "ls": ":", "lw": 1.5},
-    "random_rule": {"color": "0.35", "ls": ":", "lw": 1.5},
-    "wrecked": {"color": "tab:red", "ls": (0, (6, 2)), "lw": 1.0},
+DEFINITIONS = {  # one line per split, site, condition and reference; the last two tell the tasks apart
+    "patched": "B's codes (the patch): the codes the same query computes in B's context, put into A's run",
+    "query_side": "leak control: B's query state against A's keys (no example of B reaches the code via a key)",
+    "shuffled_heads": "heads shuffled: B's codes with the heads permuted at random per sequence and layer",
+    "unpatched": "unpatched = 0: the model on A, unchanged (the scale's 0)",
+    "wrecked": "wrecked: the unpatched predictions of other queries (right distribution, no relation to this one)",
+    FUZZY_LOGIC: {
+        "valid": "split valid: A and B are training tasks that share one term",
+        "ood": "split ood: A and B are held-out tasks (new combinations of known terms) that share one term",
+        "probe": "site probe: the query's code to itself (the pair the probes read)",
+        "row": "site row: the query's codes to every key",
+        "random_donor": "random task's codes: the query's codes in a random third task C's context (same inputs)",
+        "donor_run": "B's own run = 1: the model on B's sequence (the scale's 1)",
+        "constant": "constant prediction: the mean training target for every query (the trivial answer)",
+        "random_task": "perfect random task: C's exact targets (chance: a wrong task carried out perfectly)",
+    },
+    SRAVEN: {
+        "valid": "split valid: grids A and B of valid_unpermuted (rule combinations seen in training)",
+        "ood": "split ood: grids A and B of ood_unpermuted (held-out rule combinations)",
+        "probe": "site probe: the answer token's codes to feature f in panels (2,0) and (2,1)",
+        "row": "site row: the answer token's codes to every key",
+        "random_donor": "random task's codes: the answer token's codes in a random other grid of the split",
+        "donor_target": "B's answer = 1: all probability on the answers B's rule implies (the scale's 1)",
+        "constant": "constant prediction: the uniform distribution over the values (chance, the trivial answer)",
+        "random_rule": "perfect random rule: all probability on a random donor rule's answers (chance level of rules)",
+    },
 }
+SHOWN_REFERENCES = ("constant", "random_task", "random_rule", "wrecked")
+"""the references in the table's columns (unpatched and B's own are the scale's 0 and 1)"""
 
 
-# ============================================================================= mean ± s.e. over models
-def group_stat(stats: list[dict]) -> dict:
-    """Per-model {"mean", "se"} -> {"mean", "se", "per_model"}: over the models' means when there
-    are two or more, else the one model's own (its s.e. over queries)."""
+def definition(name: str, task: str) -> str:
+    return DEFINITIONS[task].get(name) or DEFINITIONS[name]
+
+
+# ============================================================================= over models
+def group_stat(stats: list[dict], seed: int) -> dict:
+    """Per-model statistics (`query_stats`, with their per-query "scores") -> {"mean", "se", "median",
+    "median_ci", "per_model", "per_model_median"}: the mean and s.e. over the models' means when
+    there are two or more, else the one model's own (its s.e. over queries); the median of all the
+    models' scores and its bootstrap interval (`median_interval`, seeded with `seed`)."""
+    per_model = {"per_model": [s["mean"] for s in stats], "per_model_median": [s["median"] for s in stats]}
+    if len(stats) == 1:  # (its median's interval: the same draws as the model's own)
+        return {key: stats[0][key] for key in ("mean", "se", "median", "median_ci")} | per_model
     means = [s["mean"] for s in stats if s["mean"] is not None]
-    if len(stats) == 1:
-        return {**stats[0], "per_model": [stats[0]["mean"]]}
-    mean = sum(means) / len(means) if means else None
-    se = None
-    if len(means) > 1:
-        se = math.sqrt(sum((m - mean) ** 2 for m in means) / (len(means) - 1) / len(means))
-    return {"mean": mean, "se": se, "per_model": [s["mean"] for s in stats]}
+    mean, se = mean_se(means) if means else (None, None)
+    return {"mean": mean, "se": se, **median_interval([s["scores"] for s in stats], seed), **per_model}
 
 
-def summarize_split(entries: list[dict]) -> dict:
+def summarize_split(entries: list[dict], seed: int) -> dict:
     """One split's entries of a group's models -> the same layout with `group_stat`s."""
     first = entries[0]
     return {
         "num_scored": [entry["num_scored"] for entry in entries],
-        "reference": {name: group_stat([e["reference"][name] for e in entries]) for name in first["reference"]},
+        "reference": {name: group_stat([e["reference"][name] for e in entries], seed) for name in first["reference"]},
         "sites": {
             site: {
                 setting: {
-                    condition: group_stat([e["sites"][site][setting][condition] for e in entries])
+                    condition: group_stat([e["sites"][site][setting][condition] for e in entries], seed)
                     for condition in conditions
                 }
                 for setting, conditions in settings.items()
@@ -79,136 +115,117 @@ def summarize_split(entries: list[dict]) -> dict:
 
 
 def summarize(per_model: list[dict]) -> list[dict]:
-    """Results of `interventions` per model -> one summary per (task, mixer) group, in first-seen
-    order: {"task", "mixer", "models", "error_bars", "layer_settings", "splits": {split: ...}}."""
+    """Results of `interventions` per model (in memory, with per-query scores) -> one summary per
+    (task, mixer) group, in first-seen order: {"task", "mixer", "models", "error_bars", "seed",
+    "layer_settings", "splits": {split: ...}}."""
     groups: dict[tuple, list[dict]] = {}
     for result in per_model:
         groups.setdefault((result["task"], result["model"].get("mixer", "?")), []).append(result)
     summaries = []
     for (task, mixer), results in groups.items():
         splits = [s for s in SPLITS if all("sites" in r["splits"].get(s, {}) for r in results)]
+        seed = results[0]["options"]["seed"]
         summaries.append(
             {
                 "task": task,
                 "mixer": mixer,
                 "models": [r["model"].get("label", "?") for r in results],
                 "error_bars": "models" if len(results) > 1 else "queries",
+                "seed": seed,
                 "layer_settings": results[0]["layer_settings"],
-                "splits": {s: summarize_split([r["splits"][s] for r in results]) for s in splits},
+                "splits": {s: summarize_split([r["splits"][s] for r in results], seed) for s in splits},
             }
         )
     return summaries
 
 
+def without_scores(tree):
+    """A copy of results without the per-query "scores" (the JSON keeps the statistics only)."""
+    if isinstance(tree, dict):
+        return {key: without_scores(value) for key, value in tree.items() if key != "scores"}
+    if isinstance(tree, list):
+        return [without_scores(value) for value in tree]
+    return tree
+
+
 # ============================================================================= the table
-def cell(stat: dict) -> str:
+def mean_cell(stat: dict) -> str:
     if stat["mean"] is None:
         return "–"
     return f"{stat['mean']:.2f}" if stat["se"] is None else f"{stat['mean']:.2f} ± {stat['se']:.2f}"
 
 
-def group_table(group: dict) -> str:
-    """A group's markdown tables: the references per split, then the patch and controls per split,
-    site and layer setting."""
-    task = group["task"]
-    names = REFERENCES[task]
-    over = f"over {len(group['models'])} models" if group["error_bars"] == "models" else "over queries (one model)"
+def median_cell(stat: dict) -> str:
+    if stat.get("median") is None:
+        return "–"
+    low, high = stat["median_ci"]
+    return f"{stat['median']:.2f} [{low:.2f}, {high:.2f}]"
+
+
+def legend(task: str, seed: int | None) -> str:
+    """What every site, condition, reference and column of `group_table` means, one line each."""
+    seeded = "" if seed is None else f", seed {seed}"
+    references = [name for name in SHOWN_REFERENCES if name in REFERENCES[task]]
     lines = [
-        f"{task}, {group['mixer']}: transfer (0 = unpatched, 1 = B's own), mean ± s.e. {over}; "
-        f"models: {', '.join(group['models'])}",
-        "",
-        "| split | scored queries | " + " | ".join(LABELS[n] for n in names) + " |",
-        "|---" * (2 + len(names)) + "|",
+        f"How to read the {task.replace('_', ' ')} tables (details: {DOCS}):",
+        SCALE[task],
+        f"scored queries (title, per model): those whose 0 and 1 lie at least {MIN_GAP} apart; only they are scored",
+        *(definition(split, task) for split in SPLITS),
+        *(definition(site, task) for site in SITES),
+        "layers: the layers whose codes are patched: each alone (layer i), then all together",
+        "statistic: mean ± s.e. (over the scored queries of one model, or over the models' means); "
+        f"median [95% CI] of the scored queries of all the group's models ({BOOTSTRAP_RESAMPLES:,} "
+        f"bootstrap draws of models, then of their queries{seeded})",
+        *(definition(condition, task) for condition in CONDITIONS),
+        *(definition(name, task) for name in references),
+        "the references do not depend on site or layers: each split's values stand on all of its rows",
     ]
-    for split, entry in group["splits"].items():
-        scored = "/".join(str(n) for n in entry["num_scored"])
-        lines.append(f"| {split} | {scored} | " + " | ".join(cell(entry["reference"][n]) for n in names) + " |")
-    lines += ["", "| split | site | layers | " + " | ".join(LABELS[c] for c in CONDITIONS) + " |"]
-    lines.append("|---" * (3 + len(CONDITIONS)) + "|")
+    return "\n".join(f"- {line}" if i else line for i, line in enumerate(lines))
+
+
+def group_table(group: dict) -> str:
+    """One group's table: per split, site and layer setting, the mean row and the median row of the
+    patch, its three controls and the references of no transfer."""
+    task = group["task"]
+    references = [name for name in SHOWN_REFERENCES if name in REFERENCES[task]]
+    header = ["split", "site", "layers", "statistic", *(LABELS[c] for c in CONDITIONS)]
+    header += [LABELS[name] for name in references]
+    rows = []
     for split, entry in group["splits"].items():
         for site in SITES:
             for setting, conditions in entry["sites"][site].items():
-                values = " | ".join(cell(conditions[c]) for c in CONDITIONS)
-                lines.append(f"| {split} | {site} | {setting} | {values} |")
-    return "\n".join(lines)
+                for statistic, cell in (("mean ± s.e.", mean_cell), ("median [95% CI]", median_cell)):
+                    values = [cell(conditions[c]) for c in CONDITIONS]
+                    values += [cell(entry["reference"][name]) for name in references]
+                    rows.append([split, site, setting, statistic, *values])
+    over = f"over {len(group['models'])} models" if group["error_bars"] == "models" else "over queries (one model)"
+    scored = ", ".join(f"{split} {'/'.join(map(str, e['num_scored']))}" for split, e in group["splits"].items())
+    title = (
+        f"{task}, {group['mixer']}: transfer (0 = unpatched, 1 = B's own), s.e. {over}; "
+        f"models: {', '.join(group['models'])}; scored queries: {scored or 'none'}"
+    )
+    return f"{title}\n\n{markdown_table(header, rows)}"
 
 
 def tables(groups: list[dict]) -> str:
-    return "\n\n".join(group_table(group) for group in groups)
-
-
-# ============================================================================= the figure
-def interventions_figure(groups: list[dict]):
-    """A row per group (task, mixer), a panel per (split, site): per layer setting the patch (solid)
-    and the three controls (hatched) with their ± as error bars; the references as horizontal lines
-    (B's own = 1 green, unpatched = 0 black, the no-transfer references grey and red)."""
-    from matplotlib.figure import Figure
-
-    columns = [(split, site) for split in SPLITS for site in SITES]
-    rows = max(len(groups), 1)
-    height = 2.9 * rows + LEGEND_INCHES + TITLE_INCHES
-    fig = Figure(figsize=(3.6 * len(columns), height))
-    axes = fig.subplots(rows, len(columns), squeeze=False)
-    for row, group in enumerate(groups):
-        for column, (split, site) in enumerate(columns):
-            ax = axes[row, column]
-            if split not in group["splits"]:
-                ax.set_axis_off()
-                continue
-            entry = group["splits"][split]
-            ax.set_title(f"{group['mixer']}, {split}, {site} codes", fontsize=9)
-            if not any(entry["num_scored"]):  # the model's 0 and 1 lie closer than MIN_GAP everywhere
-                note = "no query scored:\nunpatched and B's own too close"
-                ax.text(0.5, 0.5, note, ha="center", fontsize=8, transform=ax.transAxes)
-                ax.set_xticks([])
-            else:
-                draw_references(ax, entry["reference"], REFERENCES[group["task"]])
-                draw_bars(ax, entry["sites"][site])
-            if column == 0:
-                unit = "models" if group["error_bars"] == "models" else "queries"
-                ax.set_ylabel(f"{group['task']}, {group['mixer']}\ntransfer (± s.e. over {unit})", fontsize=8)
-    handles = {}
-    for ax in axes.flat:
-        for handle, label in zip(*ax.get_legend_handles_labels()):
-            handles.setdefault(label, handle)
-    if handles:
-        fig.legend(handles.values(), handles.keys(), fontsize=8, frameon=False, loc="lower center", ncol=5)
-    tasks = sorted({group["task"] for group in groups})
-    fig.suptitle(f"latent-code interventions: {', '.join(tasks)}", fontsize=10)
-    fig.subplots_adjust(bottom=LEGEND_INCHES / height, top=1 - TITLE_INCHES / height, hspace=0.45, wspace=0.25)
-    return fig
-
-
-def draw_references(ax, reference: dict, names: tuple[str, ...]) -> None:
-    for name in names:
-        mean = reference[name]["mean"]
-        if mean is not None:
-            ax.axhline(mean, label=LABELS[name], zorder=1, **LINE_STYLES[name])
-
-
-def draw_bars(ax, per_setting: dict) -> None:
-    settings = list(per_setting)
-    width = 0.8 / len(CONDITIONS)
-    for i, condition in enumerate(CONDITIONS):
-        stats = [per_setting[s][condition] for s in settings]
-        x = [j + (i - (len(CONDITIONS) - 1) / 2) * width for j in range(len(settings))]
-        means = [math.nan if s["mean"] is None else s["mean"] for s in stats]
-        errors = [0.0 if s["se"] is None else s["se"] for s in stats]
-        ax.bar(
-            x, means, width, yerr=errors, label=LABELS[condition], zorder=2, capsize=2, lw=0.8, **BAR_STYLES[condition]
-        )
-    ax.set_xticks(range(len(settings)), settings, fontsize=8)
-    low, high = ax.get_ylim()
-    ax.set_ylim(min(low, -0.15), max(high, 1.15))
+    """Every group's table, each task's legend before its first group."""
+    parts, explained = [], set()
+    for group in groups:
+        if group["task"] not in explained:
+            explained.add(group["task"])
+            parts.append(legend(group["task"], group.get("seed")))
+        parts.append(group_table(group))
+    return "\n\n".join(parts)
 
 
 # ============================================================================= files
 def write_report(per_model: list[dict], stem: Path) -> str:
-    """Write STEM.json ({"models": per-model results, "groups": their summaries}) and STEM.png;
-    return the tables."""
+    """Write STEM.json ({"models": per-model results, "groups": their summaries}, without the
+    per-query scores) and STEM.png; return the tables."""
+    from hyla.analysis.intervention_figure import interventions_figure
     from hyla.analysis.plots import save_figure
 
     groups = summarize(per_model)
-    write_json(stem.with_suffix(".json"), {"models": per_model, "groups": groups}, indent=1)
-    save_figure(interventions_figure(groups), stem.with_suffix(".png"), tight=True)
+    write_json(stem.with_suffix(".json"), {"models": without_scores(per_model), "groups": groups}, indent=1)
+    save_figure(interventions_figure(groups), stem.with_suffix(".png"))
     return tables(groups)

@@ -9,20 +9,21 @@ The experiments (`fuzzy_logic_interventions`, `sraven_interventions`; `intervent
 score how far the prediction moves toward B's on a calibrated scale (`Scale`: 0 = unpatched, 1 = B's
 own prediction), beside three controls (the leak control: B's query against A's keys; a random other
 task's codes; B's codes with the heads shuffled) and the scores of reference predictions (constant,
-a perfect random task, wrecked). `hyla.analysis.intervention_report` summarizes several models.
+a perfect random task, wrecked): per condition the mean ± s.e. and the median with a bootstrap 95%
+interval over queries. `hyla.analysis.intervention_report` summarizes several models.
 """
 
 from __future__ import annotations
 
-import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from hyla.analysis.collect import FUZZY_LOGIC, SRAVEN, task_kind
 from hyla.analysis.patching import LatentPatch, attention_layers, pair_mask, patch_latents
+from hyla.analysis.progress import Stages
 from hyla.nn.attention import MultiHeadAttention
 from hyla.ops.kernels.common import normalize, raw_scores
 
@@ -40,6 +41,8 @@ MIN_GAP = 0.1
 """a query is scored only where its 0 and 1 lie this far apart (and, fuzzy logic, A's and B's targets)"""
 CONSTANT_SAMPLES = 4096
 DISTRIBUTE_THREE = 7
+BOOTSTRAP_RESAMPLES = 2000
+"""draws of the bootstrap interval of the median (`median_interval`)"""
 
 
 # ============================================================================= running patched models
@@ -152,20 +155,19 @@ def intervene(
     wheres: dict[str, torch.Tensor],
     score,
     batch_size: int,
+    tick: Callable[[], None],
 ) -> dict:
     """{site: {layer setting: {condition: score(logits)}}} for every site's `where`, every layer
-    setting (`layer_settings`) and every donor condition (codes per layer)."""
+    setting (`layer_settings`) and every donor condition (codes per layer); `tick()` after each."""
     settings = layer_settings(len(attention_layers(model)))
-    return {
-        site: {
-            name: {
-                condition: score(patched_logits(model, x, layers, codes, where, batch_size))
-                for condition, codes in donors.items()
-            }
-            for name, layers in settings.items()
-        }
-        for site, where in wheres.items()
-    }
+    results: dict = {}
+    for site, where in wheres.items():
+        for name, layers in settings.items():
+            for condition, codes in donors.items():
+                logits = patched_logits(model, x, layers, codes, where, batch_size)
+                results.setdefault(site, {}).setdefault(name, {})[condition] = score(logits)
+                tick()
+    return results
 
 
 # ============================================================================= the calibrated score
@@ -178,28 +180,62 @@ def mean_se(values: torch.Tensor) -> dict[str, float | None]:
     }
 
 
+def median_interval(samples: list[np.ndarray], seed: int, resamples: int = BOOTSTRAP_RESAMPLES) -> dict:
+    """The median of the pooled per-query scores of one or more models (`samples`: per model its
+    scores [n_m]) -> {"median", "median_ci": [low, high]}, the percentile 95% bootstrap interval:
+    each draw picks models with replacement, then each picked model's queries with replacement, and
+    takes the median of the pool (one model: its queries resampled). A fresh numpy Generator from
+    `seed` per call: deterministic, and the same draws for every statistic of the same sizes."""
+    samples = [np.asarray(s, dtype=np.float64) for s in samples if len(s)]
+    if not samples:
+        return {"median": None, "median_ci": None}
+    rng = np.random.default_rng(seed)
+    sizes = np.array([len(s) for s in samples])  # [M]
+    padded = np.full((len(samples), sizes.max()), np.nan)  # [M, n_max]
+    for m, s in enumerate(samples):
+        padded[m, : len(s)] = s
+    models = rng.integers(len(samples), size=(resamples, len(samples)))  # [R, M]
+    picked = sizes[models][..., None]  # [R, M, 1]
+    queries = (rng.random((resamples, len(samples), sizes.max())) * picked).astype(np.int64)  # [R, M, n_max]
+    draws = np.where(np.arange(sizes.max()) < picked, padded[models[..., None], queries], np.nan)
+    draws = np.sort(draws.reshape(resamples, -1), axis=1)  # [R, M * n_max], the NaNs last
+    count, rows = picked.sum((1, 2)), np.arange(resamples)  # [R]: the pool's size
+    medians = (draws[rows, (count - 1) // 2] + draws[rows, count // 2]) / 2  # [R]
+    low, high = np.percentile(medians, [2.5, 97.5])
+    return {"median": float(np.median(np.concatenate(samples))), "median_ci": [float(low), float(high)]}
+
+
+def query_stats(scores: torch.Tensor, seed: int) -> dict:
+    """Per-query scores [n] -> {"mean", "se", "median", "median_ci", "scores"} (`scores` as a numpy
+    array, for summaries over models; `intervention_report` does not write it)."""
+    values = scores.double().cpu()
+    return {**mean_se(values), **median_interval([values.numpy()], seed), "scores": values.numpy()}
+
+
 @dataclass
 class Scale:
     """The axis of the calibrated transfer score, per query: `measure(logits)` [N] is the quantity
     that moves, `start` [N] its unpatched value (score 0), `end` [N] its value for B's answer (score
-    1). Queries whose start and end lie less than MIN_GAP apart are not scored (no move is visible)."""
+    1). Queries whose start and end lie less than MIN_GAP apart are not scored (no move is visible).
+    `seed` seeds the bootstrap interval of the median (`query_stats`)."""
 
     measure: Callable[[torch.Tensor], torch.Tensor]
     start: torch.Tensor
     end: torch.Tensor
+    seed: int
 
     @property
     def scored(self) -> torch.Tensor:
         """bool [N]: the queries the score averages over."""
         return (self.end - self.start).abs() >= MIN_GAP
 
-    def of_values(self, values: torch.Tensor) -> dict[str, float | None]:
-        """values [N] of the measure -> mean ± s.e. over the scored queries of
+    def of_values(self, values: torch.Tensor) -> dict:
+        """values [N] of the measure -> `query_stats` over the scored queries of
         (value − start) / (end − start)."""
         keep = self.scored
-        return mean_se((values - self.start)[keep] / (self.end - self.start)[keep])
+        return query_stats((values - self.start)[keep] / (self.end - self.start)[keep], self.seed)
 
-    def of_logits(self, logits: torch.Tensor) -> dict[str, float | None]:
+    def of_logits(self, logits: torch.Tensor) -> dict:
         return self.of_values(self.measure(logits))
 
 
@@ -265,12 +301,20 @@ def mean_training_target(task, seed: int) -> float:
 
 
 def fuzzy_logic_interventions(
-    model, task, num_pairs: int = 16, samples: int = 32, seed: int = 0, batch_size: int = 512, stage=None
+    model,
+    task,
+    num_pairs: int = 16,
+    samples: int = 32,
+    seed: int = 0,
+    batch_size: int = 512,
+    stage: Stages | None = None,
 ) -> dict:
     """The fuzzy-logic experiment (docs/interventions.md) on the splits `valid` (pairs of training
     tasks) and `ood` (pairs of held-out combinations): A's context, the query's codes from B's
     context (same inputs); per site, layer setting and condition the calibrated transfer (`Scale`:
-    0 = the model's prediction on A's sequence, 1 = its prediction on B's), and the references."""
+    0 = the model's prediction on A's sequence, 1 = its prediction on B's), and the references.
+    stage: progress lines (None: none)."""
+    stage = stage or Stages(False)
     device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(seed)
     constant = mean_training_target(task, seed)
@@ -280,11 +324,12 @@ def fuzzy_logic_interventions(
         if data is None:
             results[split] = {"num_pairs": 0, "num_sequences": 0}
             continue
-        (stage or _quiet)(f"fuzzy logic {split}: {len(data['pairs'])} task pairs, {len(data['y_a'])} sequences")
+        pairs, sequences = len(data["pairs"]), len(data["y_a"])
+        stage(f"fuzzy logic {split}: {pairs} task pairs, {sequences} sequences; unpatched and donor runs")
         x_a, x_b, x_c = (data[name].to(device) for name in ("x_a", "x_b", "x_c"))
         (logits_a, _), (logits_b, codes_b) = model_codes(model, x_a, batch_size), model_codes(model, x_b, batch_size)
         prediction = lambda logits: logits.reshape(-1).double().cpu()  # noqa: E731  [N]
-        scale = Scale(prediction, prediction(logits_a), prediction(logits_b))
+        scale = Scale(prediction, prediction(logits_a), prediction(logits_b), seed)
         donors = donor_conditions(model, x_a, x_b, codes_b, x_c, batch_size, generator)
         T, N = task.seq_len, len(x_a)
         last = torch.full((N,), T - 1, device=device)
@@ -304,9 +349,17 @@ def fuzzy_logic_interventions(
             "pairs": data["pairs"],
             "reference": reference,
             "reference_formula": scale.of_logits(patched_logits(model, x_a, everything, None, None, batch_size)),
-            "sites": intervene(model, x_a, donors, wheres, scale.of_logits, batch_size),
+            "sites": intervene(
+                model, x_a, donors, wheres, scale.of_logits, batch_size, patch_counter(stage, model, split)
+            ),
         }
     return results
+
+
+def patch_counter(stage: Stages, model, split: str) -> Callable[[], None]:
+    """The `tick` of the patched runs that `intervene` makes on a split (progress with an ETA)."""
+    runs = len(SITES) * len(layer_settings(len(attention_layers(model)))) * len(CONDITIONS)
+    return stage.counter(f"{split}: patched runs", runs)
 
 
 # ============================================================================= SRAVEN
@@ -376,12 +429,16 @@ def answers_distribution(answers: torch.Tensor, num_values: int) -> torch.Tensor
     return probabilities.scatter_add_(1, answers, torch.full(answers.shape, 0.5, dtype=torch.float64))
 
 
-def sraven_interventions(model, task, count: int = 512, seed: int = 0, batch_size: int = 512, stage=None) -> dict:
+def sraven_interventions(
+    model, task, count: int = 512, seed: int = 0, batch_size: int = 512, stage: Stages | None = None
+) -> dict:
     """The SRAVEN experiment (docs/interventions.md) on `valid_unpermuted` and `ood_unpermuted`:
     A's grid, the answer token of feature f patched with the donor's codes of that token, per site
     (probe: its codes to feature f in panels (2,0), (2,1); row: to every key), layer setting and
     condition the calibrated transfer (`Scale` on the probability of B's answers: 0 = unpatched,
-    1 = all of it on the answers B's rule implies for A's row), and the references."""
+    1 = all of it on the answers B's rule implies for A's row), and the references.
+    stage: progress lines (None: none)."""
+    stage = stage or Stages(False)
     device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(seed)
     K, F, results = task.num_features, task.num_values, {}
@@ -391,12 +448,12 @@ def sraven_interventions(model, task, count: int = 512, seed: int = 0, batch_siz
             results[split] = {"num_sequences": 0}
             continue
         N, T = len(data["x_a"]), task.seq_len
-        (stage or _quiet)(f"SRAVEN {split}: {N} grids")
+        stage(f"SRAVEN {split}: {N} grids; unpatched and donor runs")
         x_a, x_b, x_c = (data[name].to(device) for name in ("x_a", "x_b", "x_c"))
         (logits_a, _), (_, codes_b) = model_codes(model, x_a, batch_size), model_codes(model, x_b, batch_size)
         feature, answers_b = data["feature"], data["implied_b"]
         mass_on_b = lambda logits: answer_mass(feature_probabilities(logits, feature), answers_b)  # noqa: E731
-        scale = Scale(mass_on_b, mass_on_b(logits_a), torch.ones(N, dtype=torch.float64))
+        scale = Scale(mass_on_b, mass_on_b(logits_a), torch.ones(N, dtype=torch.float64), seed)
         donors = donor_conditions(model, x_a, x_b, codes_b, x_c, batch_size, generator)
         query = (8 * K + feature).to(device)
         keys = torch.stack([6 * K + feature, 7 * K + feature], 1).to(device)
@@ -421,7 +478,9 @@ def sraven_interventions(model, task, count: int = 512, seed: int = 0, batch_siz
             "reference_formula": scale.of_logits(
                 patched_logits(model, x_a, list(range(len(codes_b))), None, None, batch_size)
             ),
-            "sites": intervene(model, x_a, donors, wheres, scale.of_logits, batch_size),
+            "sites": intervene(
+                model, x_a, donors, wheres, scale.of_logits, batch_size, patch_counter(stage, model, split)
+            ),
         }
     return results
 
@@ -434,13 +493,14 @@ def interventions(
     samples: int = 32,
     seed: int = 0,
     batch_size: int = 512,
-    progress: bool = True,
+    stage: Stages | None = None,
     metadata: dict | None = None,
 ) -> dict:
     """Both experiments' entry point for one model: {"task", "conditions", "references", "sites",
     "layer_settings", "options", "model": metadata, "splits": {split: ...}}.
-    num_pairs: task pairs per split (fuzzy logic); SRAVEN uses num_pairs·samples grids per split."""
-    stage, kind = Progress(progress), task_kind(task)
+    num_pairs: task pairs per split (fuzzy logic); SRAVEN uses num_pairs·samples grids per split.
+    seed: the task pairs, controls and bootstrap intervals; stage: progress lines (None: none)."""
+    kind = task_kind(task)
     was_training = model.training
     model.eval()
     try:
@@ -460,20 +520,3 @@ def interventions(
         "model": metadata or {},
         "splits": splits,
     }
-
-
-class Progress:
-    """`stage(name)` prints `interventions: NAME (N s elapsed)` on stderr; nothing when not enabled."""
-
-    def __init__(self, enabled: bool):
-        self.enabled, self.start = enabled, time.perf_counter()
-
-    def __call__(self, name: str) -> None:
-        if self.enabled:
-            print(
-                f"interventions: {name} ({time.perf_counter() - self.start:.0f} s elapsed)", file=sys.stderr, flush=True
-            )
-
-
-def _quiet(name: str) -> None:
-    pass

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from hyla.analysis.intervention_report import group_stat
+from hyla.analysis.tables import mean_se
 from hyla.utils import write_json
 
 SIGNIFICANCE = 0.05
@@ -92,7 +92,7 @@ def summarize(analyses: list[dict]) -> list[dict]:
         defined = [row for _, row in members if row["value"] is not None]
         if not defined:
             continue
-        stat = group_stat([{"mean": row["value"], "se": None} for row in defined])
+        mean, se = mean_se([row["value"] for row in defined])
         baselines = {
             name: sum(row["baselines"][name] for row in defined) / len(defined) for name in defined[0]["baselines"]
         }
@@ -103,8 +103,8 @@ def summarize(analyses: list[dict]) -> list[dict]:
                 "measure": measure,
                 "split": split,
                 "code_set": code_set,
-                "mean": stat["mean"],
-                "se": stat["se"],
+                "mean": mean,
+                "se": se,
                 "baselines": baselines,
                 "passes": f"{sum(row['passes'] for _, row in members)} of {len(members)}",
                 "undefined": len(members) - len(defined),

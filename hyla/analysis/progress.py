@@ -1,5 +1,5 @@
-"""Progress lines of a long analysis (`analyze`) on stderr: tqdm bars on a terminal; elsewhere (a log
-file, `tail -f`) plain lines, one per item done and more during a long item."""
+"""Progress lines of a long analysis (`analyze`, `interventions`) on stderr: tqdm bars on a terminal;
+elsewhere (a log file, `tail -f`) plain lines, one per item done and more during a long item."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ PROGRESS_EVERY = 30.0  # seconds between progress lines outside a terminal
 
 
 class Stages:
-    """Progress of `analyze` on stderr; nothing when not `enabled`.
+    """Progress of `analyze` (or the command named by `prefix`) on stderr; nothing when not `enabled`.
 
     `stage(name)` prints `analyze: NAME (12 s elapsed)` as a stage starts; `stage.counter(what,
     total)` returns a `tick()` to call after each of the stage's `total` items. On a terminal the
@@ -24,13 +24,13 @@ class Stages:
     hung. Use as a context manager: the thread stops on exit.
     """
 
-    def __init__(self, enabled: bool, every: float | None = None):
-        self.enabled, self.every = enabled, PROGRESS_EVERY if every is None else every
+    def __init__(self, enabled: bool, every: float | None = None, prefix: str = "analyze"):
+        self.enabled, self.every, self.prefix = enabled, PROGRESS_EVERY if every is None else every, prefix
         self.bars = enabled and sys.stderr.isatty()
         self.start = self.last_line = time.perf_counter()
         self.name, self.what, self.total, self.done, self.since, self.bar = "", "", 0, 0, self.start, None
         self.lock, self.stopped = threading.Lock(), threading.Event()
-        self.thread = threading.Thread(target=self._beat, daemon=True, name="analyze-progress")
+        self.thread = threading.Thread(target=self._beat, daemon=True, name=f"{prefix}-progress")
 
     def __enter__(self) -> Stages:
         if self.enabled and not self.bars:
@@ -89,7 +89,7 @@ class Stages:
 
     def _print(self, text: str) -> None:
         if self.enabled:
-            print(f"analyze: {text}", file=sys.stderr, flush=True)
+            print(f"{self.prefix}: {text}", file=sys.stderr, flush=True)
             self.last_line = time.perf_counter()
 
     def _close_bar(self) -> None:

@@ -4,16 +4,13 @@ hyla.analysis.interventions; the summary of several models: hyla.analysis.interv
 from __future__ import annotations
 
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-import torch
 from tyro.conf import Positional, arg
 
-from hyla.analysis.collect import FUZZY_LOGIC, SRAVEN
-from hyla.analysis.intervention_report import write_report
-from hyla.analysis.interventions import interventions
 from hyla.cli.folders import check_models, default_output, model_labels
 from hyla.cli.options import check_positive, parse_options
 from hyla.utils import ConfigError, portable_path
@@ -26,7 +23,8 @@ class InterventionsOptions:
 
     runs: Positional[Annotated[tuple[Path, ...], arg(metavar="RUN [RUN ...]", help_behavior_hint="(required)")]]
     """run folders (`hyla train`) or exported models (`hyla export`), fuzzy logic or SRAVEN; several
-    (e.g. the training seeds of each mixer) are summarized as mean ± s.e. over models per mixer"""
+    (e.g. the training seeds of each mixer) are summarized per mixer: mean ± s.e. over models, and the
+    median of all their queries with a bootstrap 95% interval"""
     out: Annotated[
         Path | None, arg(help_behavior_hint="(default: RUN/interventions; ./interventions-NAME for an exported model)")
     ] = None
@@ -36,6 +34,7 @@ class InterventionsOptions:
     samples: int = 32
     """sequences per task pair"""
     seed: int = 0
+    """seed of the task pairs, the controls and the bootstrap intervals"""
     batch_size: int = 512
     device: str = "cpu"
     """cpu | cuda | cuda:N | auto"""
@@ -46,31 +45,61 @@ class InterventionsOptions:
             raise ConfigError(f"--seed={self.seed} must be >= 0")
 
 
+PROGRESS_EVERY = 10.0
+"""seconds between progress lines outside a terminal (a stage takes about half a minute per model)"""
+
+
 def main(argv: list[str]) -> int:
     """`hyla interventions RUN [RUN ...] [--out DIR] [--tasks N] [--samples M] [--seed S]`"""
-    from hyla.train import load_run_at_step  # train depends on the model; analysis only needs it here
-
     args = parse_options(InterventionsOptions, argv, "hyla interventions")
     check_models(args.runs, args.out)  # here, not in tyro: its error box would wrap a long path
     out = args.out or default_output(args.runs[0], model_labels(args.runs)[0], "interventions")
-    print(f"interventions: {len(args.runs)} model(s), writing into {out}/", file=sys.stderr)
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
-    loaded = [load_run_at_step(path, task=(FUZZY_LOGIC, SRAVEN)) for path in args.runs]  # a bad one fails first
-    per_model = []
-    for path, label, (cfg, model, task, step) in zip(args.runs, model_labels(args.runs), loaded):
-        print(f"interventions: {label} ({cfg.task}, {cfg.model.mixer}, seed {cfg.seed})", file=sys.stderr)
-        metadata = {
-            "label": label,
-            "path": portable_path(path),
-            "task": cfg.task,
-            "mixer": cfg.model.mixer,
-            "seed": cfg.seed,
-            "checkpoint_step": step,
-        }
-        options = (args.tasks, args.samples, args.seed, args.batch_size)
-        per_model.append(interventions(model.to(device), task, *options, metadata=metadata))
     stem = out / f"interventions_tasks{args.tasks}_samples{args.samples}_seed{args.seed}"
-    table = write_report(per_model, stem)
+    print(
+        f"interventions: {len(args.runs)} model(s), {args.tasks} task pairs x {args.samples} sequences per split, "
+        f"seed {args.seed}, on {args.device}; writes {stem}.json and .png",
+        file=sys.stderr,
+        flush=True,
+    )
+    # torch and the analysis load after the first line (hyla.analysis imports scikit-learn)
+    import torch
+
+    from hyla.analysis.collect import FUZZY_LOGIC, SRAVEN
+    from hyla.analysis.intervention_report import write_report
+    from hyla.analysis.interventions import interventions
+    from hyla.analysis.progress import Stages
+    from hyla.train import load_run_at_step  # train depends on the model; analysis only needs it here
+
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+
+    with Stages(True, every=PROGRESS_EVERY, prefix="interventions") as stage:
+        stage(f"loading {len(args.runs)} model(s)")
+        loaded = [load_run_at_step(path, task=(FUZZY_LOGIC, SRAVEN)) for path in args.runs]  # a bad one fails first
+        per_model, start = [], time.perf_counter()
+        for i, (path, label, (cfg, model, task, step)) in enumerate(zip(args.runs, model_labels(args.runs), loaded)):
+            about = f"{label} ({cfg.task}, {cfg.model.mixer}, seed {cfg.seed})"
+            stage(f"model {i + 1}/{len(loaded)}: {about}{models_eta(start, i, len(loaded))}")
+            metadata = {
+                "label": label,
+                "path": portable_path(path),
+                "task": cfg.task,
+                "mixer": cfg.model.mixer,
+                "seed": cfg.seed,
+                "checkpoint_step": step,
+            }
+            options = (args.tasks, args.samples, args.seed, args.batch_size)
+            per_model.append(interventions(model.to(device), task, *options, stage=stage, metadata=metadata))
+        stage("the summary over models (bootstrap intervals), tables and figure")
+        table = write_report(per_model, stem)
     print(table)
     print(f"wrote {stem.with_suffix('.json')} and {stem.with_suffix('.png')}")
     return 0
+
+
+def models_eta(start: float, done: int, total: int) -> str:
+    """`; ETA ...` of the models left, from the pace of those done since `start` (none before the first)."""
+    from hyla.analysis.tables import format_duration
+
+    if not done:
+        return ""
+    return f"; ETA {format_duration((time.perf_counter() - start) / done * (total - done))} for the models left"

@@ -11,6 +11,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from hyla.analysis import tables
+from hyla.analysis.tables import mean_se
 from hyla.experiments.sweep import name_matches, unmatched_pattern
 
 
@@ -99,16 +100,6 @@ def write_records(runs: list[dict], out: Path) -> int:
     for run in completed:
         records.write(run["record"] or records.from_folder(run["path"]), out)
     return len(completed)
-
-
-def mean_se(values: list[float]) -> tuple[float, float | None]:
-    """Mean and standard error (sample std / sqrt(n); None for a single value)."""
-    n = len(values)
-    mean = sum(values) / n
-    if n < 2:
-        return mean, None
-    var = sum((v - mean) ** 2 for v in values) / (n - 1)
-    return mean, math.sqrt(var / n)
 
 
 def varying_fields(runs: list[dict]) -> list[str]:

@@ -9,12 +9,13 @@ import math
 import runpy
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from hyla.analysis import interventions as iv
 from hyla.analysis import patch_latents, patching
-from hyla.analysis.intervention_report import group_stat, tables
+from hyla.analysis.intervention_report import group_stat, summarize, tables
 from hyla.nn import MultiHeadAttention
 from hyla.nn.transformer import ModelConfig, Transformer
 from hyla.ops import NAMED_MIXERS
@@ -234,13 +235,56 @@ def test_scale_scores_per_query_between_start_and_end_and_skips_close_ones():
     """(value − start) / (end − start) per query, mean ± s.e. over queries whose start and end lie
     MIN_GAP apart. A constant prediction 0.5 against (start, end) = (0, 1) and (0.2, 0.6): 0.5 and
     0.75; the third query (gap 0.05) is left out."""
-    scale = iv.Scale(lambda logits: logits, torch.tensor([0.0, 0.2, 0.3]), torch.tensor([1.0, 0.6, 0.35]))
+    scale = iv.Scale(lambda logits: logits, torch.tensor([0.0, 0.2, 0.3]), torch.tensor([1.0, 0.6, 0.35]), seed=0)
     assert scale.scored.tolist() == [True, True, False]
     constant = scale.of_values(torch.full((3,), 0.5))
     assert constant["mean"] == pytest.approx(0.625) and constant["se"] == pytest.approx(0.125)
-    assert scale.of_values(scale.start) == {"mean": 0.0, "se": 0.0}
-    assert scale.of_values(scale.end) == {"mean": 1.0, "se": 0.0}
+    assert constant["scores"].tolist() == pytest.approx([0.5, 0.75]) and constant["median"] == pytest.approx(0.625)
+    assert 0.5 <= constant["median_ci"][0] <= constant["median_ci"][1] <= 0.75
+    assert statistics(scale.of_values(scale.start)) == (0.0, 0.0, 0.0, [0.0, 0.0])
+    assert statistics(scale.of_values(scale.end)) == (1.0, 0.0, 1.0, [1.0, 1.0])
     assert iv.mean_se(torch.tensor([])) == {"mean": None, "se": None}
+    assert iv.median_interval([np.array([])], 0) == {"median": None, "median_ci": None}
+
+
+def statistics(stat: dict) -> tuple:
+    return stat["mean"], stat["se"], stat["median"], stat["median_ci"]
+
+
+def test_median_interval_covers_the_median_narrows_with_more_queries_and_is_seeded():
+    """Synthetic heavy-tailed scores (Student t, 2 degrees of freedom, median 0.3): the percentile
+    bootstrap interval holds the known median, narrows about as 1/sqrt(n), and is the same for the
+    same seed; the mean of such scores is at the mercy of a few queries, the median is not."""
+    rng = np.random.default_rng(7)
+    widths = []
+    for n in (100, 1600):
+        scores = 0.3 + rng.standard_t(2, size=n)
+        stat = iv.median_interval([scores], seed=3)
+        low, high = stat["median_ci"]
+        assert stat["median"] == pytest.approx(np.median(scores)) and low < stat["median"] < high
+        assert low < 0.3 < high
+        widths.append(high - low)
+        assert iv.median_interval([scores], seed=3) == stat
+        assert iv.median_interval([scores], seed=4) != stat
+    assert widths[1] < widths[0] / 2.5  # 16 times the queries: about a quarter of the width
+    outlier = np.append(np.zeros(99), 100.0)  # one wild query
+    assert np.mean(outlier) == pytest.approx(1.0) and iv.median_interval([outlier], 0)["median_ci"] == [0.0, 0.0]
+
+
+def test_median_interval_over_models_pools_them_and_widens_with_their_spread():
+    """Several models: the median of all their queries; the interval draws models, then their
+    queries, so models that disagree widen it beyond one model's interval of the same size."""
+    rng = np.random.default_rng(0)
+    same = [rng.normal(0.5, 0.1, 300) for _ in range(3)]
+    apart = [rng.normal(centre, 0.1, 300) for centre in (0.0, 0.5, 1.0)]
+    pooled = iv.median_interval([np.concatenate(same)], 0)
+    over_same, over_apart = iv.median_interval(same, 0), iv.median_interval(apart, 0)
+    assert over_same["median"] == pytest.approx(np.median(np.concatenate(same)))
+    assert over_same["median_ci"][0] < 0.5 < over_same["median_ci"][1]
+    width = lambda stat: stat["median_ci"][1] - stat["median_ci"][0]  # noqa: E731
+    assert width(over_apart) > 5 * width(over_same) and width(over_same) < 2 * width(pooled)
+    uneven = iv.median_interval([np.array([0.0, 1.0, 2.0]), np.array([5.0])], 0)  # sizes differ
+    assert uneven["median"] == 1.5 and 0.0 <= uneven["median_ci"][0] <= uneven["median_ci"][1] <= 5.0
 
 
 def test_sraven_reference_distributions_and_their_mass_on_b_answers():
@@ -271,8 +315,8 @@ def test_score_is_0_for_own_codes_and_1_for_a_patch_that_reproduces_b():
     model = codes_only_model("hyla")
     entry = iv.fuzzy_logic_interventions(model, task, num_pairs=4, samples=8)["valid"]
     assert entry["num_scored"] >= 8
-    assert entry["reference"]["unpatched"] == {"mean": 0.0, "se": 0.0}
-    assert entry["reference"]["donor_run"] == {"mean": 1.0, "se": 0.0}
+    assert statistics(entry["reference"]["unpatched"]) == (0.0, 0.0, 0.0, [0.0, 0.0])
+    assert statistics(entry["reference"]["donor_run"]) == (1.0, 0.0, 1.0, [1.0, 1.0])
     # the query's codes to every key, in every layer, from B's run: the query's state is B's throughout
     patched = entry["sites"]["row"]["all layers"]["patched"]
     assert patched["mean"] == pytest.approx(1.0, abs=1e-4) and patched["se"] < 1e-4
@@ -282,7 +326,8 @@ def test_score_is_0_for_own_codes_and_1_for_a_patch_that_reproduces_b():
     # A's own codes patched in (one layer: exactly the codes the patched layer computes) score 0
     x, prediction = inputs(16), lambda logits: logits.reshape(-1).double()  # noqa: E731
     logits, codes = iv.model_codes(model, x, 8)
-    scale = iv.Scale(prediction, prediction(logits), prediction(iv.model_codes(model, inputs(16, seed=5), 8)[0]))
+    donor = prediction(iv.model_codes(model, inputs(16, seed=5), 8)[0])
+    scale = iv.Scale(prediction, prediction(logits), donor, seed=0)
     own = scale.of_logits(iv.patched_logits(model, x, [1], codes, None, 8))
     assert scale.scored.sum() >= 4 and own["mean"] == pytest.approx(0.0, abs=1e-4)
 
@@ -305,16 +350,23 @@ def test_query_side_codes_are_b_queries_against_a_keys():
 
 
 def test_group_stat_is_over_models_and_keeps_each_models_number():
-    two = group_stat([{"mean": 0.2, "se": 0.01}, {"mean": 0.4, "se": 0.02}])
-    assert two["mean"] == pytest.approx(0.3) and two["se"] == pytest.approx(0.1) and two["per_model"] == [0.2, 0.4]
-    assert group_stat([{"mean": 0.2, "se": 0.01}]) == {"mean": 0.2, "se": 0.01, "per_model": [0.2]}
+    first, second = (
+        iv.query_stats(torch.tensor(scores, dtype=torch.float64), seed=0)
+        for scores in ([0.1, 0.2, 0.3], [0.3, 0.5, 1.0])
+    )
+    two = group_stat([first, second], seed=0)
+    assert two["mean"] == pytest.approx(0.4) and two["se"] == pytest.approx(0.2)
+    assert two["per_model"] == [first["mean"], second["mean"]] and two["per_model_median"] == [0.2, 0.5]
+    assert two["median"] == pytest.approx(0.3) and two["median_ci"][0] <= 0.3 <= two["median_ci"][1]
+    one = group_stat([first], seed=0)
+    assert statistics(one) == statistics(first) and one["per_model"] == [first["mean"]]
 
 
 @torch.no_grad()
 def test_sraven_experiment_runs_and_its_references_are_on_the_scale():
     task = SRaven(num_features=3)
     model = tiny_model("hyla", seq_len=27, input_dim=8, output_dim=8, num_outputs=3)
-    results = iv.interventions(model, task, num_pairs=2, samples=16, progress=False)
+    results = iv.interventions(model, task, num_pairs=2, samples=16)
     assert results["layer_settings"] == ["layer 0", "layer 1", "all layers"]
     for split in ("valid", "ood"):
         entry = results["splits"][split]
@@ -322,18 +374,19 @@ def test_sraven_experiment_runs_and_its_references_are_on_the_scale():
         assert entry["num_scored"] == entry["num_sequences"]  # an untrained model gives B's answers little
         reference = entry["reference"]
         assert set(reference) == set(iv.REFERENCES["sraven"])
-        assert reference["unpatched"] == {"mean": 0.0, "se": 0.0} and reference["donor_target"]["mean"] == 1.0
+        assert statistics(reference["unpatched"]) == (0.0, 0.0, 0.0, [0.0, 0.0])
+        assert reference["donor_target"]["mean"] == reference["donor_target"]["median"] == 1.0
         assert entry["reference_formula"]["mean"] == pytest.approx(0.0, abs=1e-6)
         for site in iv.SITES:
             for conditions in entry["sites"][site].values():
                 assert set(conditions) == set(iv.CONDITIONS)
-                assert all(-1 <= c["mean"] <= 1 for c in conditions.values())
+                assert all(-1 <= c["mean"] <= 1 and -1 <= c["median"] <= 1 for c in conditions.values())
 
 
 @torch.no_grad()
 def test_fuzzy_logic_references_a_perfect_random_task_and_a_constant():
     task = FuzzyLogic(num_variables=3, num_terms=2, seq_len=SEQ_LEN, frac_held_out=0.3)
-    results = iv.interventions(codes_only_model("softmax_hyla"), task, num_pairs=3, samples=8, progress=False)
+    results = iv.interventions(codes_only_model("softmax_hyla"), task, num_pairs=3, samples=8)
     entry = results["splits"]["valid"]
     assert entry["num_pairs"] == 3 and entry["num_sequences"] <= 24 and entry["num_scored"] > 0
     assert set(entry["reference"]) == set(iv.REFERENCES["fuzzy_logic"])
@@ -366,10 +419,26 @@ def test_interventions_command_over_several_models(tmp_path, capsys):
     patched = hyla["splits"]["valid"]["sites"]["row"]["all layers"]["patched"]
     per_model = [m["splits"]["valid"]["sites"]["row"]["all layers"]["patched"]["mean"] for m in report["models"][:2]]
     assert patched["per_model"] == per_model and patched["mean"] == pytest.approx(sum(per_model) / 2)
+    assert patched["per_model_median"] == [
+        m["splits"]["valid"]["sites"]["row"]["all layers"]["patched"]["median"] for m in report["models"][:2]
+    ]
+    assert "scores" not in json.dumps(report)  # per-query scores stay in memory
     captured = capsys.readouterr()
-    assert f"{patched['mean']:.2f} ± {patched['se']:.2f}" in captured.out  # the numbers, on the terminal
-    assert "| valid | row | all layers |" in captured.out and "B's own run = 1" in captured.out
-    assert "interventions: fuzzy logic valid" in captured.err
+    row = f"| valid | row | all layers | mean ± s.e. | {patched['mean']:.2f} ± {patched['se']:.2f} |"
+    low, high = patched["median_ci"]
+    assert row in captured.out  # the numbers, on the terminal, the median on the next row
+    assert (
+        f"| valid | row | all layers | median [95% CI] | {patched['median']:.2f} [{low:.2f}, {high:.2f}] |"
+        in captured.out
+    )
+    assert captured.out.count("How to read the fuzzy logic tables (details: docs/interventions.md)") == 1
+    assert "- site probe: the query's code to itself" in captured.out and "- leak control: " in captured.out
+    err = captured.err.splitlines()
+    assert err[0].startswith("interventions: 3 model(s), 2 task pairs x 8 sequences per split, seed 0, on cpu;")
+    assert err[0].endswith(f"writes {out / 'interventions_tasks2_samples8_seed0'}.json and .png")
+    second = [line for line in err if line.startswith("interventions: model 2/3: hyla-run_b (fuzzy_logic, hyla, seed")]
+    assert len(second) == 1 and "; ETA " in second[0] and " for the models left (" in second[0]
+    assert any(line.startswith("interventions: fuzzy logic valid: 2 task pairs") for line in err)
     script = runpy.run_path(str(Path(__file__).parents[2] / "experiments" / "interventions_table.py"))
     script["main"]([str(out)])
     assert tables(report["groups"]) in capsys.readouterr().out  # experiments/interventions_table.py: the same
@@ -399,4 +468,55 @@ def test_interventions_command_one_run_and_bad_input(tmp_path, capsys):
     assert cli.main(["interventions", str(run), str(run), "--out", str(tmp_path / "o")]) == 2
     assert "a model is named twice" in capsys.readouterr().err
     assert cli.main(["interventions", str(tmp_path / "nowhere")]) == 2
-    assert capsys.readouterr().err.startswith("hyla interventions: error:")
+    *_, last = capsys.readouterr().err.splitlines()  # after the first line (what runs, where it writes)
+    assert last.startswith("hyla interventions: error:") and "nowhere" in last
+
+
+# ----------------------------------------------------------------------------- the figure
+def synthetic_result(mixer: str, num_layers: int, seed: int, far: float) -> dict:
+    """What `interventions` returns for one SRAVEN model, with random per-query scores; the patch
+    in all layers of the ood row scores `far` on every query (a value beyond the figure's axis)."""
+    rng = np.random.default_rng(seed)
+    stats = lambda centre: iv.query_stats(torch.tensor(centre + rng.standard_t(3, 64) / 10), seed=0)  # noqa: E731
+    settings = list(iv.layer_settings(num_layers))
+    splits = {}
+    for split in iv.SPLITS:
+        sites = {site: {s: {c: stats(0.1) for c in iv.CONDITIONS} for s in settings} for site in iv.SITES}
+        reference = {name: stats(0.15) for name in iv.REFERENCES["sraven"]}
+        splits[split] = {"num_scored": 64, "reference": reference, "sites": sites}
+    splits["ood"]["sites"]["row"]["all layers"]["patched"] = iv.query_stats(torch.full((64,), far), seed=0)
+    model = {"label": f"{mixer}_s{seed}", "mixer": mixer}
+    return {"task": "sraven", "model": model, "options": {"seed": 0}, "layer_settings": settings, "splits": splits}
+
+
+def test_figure_defines_what_it_draws_marks_clipped_values_and_no_labels_overlap():
+    """Every visible text of the rendered figure (titles, ticks, legends, notes, clip marks) stands
+    clear of every other; each site, condition and reference has its line; the docs are named."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Text
+
+    from hyla.analysis.intervention_figure import interventions_figure
+    from hyla.analysis.intervention_report import DEFINITIONS, LABELS
+
+    results = [synthetic_result(mixer, 4, seed, 5.0) for mixer in ("hyla", "softmax") for seed in (0, 1)]
+    figure = interventions_figure(summarize(results))
+    canvas = FigureCanvasAgg(figure)
+    canvas.draw()
+    texts = [t for t in figure.findobj(Text) if t.get_visible() and t.get_text().strip()]
+    boxes = [t.get_window_extent(canvas.get_renderer()) for t in texts]
+    overlaps = [
+        (texts[i].get_text(), texts[j].get_text())
+        for i in range(len(texts))
+        for j in range(i + 1, len(texts))
+        if boxes[i].overlaps(boxes[j])
+    ]
+    assert not overlaps
+    width = figure.get_figwidth() * figure.dpi
+    assert all(0 <= box.x0 and box.x1 <= width for box in boxes)  # no note runs off the figure
+    strings = {t.get_text() for t in texts}
+    assert "5.00 ◆5.00" in strings  # the clipped patch: mean and median, with their value
+    for name in (*iv.SPLITS, "probe", "row", *iv.CONDITIONS, *iv.REFERENCES["sraven"]):
+        assert DEFINITIONS["sraven"].get(name, DEFINITIONS.get(name)) in strings
+    assert {"constant prediction", "perfect random rule", "B's answer = 1"} <= strings  # the lines' legend
+    assert {LABELS[c] for c in iv.CONDITIONS} <= strings and any("docs/interventions.md" in s for s in strings)
+    assert {"0", "1", "2", "3", "all"} <= strings  # short layer ticks: "layer 3" and "all layers" overlapped

@@ -90,6 +90,6 @@ def test_an_exported_model_is_analyzed_into_the_working_folder_and_left_as_it_wa
     assert (work / folder / "addition_subtraction.png").exists() and (work / folder / "analysis.json").exists()
     done = hyla("interventions", str(model), "--tasks", "1", "--samples", "2", cwd=work)
     assert done.returncode == 0, done.stderr
-    assert "writing into interventions-mixer-softmax__s0/" in done.stderr
+    assert "writes interventions-mixer-softmax__s0/interventions_tasks1_samples2_seed0.json" in done.stderr
     assert list((work / "interventions-mixer-softmax__s0").glob("interventions_tasks1_samples2_seed0.*"))
     assert snapshot(model) == before and sorted(os.listdir(tmp_path)) == ["models", "work"]
