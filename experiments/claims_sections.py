@@ -153,6 +153,7 @@ def section_numbers() -> dict[str, str]:
         **sraven_20m_layout_sections(),
         **sraven_cpu_sections(),
         **latent_code_sections(),
+        **addition_subtraction_sections(),
         **intervention_sections(),
         **other_sections(),
         **gpu_speed_sections(),
@@ -317,6 +318,20 @@ def summary_rows(file: str, measure: str, split: str, code_set: str) -> dict[str
         for row in read_json(file)["summary"]
         if (row["measure"], row["split"], row["code_set"]) == (measure, split, code_set)
     }
+
+
+def addition_subtraction_sections() -> dict[str, str]:
+    """Fig. 5E on the 4-feature SRAVEN 40k models, held-out tasks (`as40_{mixer}_{l0..l3,all}`): the
+    centered cosine of addition's and subtraction's mean codes / the most similar other rule pair,
+    bold where (addition, subtraction) is the most similar of the 28 pairs (permutation p = 1/28)."""
+    n = {}
+    file = "latent_weights_sraven_40k_cpu/latent_summary.json"
+    measure = "addition-subtraction similarity (centered cosine)"
+    for code_set, tag in [*((f"layer {i}", f"l{i}") for i in range(4)), ("all layers", "all")]:
+        for mixer, row in summary_rows(file, measure, "ood_unpermuted", code_set).items():
+            cell = f"{number(row['mean'], 3)} / {number(row['baselines']['most similar other pair'], 3)}"
+            n[f"as40_{mixer}_{tag}"] = f"**{cell}**" if row["passes"].startswith("1 ") else cell
+    return n
 
 
 def over_models(row: dict, digits: int = 2) -> str:
