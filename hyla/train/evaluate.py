@@ -7,6 +7,7 @@ Evaluation batches come from the split's own random stream (step 0, 1, 2, ... of
 from __future__ import annotations
 
 import math
+import sys
 
 import torch
 from torch import nn
@@ -37,6 +38,7 @@ def evaluate(
 
     Adds `ppl = exp(nll)` when the task reports a mean token NLL. Under data parallelism every
     rank evaluates its slice of each batch and the sums are reduced, so all ranks return the same.
+    `progress`: a bar on a terminal (none elsewhere: a bar redrawn in place garbles a log file).
     """
     if num_samples < 1:
         raise ValueError(f"num_samples must be positive, got {num_samples}")
@@ -49,7 +51,7 @@ def evaluate(
         unit="sample",
         leave=False,
         dynamic_ncols=True,
-        disable=not progress or rank != 0 or len(sizes) < 4,
+        disable=not progress or rank != 0 or len(sizes) < 4 or not sys.stderr.isatty(),
     )
     was_training = model.training
     model.eval()
