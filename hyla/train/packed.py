@@ -120,14 +120,12 @@ def train_packed(cfgs: list[ExperimentConfig], analysis_hook: AnalysisHook | Non
         if ctx.distributed:
             raise ConfigError("packed training runs in one process: launch it without torchrun")
         with process_settings(cfgs[0], ctx):
-            opened = [open_run(cfg, ctx) for cfg in cfgs]
-            members = [(run, start) for run, start in opened if start is not None]
+            opened = [open_run(cfg, ctx) for cfg in cfgs]  # each member's run folder, task, model, AdamW
+            members = [(run, start) for run, start in opened if start is not None]  # (not those complete)
             if members:
-                graphs = graphed.wanted(cfgs[0].train.cuda_graph, ctx.device)
-                update = PackedUpdate(members[0][1].trainer.model, graphs)
-                update_kind = update.prepare(
-                    [start.trainer for _, start in members], [s.progress.step for _, s in members]
-                )
+                trainers, steps = [s.trainer for _, s in members], [s.progress.step for _, s in members]
+                update = PackedUpdate(trainers[0].model, graphed.wanted(cfgs[0].train.cuda_graph, ctx.device))
+                update_kind = update.prepare(trainers, steps)  # (with graphs: captured)
                 Pack([_session(start, run, ctx, analysis_hook, update_kind) for run, start in members], update).run()
             return [run.path for run, _ in opened]
     finally:
@@ -135,6 +133,7 @@ def train_packed(cfgs: list[ExperimentConfig], analysis_hook: AnalysisHook | Non
 
 
 def _session(start: Start, run: RunDir, ctx, analysis_hook: AnalysisHook | None, update_kind: dict) -> Session:
+    """A member's session, its numerics those of the pack's update (as `train` opens a solo run's)."""
     settings = numerics(start.cfg, ctx, update_kind)
     warn_if_changed(start.saved_numerics, settings, run.path)
     return Session(start, run, ctx, analysis_hook, settings)

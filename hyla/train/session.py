@@ -70,7 +70,8 @@ def open_run(cfg: ExperimentConfig, ctx: DistContext) -> tuple[RunDir, Start | N
             f"train.batch_size={cfg.train.batch_size} must be divisible by the number of ranks ({ctx.world_size})"
         )
     cfg, run, state = open_run_dir(cfg, ctx)
-    saved, summary = run.read_config() if cfg.resume and run.config_file.exists() else None, run.read_summary()
+    saved = run.read_config() if cfg.resume and run.config_file.exists() else None
+    summary = run.read_summary()
     task = build_task(cfg, ctx.device)  # batches are generated on the training device
     cfg = replace(cfg, model=resolve_model(cfg.model, task))
     check_resumable(saved, cfg, str(run.path))
@@ -122,7 +123,7 @@ class Session:
         if step == self.first_step:  # what attention ran is known now (a fast path may fall back)
             self.update_numerics({"attention": implementations_ran()})
         self.progress.step = step + 1
-        if step > self.first_step:  # the session's first step includes compilation and warm-up
+        if step > self.first_step:  # the session's first step includes warm-ups (the optimizer's first step)
             self.progress.train_time += elapsed
             self.progress.timed_steps += 1
             self.window_time += elapsed
