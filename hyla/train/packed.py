@@ -186,7 +186,6 @@ class PackedUpdate:
     def __init__(self, model: Transformer, graphs: bool = False):
         self.skeleton = vmappable_copy(model)
         self.names = [name for name, _ in self.skeleton.named_parameters()]
-        self.forward = vmap(self._member_forward)
         self.graphs = graphs
         self.graph: graphed.GraphedUpdate | None = None
 
@@ -233,7 +232,8 @@ class PackedUpdate:
         x, batches, masks = inputs
         members = [dict(trainer.model.named_parameters()) for trainer in trainers]
         params = {name: torch.stack([member[name] for member in members]) for name in self.names}  # [M, ...]
-        preds = self.forward(params, x, masks)  # [M, B, ...]
+        mask_dims = None if masks is None else 0  # (without dropout, no masks to batch)
+        preds = vmap(self._member_forward, in_dims=(0, 0, mask_dims))(params, x, masks)  # [M, B, ...]
         return [trainer.task.loss(pred, batch) for trainer, pred, batch in zip(trainers, preds, batches)], preds
 
 

@@ -27,6 +27,7 @@ from hyla.train import graphed
 from hyla.train.configs import ExperimentConfig
 from hyla.train.distributed import DistContext
 from hyla.train.optim import make_optimizer
+from hyla.train.progress import say
 
 Update = Callable[[int, Any], tuple[torch.Tensor, torch.Tensor]]
 
@@ -166,7 +167,7 @@ class ModelUpdate:
     predictions are copied (the next replay overwrites them)."""
 
     def __init__(self, trainer: Trainer, compile_mode: str | None = None):
-        self.trainer, self.compile_mode = trainer, compile_mode
+        self.trainer = trainer
         self.forward = trainer.module if compile_mode is None else torch.compile(trainer.module, mode=compile_mode)
         self.replays_graphs = compile_mode in CUDA_GRAPH_MODES
 
@@ -215,6 +216,8 @@ def choose_update(trainer: Trainer, step: int) -> tuple[Update, dict[str, Any]]:
         return ModelUpdate(trainer), {**eager, "cuda_graph": False}
     modes = compile_fallbacks(cfg, ctx.device)
     for mode, fallback in zip(modes, modes[1:]):  # the last mode is eager (None)
+        if ctx.is_main:
+            say(f"compiling the model (torch.compile mode {mode}) on the first batch")
         update = ModelUpdate(trainer, mode)
         try:
             update.warm_up(step, trainer.batch(step))
