@@ -98,6 +98,8 @@ def run_sweep(spec: SweepSpec, dry_run: bool = False, progress: bool = True) -> 
     """Train every run of the sweep that is not complete, here, `spec.parallel` at a time (each a
     `hyla` subprocess); returns {run name: exit code}. Progress is read from the runs' metrics.jsonl."""
     threads, out = spec.local_threads(), Path(spec.out_dir)
+    check_configs(spec, threads)
+    out.mkdir(parents=True, exist_ok=True)
     if not dry_run:
         settle_markers(spec)
     runs, todo = spec.runs(), runs_to_launch(spec)
@@ -106,8 +108,6 @@ def run_sweep(spec: SweepSpec, dry_run: bool = False, progress: bool = True) -> 
         f"({spec.parallel} at once, {threads} threads each) in {out}",
         flush=True,
     )
-    check_configs(spec, threads)
-    out.mkdir(parents=True, exist_ok=True)
     if dry_run:
         for r in todo:
             print(" ".join(run_command(spec, r, threads)))
@@ -223,6 +223,8 @@ def run_packed_sweep(spec: SweepSpec, size: int, dry_run: bool = False) -> dict[
     from hyla.train.presets import parse_train_args
 
     threads, out = spec.local_threads(), Path(spec.out_dir)
+    check_configs(spec, threads)
+    out.mkdir(parents=True, exist_ok=True)
     if not dry_run:
         settle_markers(spec)
     runs, todo = spec.runs(), {run.name: run for run in runs_to_launch(spec)}
@@ -231,8 +233,6 @@ def run_packed_sweep(spec: SweepSpec, size: int, dry_run: bool = False) -> dict[
         f"in packs of at most {size}, {spec.parallel} at a time ({threads} threads each) in {out}",
         flush=True,
     )
-    check_configs(spec, threads)
-    out.mkdir(parents=True, exist_ok=True)
     # resume=True: a run with a checkpoint continues from it, a new one starts
     packs = plan_packs(
         [replace(parse_train_args(train_args(spec, run, threads))[0], resume=True) for run in todo.values()], size
