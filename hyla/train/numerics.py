@@ -41,15 +41,13 @@ def numerics(cfg: ExperimentConfig, ctx: DistContext, update_kind: dict[str, Any
     settings = {
         "threads": torch.get_num_threads(),
         "device": str(ctx.device),
-        "compile": update_kind["compile"],
-        "compile_mode": update_kind["compile_mode"],
+        **update_kind,  # compile, compile_mode (and cuda_graph, packed)
         "precision": cfg.train.precision,
         "deterministic": cfg.train.deterministic,
         "world_size": ctx.world_size,
         "torch": str(torch.__version__),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"),
-        **update_kind,
     }
     if not settings.get("packed") and ctx.device.type == "cpu" and generates_value_network(cfg):
         settings["cpp_kernel"] = cpp.available()  # HYLA's C++ kernel, or (without a compiler) PyTorch forms
