@@ -126,8 +126,8 @@ def sdpa_attention(original, keep_bias: bool):
 def build(variant: str, cfg, device):
     import hyla.nn.attention as attention_module
     from hyla.nn.attention import MultiHeadAttention
-    from hyla.train.loop import build_model
     from hyla.train.optim import make_optimizer
+    from hyla.train.step import build_model
 
     mixer, implementation = variant.split(":")
     attention_module.attention = ORIGINAL_ATTENTION

@@ -20,11 +20,10 @@ import torch
 from hyla.nn.feedforward import MixtureOfExperts
 from hyla.train.configs import build_task, resolve_model
 from hyla.train.distributed import DistContext
-from hyla.train.loop import build_model
 from hyla.train.numerics import process_settings
 from hyla.train.presets import get_preset
 from hyla.train.run_dir import cpu_name, git_commit
-from hyla.train.step import Trainer
+from hyla.train.step import Trainer, choose_update
 
 
 def steps_per_second(args: argparse.Namespace) -> float:
@@ -39,16 +38,16 @@ def steps_per_second(args: argparse.Namespace) -> float:
     with process_settings(cfg, ctx):
         task = build_task(cfg, ctx.device)
         cfg = replace(cfg, model=resolve_model(cfg.model, task))
-        model = build_model(cfg)
-        for module in model.modules():
+        trainer = Trainer(cfg, task, ctx)
+        for module in trainer.model.modules():
             if isinstance(module, MixtureOfExperts):
                 module.routed = args.form == "routed"
-        trainer = Trainer(cfg, task, model, ctx)
-        for step in range(args.warmup):
-            trainer.step(step)
-        start = time.perf_counter()
-        for step in range(args.warmup, args.warmup + args.steps):
-            loss, _, _ = trainer.step(step)
+        update, _ = choose_update(trainer, 0)
+        for step in range(args.warmup + args.steps):
+            if step == args.warmup:
+                start = time.perf_counter()
+            loss, _ = update(step, trainer.batch(step))  # the training loop's step (hyla.train.loop.run_steps)
+            trainer.scheduler.step()
         loss.item()
         return args.steps / (time.perf_counter() - start)
 

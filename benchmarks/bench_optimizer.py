@@ -17,10 +17,10 @@ from pathlib import Path
 import torch
 
 from hyla.train.configs import build_task, resolve_model
-from hyla.train.loop import build_model
 from hyla.train.optim import make_optimizer, parameter_groups
 from hyla.train.presets import get_preset
 from hyla.train.run_dir import cpu_name, git_commit
+from hyla.train.step import build_model
 
 RESULTS = Path(__file__).parent / "results" / "optimizer.json"
 

@@ -30,11 +30,10 @@ import torch
 from hyla.cli.train_args import parse_overrides
 from hyla.train.configs import ConfigError, ExperimentConfig, build_task, resolve_model
 from hyla.train.distributed import DistContext
-from hyla.train.loop import build_model
 from hyla.train.numerics import process_settings
 from hyla.train.presets import get_preset
 from hyla.train.run_dir import cpu_name, git_commit
-from hyla.train.step import Trainer
+from hyla.train.step import Trainer, choose_update
 
 RESULTS = Path(__file__).parent / "results" / "training.json"
 # The authors' JAX code on the 2-core CPU, 2 threads (medians of bench_vs_authors.py, quiet machine,
@@ -93,24 +92,30 @@ def preset_with(preset: str, overrides: tuple[str, ...]) -> ExperimentConfig:
 def _measure(cfg, ctx: DistContext, steps: int, repeats: int) -> dict:
     task = build_task(cfg, ctx.device)
     cfg = replace(cfg, model=resolve_model(cfg.model, task))
-    model = build_model(cfg).to(ctx.device)
-    trainer = Trainer(cfg, task, model, ctx)
+    trainer = Trainer(cfg, task, ctx)
     step = 0
     start = time.perf_counter()
+    update, update_kind = choose_update(trainer, step)  # compiles (warms up) when asked
+
+    def train_step(step: int):  # the training loop's step (hyla.train.loop.run_steps)
+        loss, _ = update(step, trainer.batch(step))
+        trainer.scheduler.step()
+        return loss
+
     for _ in range(3):
-        trainer.step(step)
+        train_step(step)
         step += 1
     warmup = time.perf_counter() - start
     windows, cpu_windows = [], []
     for _ in range(repeats):
         start, cpu_start = time.perf_counter(), time.process_time()
         for _ in range(steps):
-            loss, _, _ = trainer.step(step)
+            loss = train_step(step)
             step += 1
         loss.item()  # waits for the device
         windows.append(steps / (time.perf_counter() - start))
         cpu_windows.append(steps / (time.process_time() - cpu_start))
-    fell_back = cfg.train.compile and trainer.forward is trainer.eager
+    fell_back = cfg.train.compile and not update_kind["compile"]
     return {
         "steps_per_second": statistics.median(windows),
         "best_steps_per_second": max(windows),
@@ -120,7 +125,7 @@ def _measure(cfg, ctx: DistContext, steps: int, repeats: int) -> dict:
         # steps per second of this process's CPU time: with 1 thread, what an otherwise idle core
         # would give (the wall-clock rate on a shared machine is lower by the share it gets)
         "steps_per_cpu_second": max(cpu_windows),
-        "num_parameters": model.num_parameters(),
+        "num_parameters": trainer.model.num_parameters(),
     }
 
 

@@ -29,8 +29,22 @@ def _run_training(cfg: ExperimentConfig) -> int:
     except NonFiniteLossError as e:
         print(f"hyla: {e}", file=sys.stderr)
         return 1
+    curves = write_curves(path) if int(os.environ.get("RANK", "0")) == 0 else None  # (rank 0 writes the files)
+    if curves is not None:
+        print(f"curves: {curves}")
     print(path)
     return 0
+
+
+def write_curves(run_dir: Path) -> Path | None:
+    """The run's training loss and its metric on each evaluation split against the step
+    (hyla.analysis.plots, as `hyla demo` draws them), as RUN/curves.png; None without a record."""
+    from hyla.analysis.plots import plot_curves
+    from hyla.train.run_dir import RunDir
+
+    run = RunDir(run_dir)
+    summary = run.read_summary()
+    return plot_curves(run.path / "curves.png", {summary["mixer"]: [run.read_metrics()]}, summary["metric_name"])
 
 
 def train_main(argv: list[str]) -> int:

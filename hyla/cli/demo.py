@@ -46,7 +46,8 @@ class DemoOptions:
     final_eval_samples: Annotated[int | None, arg(help_behavior_hint="(default: the preset's)")] = None
     """samples per split at the final evaluation"""
     progress: bool = True
-    """progress bars (--no-progress: none; not on a terminal: a line per run every 30 s and at its end)"""
+    """progress bars (--no-progress: none; not on a terminal: a line per run when it starts moving, when its ETA
+    is known, then every 30 s, and at its end)"""
 
     def __post_init__(self):
         if self.preset not in PRESETS:
@@ -78,7 +79,8 @@ def main(argv: list[str]) -> int:
     steps = spec.overrides.get("train.steps", base.train.steps)
     print(
         f"hyla demo: {', '.join(args.mixers)} on {args.preset} ({base.task}), {steps} steps each, "
-        f"{spec.parallel} at a time -> {out}"
+        f"{spec.parallel} at a time -> {out}",
+        flush=True,
     )
 
     start = time.perf_counter()

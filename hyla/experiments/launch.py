@@ -38,6 +38,7 @@ from hyla.experiments.sweep import (
     write_marker,
 )
 from hyla.train.configs import ExperimentConfig
+from hyla.train.progress import duration
 from hyla.train.run_dir import RunDir
 from hyla.train.signals import SWEEP_ENDED, Stopped
 
@@ -103,7 +104,8 @@ def run_sweep(spec: SweepSpec, dry_run: bool = False, progress: bool = True) -> 
     runs, todo = spec.runs(), runs_to_launch(spec)
     print(
         f"sweep {spec.name}: {len(runs)} runs, {len(runs) - len(todo)} complete or under way, {len(todo)} to run "
-        f"({spec.parallel} at once, {threads} threads each) in {out}"
+        f"({spec.parallel} at once, {threads} threads each) in {out}",
+        flush=True,
     )
     if dry_run:
         for r in todo:
@@ -133,8 +135,9 @@ def run_sweep(spec: SweepSpec, dry_run: bool = False, progress: bool = True) -> 
 
 class RunProgress:
     """One progress bar per run (steps) on a terminal. Elsewhere (a log file, CI) bars redrawn in place
-    would garble the output: each run gets a line (step, elapsed time) when it first makes progress, then
-    (with its ETA) at most every `every` seconds, and one when it finishes.
+    would garble the output: each run gets a line (step, elapsed time) when it first makes progress, one
+    with its ETA as soon as its pace is measured, then at most every `every` seconds, and one when it
+    finishes.
 
     `update` is called for launched runs only: a run is timed from its first update. Its first interval
     (up to the first new step seen) holds its start (imports, building, a resumed run's loading) and steps
@@ -146,6 +149,7 @@ class RunProgress:
         self.started: dict[str, tuple[float, int]] = {}  # name -> (time, step) of its first update
         self.paced_from: dict[str, tuple[float, int]] = {}  # name -> (time, step) of its first new step
         self.last_line: dict[str, float] = {}
+        self.with_eta: set[str] = set()  # the runs whose ETA a line has shown
         self.bars = {}
         if enabled and not self.as_lines:
             from tqdm.auto import tqdm
@@ -162,17 +166,27 @@ class RunProgress:
             self.paced_from[name] = (now, step)
             self._restart_bar_clock(name, step)
         self._advance_bar(name, step)
-        if step > start_step and self.as_lines and now - self.last_line.get(name, -math.inf) >= self.every:
+        if step > start_step and self.as_lines and (self._eta_news(name, step) or self._line_due(name, now)):
             self.last_line[name] = now
             print(self._line(name, step, now), file=sys.stderr, flush=True)
+
+    def _eta_news(self, name: str, step: int) -> bool:
+        """Whether the run's pace has just been measured: its first line with an ETA is due."""
+        if name in self.with_eta or step <= self.paced_from[name][1]:
+            return False
+        self.with_eta.add(name)
+        return True
+
+    def _line_due(self, name: str, now: float) -> bool:
+        return now - self.last_line.get(name, -math.inf) >= self.every
 
     def _line(self, name: str, step: int, now: float) -> str:
         """`name: step S/N, 1m05s elapsed, ETA 2m10s` (no ETA until the pace is measured)."""
         total, elapsed = self.totals[name], now - self.started[name][0]
-        line = f"{name}: step {step}/{total}, {_duration(elapsed)} elapsed"
+        line = f"{name}: step {step}/{total}, {duration(elapsed)} elapsed"
         since, paced_step = self.paced_from[name]
         if step > paced_step:
-            line += f", ETA {_duration((now - since) / (step - paced_step) * (total - step))}"
+            line += f", ETA {duration((now - since) / (step - paced_step) * (total - step))}"
         return line
 
     def _restart_bar_clock(self, name: str, step: int) -> None:
@@ -199,19 +213,14 @@ class RunProgress:
             bar.close()
 
 
-def _duration(seconds: float) -> str:
-    minutes, seconds = divmod(int(seconds), 60)
-    return f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
-
-
 def run_packed_sweep(
     spec: SweepSpec, configs: dict[str, ExperimentConfig], size: int, dry_run: bool = False
 ) -> dict[str, int]:
     """Train the runs that are not complete in packs of at most `size` runs that share an
     architecture (hyla.train.packed: one batched model per pack), `spec.parallel` packs at a time,
-    each in a process of its own; returns {run name: exit code}. `configs`: every run's config, by
-    name, with `spec.local_threads()` threads (hyla.cli.sweep.run_configs). A stopped pack is packed
-    again and resumes exactly."""
+    each in a process of its own, with the runs' progress (`RunProgress`); returns {run name: exit
+    code}. `configs`: every run's config, by name, with `spec.local_threads()` threads
+    (hyla.cli.sweep.run_configs). A stopped pack is packed again and resumes exactly."""
     from hyla.train.packed import plan_packs
 
     threads = spec.local_threads()
@@ -220,12 +229,13 @@ def run_packed_sweep(
     if not dry_run:
         settle_markers(spec)
     runs, todo = spec.runs(), {run.name: run for run in runs_to_launch(spec)}
-    # resume=True: a run with a checkpoint continues from it, a new one starts
-    packs = plan_packs([replace(configs[name], resume=True) for name in todo], size)
     print(
         f"sweep {spec.name}: {len(runs)} runs, {len(runs) - len(todo)} complete or under way, {len(todo)} to run "
-        f"in {len(packs)} packs of at most {size}, {spec.parallel} at a time ({threads} threads each) in {out}"
+        f"in packs of at most {size}, {spec.parallel} at a time ({threads} threads each) in {out}",
+        flush=True,
     )
+    # resume=True: a run with a checkpoint continues from it, a new one starts
+    packs = plan_packs([replace(configs[name], resume=True) for name in todo], size)
     for pack in packs:
         print(f"pack: {', '.join(cfg.name for cfg in pack)}", flush=True)
     if dry_run:
@@ -236,25 +246,51 @@ def run_packed_sweep(
     markers = [marker for pack in pack_markers for marker in pack]
     for marker in markers:
         write_marker(marker, pid=os.getpid())
-    # a fresh interpreter per worker: forking a process whose OpenMP threads are running can hang
-    context = multiprocessing.get_context("spawn")
-    linux = sys.platform.startswith("linux")
     try:
-        with ProcessPoolExecutor(
-            max_workers=max(1, spec.parallel),
-            mp_context=context,
-            initializer=end_with_parent if linux else None,
-            initargs=(os.getpid(),) if linux else (),
-        ) as pool:
-            for pack, error in zip(packs, pool.map(_train_pack, packs, pack_markers)):
-                if error:  # reported; the members' summaries say more, and a rerun resumes them
-                    print(f"pack {', '.join(cfg.name for cfg in pack)}: {error}", file=sys.stderr)
+        _train_packs(spec, packs, pack_markers, RunProgress({name: run_steps(spec, run) for name, run in todo.items()}))
     finally:
         for marker in markers:
             marker.unlink(missing_ok=True)
     for cfg in (cfg for pack in packs for cfg in pack):
         keep_record(spec, cfg.name)
-    return {cfg.name: 0 if run_status(out / cfg.name) == "completed" else 1 for pack in packs for cfg in pack}
+    return {cfg.name: _exit_code(out / cfg.name) for pack in packs for cfg in pack}
+
+
+def _train_packs(spec: SweepSpec, packs: list[list], pack_markers: list[list[Path]], progress: RunProgress) -> None:
+    """Train `packs` in worker processes, `spec.parallel` at a time, showing their members'
+    progress (read from their metrics.jsonl) as `run_sweep` shows its runs'."""
+    out = Path(spec.out_dir)
+    # a fresh interpreter per worker: forking a process whose OpenMP threads are running can hang
+    context = multiprocessing.get_context("spawn")
+    linux = sys.platform.startswith("linux")
+    with ProcessPoolExecutor(
+        max_workers=max(1, spec.parallel),
+        mp_context=context,
+        initializer=end_with_parent if linux else None,
+        initargs=(os.getpid(),) if linux else (),
+    ) as pool:
+        running = {pool.submit(_train_pack, pack, markers): pack for pack, markers in zip(packs, pack_markers)}
+        try:
+            while running:
+                finished, _ = wait(running, timeout=0.5)
+                for future in finished:
+                    pack = running.pop(future)
+                    error = future.result()
+                    if error:  # reported; the members' summaries say more, and a rerun resumes them
+                        print(f"pack {', '.join(cfg.name for cfg in pack)}: {error}", file=sys.stderr)
+                    for cfg in pack:
+                        progress.finished(cfg.name, last_train_step(out / cfg.name), _exit_code(out / cfg.name))
+                for future, pack in running.items():
+                    if future.running():  # launched: queued packs are not timed
+                        for cfg in pack:
+                            progress.update(cfg.name, last_train_step(out / cfg.name))
+        finally:  # on Ctrl-C the workers got it too: the pool waits while they checkpoint and exit
+            progress.close()
+
+
+def _exit_code(run_dir: Path) -> int:
+    """A packed run's exit code: 0 when it completed."""
+    return 0 if run_status(run_dir) == "completed" else 1
 
 
 def _train_pack(pack: list, markers: list[Path]) -> str:

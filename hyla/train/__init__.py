@@ -14,10 +14,11 @@ from pathlib import Path
 from hyla.nn.pretrained import is_export
 from hyla.train.checkpoint import CheckpointError
 from hyla.train.evaluate import evaluate
-from hyla.train.loop import NonFiniteLossError, build_model, train
+from hyla.train.loop import train
 from hyla.train.packed import pack_key, train_packed
 from hyla.train.run_dir import RunDir, RunError
-from hyla.train.step import Trainer
+from hyla.train.session import NonFiniteLossError
+from hyla.train.step import Trainer, build_model
 
 
 def load_run(run_dir: str | Path, task: str | tuple[str, ...] | None = None):

@@ -269,6 +269,16 @@ RESUMABLE_CHANGES = (
     "train.cuda_graph",
 )
 
+
+def check_resumable(saved: ExperimentConfig | None, cfg: ExperimentConfig, run: str) -> None:
+    """ConfigError when `cfg` differs from `saved`, the config of the run it resumes (None: none
+    yet), in settings that change training (all but RESUMABLE_CHANGES)."""
+    changed = {k: v for k, v in config_diff(saved, cfg).items() if k not in RESUMABLE_CHANGES} if saved else {}
+    if changed:
+        lines = "\n".join(f"  {k}: {a!r} in the run, {b!r} now" for k, (a, b) in changed.items())
+        raise ConfigError(f"cannot resume {run}: the config differs in settings that change training:\n{lines}")
+
+
 # Model fields that are properties of the task, filled in by `resolve_model`.
 TASK_DERIVED_MODEL_FIELDS = ("input_dim", "seq_len", "output_dim", "num_outputs", "vocab_size", "causal")
 
@@ -323,18 +333,18 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     """
     _check_choice("task", cfg.task, task_names())
     cfg.task_config.validate()
-    mixer = _validate_model(cfg.model)
+    _validate_model(cfg.model)
     _validate_train(cfg.train)
     _check("/" not in cfg.name and cfg.name not in (".", ".."), "name", cfg.name, "must be a plain folder name")
+    try:
+        mixer = canonical_mixer_name(cfg.model.mixer)
+    except ValueError as e:
+        raise ConfigError(f"model.mixer: {e}") from None
     return replace(cfg, model=replace(cfg.model, mixer=mixer))
 
 
-def _validate_model(m: ModelConfig) -> str:
-    """Check the model section; return the mixer's canonical name."""
-    try:
-        mixer = canonical_mixer_name(m.mixer)
-    except ValueError as e:
-        raise ConfigError(f"model.mixer: {e}") from None
+def _validate_model(m: ModelConfig) -> None:
+    """Check the model section (the mixer's name: `validate`)."""
     for name, value, choices in (
         ("normalization", m.normalization, NORMALIZATIONS),
         ("value_network", m.value_network, VALUE_NETWORKS),
@@ -345,7 +355,6 @@ def _validate_model(m: ModelConfig) -> str:
     _check_choice("model.feedforward", m.feedforward, FEEDFORWARDS)
     _validate_model_sizes(m)
     _check(0.0 <= m.attention_dropout < 1.0, "model.attention_dropout", m.attention_dropout, "must lie in [0, 1)")
-    return mixer
 
 
 def _validate_model_sizes(m: ModelConfig) -> None:

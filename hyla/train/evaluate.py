@@ -8,6 +8,7 @@ Evaluation batches come from the split's own random stream (step 0, 1, 2, ... of
 from __future__ import annotations
 
 import functools
+import sys
 
 from torch import nn
 from tqdm.auto import tqdm
@@ -27,7 +28,8 @@ def evaluate(
 ) -> dict[str, float]:
     """Mean of the task's per-sample metrics and of the loss over `num_samples` samples of `split`
     (`hyla.tasks.evaluate`). Under data parallelism every rank evaluates its slice of each batch
-    and the sums are reduced, so all ranks return the same."""
+    and the sums are reduced, so all ranks return the same.
+    `progress`: a bar on a terminal (none elsewhere: a bar redrawn in place garbles a log file)."""
     rank, world_size = (ctx.rank, ctx.world_size) if ctx is not None else (0, 1)
     bar = tqdm(
         total=num_samples,
@@ -35,7 +37,7 @@ def evaluate(
         unit="sample",
         leave=False,
         dynamic_ncols=True,
-        disable=not progress or rank != 0 or num_samples <= 3 * batch_size,  # fewer than 4 batches
+        disable=not progress or rank != 0 or num_samples <= 3 * batch_size or not sys.stderr.isatty(),
     )
     try:
         return evaluation.evaluate(

@@ -1,13 +1,17 @@
 """Whole-step CUDA graphs: a training step (forward, backward, AdamW) captured once and replayed.
 
-    GraphedUpdate(trainers, gradient_step)(inputs) -> [(loss, predictions), ...]    one per trainer
-    wanted(cfg, device, world_size) -> bool                                       train.cuda_graph
+    graph = GraphedUpdate(trainers, gradient_step)
+    graph.capture(inputs) -> bool                       warm up and capture (False: it failed, warned)
+    graph(inputs) -> [(loss, predictions), ...]         one replay; one pair per trainer
+    wanted(setting, device, world_size) -> bool         train.cuda_graph
 
 The paper's models are small: on a GPU a step is bound by launching its few hundred kernels, not
 by their work. PyTorch's "whole-network capture" records the kernels of one step
 (`torch.cuda.graph`) and replays them with one launch. Unlike torch.compile's reduce-overhead
 mode, the kernels are the eager ones (inductor generates none), so HYLA keeps its eager backward,
-which is right on CUDA where inductor's is not (docs/gpu.md).
+which is right on CUDA where inductor's is not (docs/gpu.md). A graphed update is one of the
+update functions a run chooses from (hyla.train.step.choose_update); a pack's is captured again
+whenever its members change (hyla.train.packed).
 
 How a step stays the step an eager run takes:
 - Static inputs. The captured step reads its batch and dropout masks from buffers. Each step's batch
@@ -22,14 +26,14 @@ How a step stays the step an eager run takes:
   bits).
 - Warm-up on a side stream before the capture, as PyTorch requires: a few steps on the first
   step's inputs, whose effect on the weights and optimizer state is then undone (`_Snapshot`),
-  so the first captured step starts from where the eager step would.
+  so the first replayed step starts from where the eager step would.
 - Gradients are set to None before the capture, so the captured backward allocates them in the
   graph's memory pool; every replay overwrites them, and the loss and the predictions, which are
   returned as copies.
 
-If capturing fails (an operation that cannot be captured, a missing CUDA feature), training warns
-once and the same step and all later ones run eagerly; `env.json` records what ran
-(`"cuda_graph": true | false` among the numerics).
+If capturing fails (an operation that cannot be captured, a missing CUDA feature), `capture` warns
+and the run trains eagerly; `env.json` records what ran (`"cuda_graph": true | false` among the
+numerics).
 """
 
 from __future__ import annotations
@@ -95,11 +99,10 @@ class GraphedUpdate:
     `gradient_step(inputs) -> (losses, predictions)`: zero the gradients, forward, backward and every
     trainer's optimizer step, reading only `inputs` (a pytree of tensors: batches, dropout masks);
     losses is a list (one per trainer), predictions a list or a tensor with a leading trainer axis.
-    Calling the update runs that step on `inputs` (the first call warms up and captures), then
-    every trainer's schedule step; it returns each trainer's (loss, predictions), copies that the
-    next step does not overwrite. `backend`: `CudaGraphs` (the tests pass a stand-in that replays
-    by calling the step again). `active` turns False when capturing failed: then every call runs the
-    step eagerly.
+    `capture(inputs)` warms the step up and captures it; each call then copies `inputs` into the
+    graph's buffers and replays it, returning each trainer's (loss, predictions), copies that the
+    next step does not overwrite (the caller steps the schedules). `backend`: `CudaGraphs` (the
+    tests pass a stand-in that replays by calling the step again).
     """
 
     def __init__(self, trainers: list, gradient_step: GradientStep, backend: Any = None):
@@ -111,40 +114,36 @@ class GraphedUpdate:
         self.static_inputs: Any = None
         self.spec = None
         self.replay: Callable[[], tuple[torch.Tensor, torch.Tensor]] | None = None
-        self.active = True
+
+    def capture(self, inputs: Any) -> bool:
+        """Warm up on `inputs` (undone afterwards) and capture the step; False, with a warning, when
+        capturing failed (then nothing of the warm-up remains and the caller trains eagerly)."""
+        self._copy_in(inputs)
+        dtype = lr_dtype(self.device)
+        self.lrs = [torch.zeros((), dtype=dtype, device=self.device) for _ in self._groups()]
+        self._fill_lrs()
+        try:
+            self.replay = self._capture()
+        except Exception as e:  # noqa: BLE001 - whatever stops the capture, train on eagerly
+            first_line = str(e).splitlines()[0] if str(e) else ""
+            warnings.warn(
+                f"CUDA graph capture failed ({type(e).__name__}: {first_line}); training eagerly",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return False
+        return True
 
     def __call__(self, inputs: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        if not self.active:
-            return self._eager(inputs)
         self._copy_in(inputs)
-        if not self.lrs:
-            dtype = lr_dtype(self.device)
-            self.lrs = [torch.zeros((), dtype=dtype, device=self.device) for _ in self._groups()]
-        for group, lr in zip(self._groups(), self.lrs):
-            lr.fill_(group["lr"])
-        if self.replay is None:
-            try:
-                self.replay = self._capture()
-            except Exception as e:  # noqa: BLE001 - whatever stops the capture, train on eagerly
-                self.active = False
-                first_line = str(e).splitlines()[0] if str(e) else ""
-                warnings.warn(
-                    f"CUDA graph capture failed ({type(e).__name__}: {first_line}); training eagerly",
-                    RuntimeWarning,
-                    stacklevel=3,
-                )
-                return self._eager(inputs)
+        self._fill_lrs()
         losses, preds = self.replay()
-        for trainer in self.trainers:
-            trainer.scheduler.step()
         # the next replay overwrites the graph's outputs: the caller keeps copies
         return list(zip(losses.clone().unbind(0), preds.clone().unbind(0)))
 
-    def _eager(self, inputs: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        losses, preds = self.gradient_step(inputs)
-        for trainer in self.trainers:
-            trainer.scheduler.step()
-        return [(loss.detach(), pred.detach()) for loss, pred in zip(losses, preds)]
+    def _fill_lrs(self) -> None:
+        for group, lr in zip(self._groups(), self.lrs):
+            lr.fill_(group["lr"])
 
     def _copy_in(self, inputs: Any) -> None:
         leaves, spec = tree_flatten(inputs)

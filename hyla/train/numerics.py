@@ -6,7 +6,9 @@ can say when it will not be bit-identical to an uninterrupted one."""
 from __future__ import annotations
 
 import os
+import warnings
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -30,16 +32,17 @@ def default_threads(world_size: int = 1) -> int:
 MATMUL_PRECISION = {"fp32": "highest", "tf32": "high", "bf16": "highest"}
 
 
-def numerics(cfg: ExperimentConfig, ctx: DistContext, compile_mode: str | None, packed: bool = False) -> dict[str, Any]:
+def numerics(cfg: ExperimentConfig, ctx: DistContext, update_kind: dict[str, Any]) -> dict[str, Any]:
     """The settings that change floating-point results (recorded in env.json and checkpoints), and
-    OpenMP's wait policy and spin count, which change only the speed (hyla.cli.bound_openmp_waiting);
-    `compile_mode`: the torch.compile mode that trains (None: eager); `packed`: trained in a pack
-    (hyla.train.packed), whose batched kernels round differently."""
+    OpenMP's wait policy and spin count, which change only the speed (hyla.cli.bound_openmp_waiting).
+    `update_kind`: what the update function is (hyla.train.step.choose_update): compile and
+    compile_mode (the torch.compile mode that trains, None: eager), cuda_graph (with train.cuda_graph
+    on: whether CUDA graphs replay the steps), packed (True: trained in a pack, hyla.train.packed,
+    whose batched kernels round differently)."""
     settings = {
         "threads": torch.get_num_threads(),
         "device": str(ctx.device),
-        "compile": compile_mode is not None,
-        "compile_mode": compile_mode,
+        **update_kind,  # compile, compile_mode (and cuda_graph, packed)
         "precision": cfg.train.precision,
         "deterministic": cfg.train.deterministic,
         "world_size": ctx.world_size,
@@ -47,12 +50,32 @@ def numerics(cfg: ExperimentConfig, ctx: DistContext, compile_mode: str | None, 
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"),
     }
-    if packed:
-        return {**settings, "packed": True}
-    if ctx.device.type == "cpu" and generates_value_network(cfg):
+    if not settings.get("packed") and ctx.device.type == "cpu" and generates_value_network(cfg):
         # HYLA's C++ kernel, or PyTorch forms (without a compiler, or with HYLA_CPP_KERNEL=0)
         settings["cpp_kernel"] = not switches().off("cpp_kernel") and cpp.available()
     return settings
+
+
+def warn_if_changed(saved: dict, now: dict, run: Path) -> None:
+    """Warn when a run resumes (`saved`: the checkpoint's numerics; empty for a new run) with other
+    numerics than it trained with: the result will not be bit-identical to an uninterrupted run."""
+    if not saved:
+        return
+    saved = {"precision": "fp32", **saved}  # a checkpoint that records no precision trained in fp32
+    # (what attention ran is known after the first step: recorded then, not compared; the wait policy
+    # changes only the speed)
+    changed = {
+        k: (saved.get(k), now.get(k))
+        for k in {**saved, **now}
+        if saved.get(k) != now.get(k) and k not in ("attention", "omp_wait_policy", "gomp_spincount")
+    }
+    if changed:
+        what = ", ".join(f"{k} {b} (was {a})" for k, (a, b) in changed.items())
+        warnings.warn(
+            f"resuming {run} with {what}: the result will not be bit-identical to an uninterrupted run",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 @contextmanager

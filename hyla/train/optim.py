@@ -216,9 +216,10 @@ class AdamW(torch.optim.AdamW):
 
 
 def make_optimizer(
-    model: nn.Module, cfg: TrainConfig
+    model: nn.Module, cfg: TrainConfig, state: dict | None = None
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
-    """AdamW (no gradient clipping) and its LambdaLR schedule; call scheduler.step() after every update."""
+    """AdamW (no gradient clipping) and its LambdaLR schedule; call scheduler.step() after every update.
+    `state`: a checkpoint whose "optimizer" and "scheduler" states they continue from."""
     device_type = next(model.parameters()).device.type
     optimizer = AdamW(
         parameter_groups(model, cfg.weight_decay),
@@ -231,4 +232,7 @@ def make_optimizer(
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: lr_multiplier(step, cfg.steps, cfg.warmup_steps, cfg.final_lr_fraction)
     )
+    if state is not None:
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
     return optimizer, scheduler

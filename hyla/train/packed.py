@@ -13,10 +13,12 @@ may differ: the seed (hence the data, the task split, the initialization and the
 learning rate, weight decay, warmup, steps, evaluation, logging and checkpoint cadence.
 
 How: each member keeps what its solo run has: its plain model, fused AdamW and schedule (a
-`Trainer`), and its own `TrainingLoop`, which writes an ordinary run folder (config, env, metrics,
-summary, checkpoints). Every step the members' parameters are stacked with `torch.stack` (so the
-gradients flow back into each member's own tensors), one vmapped forward and backward computes all
-members, and each member's optimizer takes its ordinary step. A member draws its own batch, and
+`Trainer`), and its own `Session`, which writes an ordinary run folder (config, env, metrics,
+summary, checkpoints). The pack's update function (`PackedUpdate`) takes the place of a solo run's:
+every step the members' parameters are stacked with `torch.stack` (so the gradients flow back into
+each member's own tensors), one vmapped forward and backward computes all members, and each
+member's optimizer takes its ordinary step (`hyla.train.step.gradient_step`); then each member's
+schedule steps. A member draws its own batch, and
 its own dropout masks from its own per-step seed in the order its solo forward draws them. A member
 that reaches its end (train.steps, or train.stop_at) finishes (final evaluation, summary) and
 leaves the pack; a member whose loss becomes non-finite leaves with a "diverged" summary, and
@@ -59,18 +61,18 @@ from typing import Any
 
 import torch
 from torch.func import functional_call, vmap
-from tqdm.auto import tqdm
 
 from hyla.nn.attention import MultiHeadAttention
 from hyla.nn.feedforward import MixtureOfExperts
 from hyla.nn.transformer import Transformer
 from hyla.train import distributed, graphed
 from hyla.train.configs import ConfigError, ExperimentConfig, build_task, resolve_model, validate
-from hyla.train.loop import AnalysisHook, NonFiniteLossError, TrainingLoop, open_session
-from hyla.train.numerics import process_settings
+from hyla.train.numerics import numerics, process_settings, warn_if_changed
+from hyla.train.progress import StepProgress
 from hyla.train.run_dir import RunDir
+from hyla.train.session import AnalysisHook, NonFiniteLossError, Session, Start, open_run
 from hyla.train.signals import StopSignal
-from hyla.train.step import Trainer, gradient_step, update
+from hyla.train.step import Trainer, gradient_step
 
 # Process-wide settings: one value per pack.
 PROCESS_SETTINGS = ("device", "threads", "deterministic", "precision", "cuda_graph")
@@ -118,14 +120,23 @@ def train_packed(cfgs: list[ExperimentConfig], analysis_hook: AnalysisHook | Non
         if ctx.distributed:
             raise ConfigError("packed training runs in one process: launch it without torchrun")
         with process_settings(cfgs[0], ctx):
-            graphs = graphed.wanted(cfgs[0].train.cuda_graph, ctx.device)
-            sessions = [open_session(cfg, ctx, analysis_hook, packed=True, pack_graphs=graphs) for cfg in cfgs]
-            loops = [loop for _, loop in sessions if loop is not None]
-            if loops:
-                Pack(loops, graphs).run()
-            return [run.path for run, _ in sessions]
+            opened = [open_run(cfg, ctx) for cfg in cfgs]  # each member's run folder, task, model, AdamW
+            members = [(run, start) for run, start in opened if start is not None]  # (not those complete)
+            if members:
+                trainers, steps = [s.trainer for _, s in members], [s.progress.step for _, s in members]
+                update = PackedUpdate(trainers[0].model, graphed.wanted(cfgs[0].train.cuda_graph, ctx.device))
+                update_kind = update.prepare(trainers, steps)  # (with graphs: captured)
+                Pack([_session(start, run, ctx, analysis_hook, update_kind) for run, start in members], update).run()
+            return [run.path for run, _ in opened]
     finally:
         distributed.teardown(ctx)
+
+
+def _session(start: Start, run: RunDir, ctx, analysis_hook: AnalysisHook | None, update_kind: dict) -> Session:
+    """A member's session, its numerics those of the pack's update (as `train` opens a solo run's)."""
+    settings = numerics(start.cfg, ctx, update_kind)
+    warn_if_changed(start.saved_numerics, settings, run.path)
+    return Session(start, run, ctx, analysis_hook, settings)
 
 
 def _check_pack(cfgs: list[ExperimentConfig], analysis_hook) -> list[ExperimentConfig]:
@@ -168,133 +179,135 @@ def vmappable_copy(model: Transformer) -> Transformer:
 
 
 class PackedUpdate:
-    """One update of several members (their `Trainer`s) as one vmapped forward and backward;
-    with `graphs`, replayed as one CUDA graph (hyla.train.graphed), captured again whenever the
-    members change (one leaves the pack)."""
+    """The update function of a pack: one update of several members (their `Trainer`s) as one
+    vmapped forward and backward; with `graphs`, replayed as one CUDA graph (hyla.train.graphed),
+    captured for a set of members by `prepare`, again whenever the members change (one leaves)."""
 
     def __init__(self, model: Transformer, graphs: bool = False):
         self.skeleton = vmappable_copy(model)
         self.names = [name for name, _ in self.skeleton.named_parameters()]
-        self.forward = vmap(self._member_forward)
         self.graphs = graphs
-        self.graphed: graphed.GraphedUpdate | None = None
+        self.graph: graphed.GraphedUpdate | None = None
 
     def _member_forward(self, params: dict, x: torch.Tensor, dropout_masks: list | None) -> torch.Tensor:
         return functional_call(self.skeleton, params, (x,), {"dropout_masks": dropout_masks})
 
+    def prepare(self, trainers: list[Trainer], steps: list[int]) -> dict:
+        """Get ready to update these members from their update `steps` on: with graphs, capture
+        their update on those steps' inputs (a capture that fails warns, and the pack trains
+        eagerly from then on). Returns what the update is (it joins the members' numerics)."""
+        self.graph = None
+        if self.graphs:
+            graph = graphed.GraphedUpdate(list(trainers), lambda inputs: self._gradient_step(trainers, inputs))
+            self.graphs = graph.capture(self._inputs(trainers, steps)[1])
+            self.graph = graph if self.graphs else None
+        kind = {"compile": False, "compile_mode": None, "packed": True}
+        return {**kind, "cuda_graph": self.graphs} if trainers[0].cfg.train.cuda_graph == "on" else kind
+
     def __call__(self, trainers: list[Trainer], steps: list[int]) -> list[tuple[torch.Tensor, torch.Tensor, Any]]:
         """Update number steps[i] of trainers[i], for every i: the members' batches and parameters
-        are stacked, one vmapped forward and backward computes them all, then every member takes its
-        own AdamW step and schedule step (`hyla.train.step.update`, as a solo run's step). Returns
-        each member's (loss, predictions, batch)."""
+        are stacked, one vmapped forward and backward computes them all, then every member's AdamW
+        steps (the caller steps the schedules). Returns each member's (loss, predictions, batch)."""
+        batches, inputs = self._inputs(trainers, steps)
+        if self.graph is not None:
+            results = self.graph(inputs)
+        else:
+            losses, preds = self._gradient_step(trainers, inputs)
+            results = [(loss.detach(), pred.detach()) for loss, pred in zip(losses, preds)]
+        return [(loss, pred, batch) for (loss, pred), batch in zip(results, batches)]
+
+    def _inputs(self, trainers: list[Trainer], steps: list[int]) -> tuple[list, tuple]:
+        """The members' batches, and the update's inputs: (x [M, B, T, ...], batches, masks)."""
         batches = [trainer.batch(step) for trainer, step in zip(trainers, steps)]
         x = _stack([batch.x for batch in batches], "inputs")  # [M, B, T, ...]
         # each member's masks as its solo run draws them at its step
         masks = [trainer.dropout_masks(step, x.shape[2]) for trainer, step in zip(trainers, steps)]
         masks = None if masks[0] is None else [torch.stack(layer) for layer in zip(*masks)]  # per layer [M, Tq, Tk]
-        inputs = (x, batches, masks)
-        graphs = self._graphed(trainers)
-        if graphs is not None:
-            results = graphs(inputs)
-            for trainer in trainers:
-                trainer.cuda_graph = graphs.active
-        else:
-            results = update(trainers, lambda: self._forward_losses(trainers, inputs))
-        return [(loss, pred, batch) for (loss, pred), batch in zip(results, batches)]
+        return batches, (x, batches, masks)
+
+    def _gradient_step(self, trainers: list[Trainer], inputs: tuple) -> tuple[list[torch.Tensor], torch.Tensor]:
+        return gradient_step(trainers, lambda: self._forward_losses(trainers, inputs))
 
     def _forward_losses(self, trainers: list[Trainer], inputs: tuple) -> tuple[list[torch.Tensor], torch.Tensor]:
         x, batches, masks = inputs
         members = [dict(trainer.model.named_parameters()) for trainer in trainers]
         params = {name: torch.stack([member[name] for member in members]) for name in self.names}  # [M, ...]
-        preds = self.forward(params, x, masks)  # [M, B, ...]
+        mask_dims = None if masks is None else 0  # (without dropout, no masks to batch)
+        preds = vmap(self._member_forward, in_dims=(0, 0, mask_dims))(params, x, masks)  # [M, B, ...]
         return [trainer.task.loss(pred, batch) for trainer, pred, batch in zip(trainers, preds, batches)], preds
-
-    def _graphed(self, trainers: list[Trainer]) -> graphed.GraphedUpdate | None:
-        """The graphed update of these members (None: eager), captured anew when they changed;
-        once a capture failed, the pack trains eagerly."""
-        if self.graphed is not None and not self.graphed.active:
-            self.graphs = False
-        if not self.graphs:
-            return None
-        if self.graphed is None or self.graphed.trainers != trainers:
-
-            def step(inputs):
-                return gradient_step(trainers, lambda: self._forward_losses(trainers, inputs))
-
-            self.graphed = graphed.GraphedUpdate(list(trainers), step)
-        return self.graphed
 
 
 class Pack:
-    """The live members of a pack (their `TrainingLoop`s): steps them together, does each one's
-    records, finishes them one by one."""
+    """The live members of a pack (their `Session`s): steps them together with the pack's update
+    function, does each one's records, finishes them one by one."""
 
-    def __init__(self, loops: list[TrainingLoop], graphs: bool = False):
-        self.loops = loops
-        self.update = PackedUpdate(loops[0].trainer.model, graphs)
+    def __init__(self, sessions: list[Session], update: PackedUpdate):
+        self.sessions, self.update = sessions, update
         self.diverged: list[NonFiniteLossError] = []
 
     def run(self) -> None:
         """Step the live members until each has reached its end, then raise for the diverged ones."""
-        bar = tqdm(
-            total=max(loop.end for loop in self.loops),
-            initial=min(loop.progress.step for loop in self.loops),
-            disable=not self.loops[0].cfg.train.progress,
-            unit="step",
-            desc=f"pack of {len(self.loops)}",
-            dynamic_ncols=True,
-        )
+        sessions = self.sessions
+        done, total = min(s.progress.step for s in sessions), max(s.end for s in sessions)  # the pack's steps
+        shown = StepProgress(f"pack of {len(sessions)}", total, done, sessions[0].shows_progress)
         stop = StopSignal()
         try:
-            with stop.installed():
+            with stop.installed(), shown:
                 while self._finish_ended():
                     self.step()
-                    bar.update(1)
                     self._after_step(stop.requested)
+                    done += 1
+                    shown.update(done)
                     if stop.requested:
                         raise stop.stopped()
         except (KeyboardInterrupt, Exception) as e:
-            for loop in self.loops:
-                loop.record_stop(e)
+            for session in self.sessions:
+                session.record_stop(e)
             raise
         finally:
-            bar.close()
-            for loop in self.loops:
-                loop.close()
+            for session in self.sessions:
+                session.close()
         if self.diverged:
             raise NonFiniteLossError("; ".join(map(str, self.diverged)))
 
     def step(self) -> None:
-        """One update of every live member, each at its own next step."""
+        """One update of every live member, each at its own next step, and its schedule's step."""
         tick = time.perf_counter()
-        steps = [loop.progress.step for loop in self.loops]
-        results = self.update([loop.trainer for loop in self.loops], steps)
+        trainers = [session.trainer for session in self.sessions]
+        steps = [session.progress.step for session in self.sessions]
+        if self.update.graph is not None and self.update.graph.trainers != trainers:  # a member left: capture anew
+            kind = self.update.prepare(trainers, steps)
+            for session in self.sessions:
+                session.update_numerics(kind)
+        results = self.update(trainers, steps)
+        for session in self.sessions:
+            session.trainer.scheduler.step()
         elapsed = time.perf_counter() - tick
-        for loop, step, (loss, pred, batch) in zip(self.loops, steps, results):
-            loop.record_step(step, loss, pred, batch, elapsed)
+        for session, step, (loss, pred, batch) in zip(self.sessions, steps, results):
+            session.record_step(step, loss, pred, batch, elapsed)
 
     def _after_step(self, stopping: bool) -> None:
         """Each member's records; every member checkpoints when any is due (or on a stop), so a
         stopped pack resumes with its members at one step. A diverged member leaves the pack."""
-        force = stopping or any(loop.checkpoint_due() for loop in self.loops)
-        for loop in list(self.loops):
+        force = stopping or any(session.checkpoint_due() for session in self.sessions)
+        for session in list(self.sessions):
             try:
-                loop.after_step(force)
+                session.after_step(force)
             except NonFiniteLossError as e:
-                self.diverged.append(loop.diverged(e))
-                self._leave(loop)
+                self.diverged.append(session.diverged(e))
+                self._leave(session)
 
     def _finish_ended(self) -> bool:
         """Finish the members at their end (final evaluation or stop_at); True while any is left."""
-        for loop in list(self.loops):
-            if loop.progress.step >= loop.end:
-                loop.finish()
-                self._leave(loop)
-        return bool(self.loops)
+        for session in list(self.sessions):
+            if session.progress.step >= session.end:
+                session.finish()
+                self._leave(session)
+        return bool(self.sessions)
 
-    def _leave(self, loop: TrainingLoop) -> None:
-        loop.close()
-        self.loops.remove(loop)
+    def _leave(self, session: Session) -> None:
+        session.close()
+        self.sessions.remove(session)
 
 
 def _stack(tensors: list[torch.Tensor], what: str) -> torch.Tensor:

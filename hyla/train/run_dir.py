@@ -19,12 +19,15 @@ import os
 import platform
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from hyla.train.configs import ExperimentConfig, config_from_dict, config_to_dict
+from hyla.train.distributed import DistContext, barrier
+from hyla.train.progress import say
 from hyla.utils import dumps, read_jsonl, write_json, write_text_atomic
 
 
@@ -103,6 +106,18 @@ class RunDir:
             return []
         return env.get("sessions") or [env]
 
+    def open_log(self, cfg: ExperimentConfig, env: dict[str, Any], step: int, rows: int, trackers: list) -> MetricsLog:
+        """Begin a session of the run that trains from update `step`: write config.json and env.json
+        (`env`: the session's environment), keep the first `rows` records of metrics.jsonl (those of
+        the checkpoint a resumed run continues from), and open it for the session's records, with
+        TensorBoard when `cfg` asks for it and `trackers`."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.write_config(cfg)
+        self.write_env(env, step)
+        if cfg.resume:
+            self.truncate_metrics(rows)
+        return MetricsLog(self, rows, cfg.train.tensorboard, trackers)
+
     def read_summary(self) -> dict:
         return json.loads(self.summary_file.read_text()) if self.summary_file.exists() else {}
 
@@ -159,6 +174,32 @@ class MetricsLog:
             self.tensorboard.close()
         for tracker in self.trackers:
             tracker.close()
+
+
+def open_run_dir(cfg: ExperimentConfig, ctx: DistContext) -> tuple[ExperimentConfig, RunDir, dict | None]:
+    """The run folder of `cfg`: (the config with its run name, the folder, the checkpoint to continue
+    from). Every rank names the run as rank 0 does (its timestamped default); the checkpoint is
+    None for a new run, or a resumed run that has none yet. A new run's folder must not exist
+    (FileExistsError); a damaged latest checkpoint warns and the previous one is taken."""
+    if cfg.train.tensorboard:
+        require_tensorboard()
+    if not cfg.name:
+        names = [RunDir.for_config(cfg).path.name]
+        if ctx.distributed:
+            torch.distributed.broadcast_object_list(names, src=0)
+        cfg = replace(cfg, name=names[0])
+    run, state = RunDir.for_config(cfg), None
+    if cfg.resume and run.has_checkpoint():
+        state, _, note = run.load_checkpoint()
+        if note and ctx.is_main:
+            say(f"warning: {note}")
+    elif not cfg.resume and run.exists():
+        raise FileExistsError(
+            f"run folder {run.path} already exists; pass --resume to continue it "
+            "(or `hyla resume RUN`), or choose another --name"
+        )
+    barrier(ctx)  # nobody creates the folder before every rank has checked it
+    return cfg, run, state
 
 
 def require_tensorboard() -> None:

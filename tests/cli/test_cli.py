@@ -3,6 +3,7 @@
 import json
 
 from hyla.cli import COMMANDS, main
+from hyla.train import progress
 
 TINY = [
     "--fuzzy_logic.num_variables",
@@ -96,6 +97,24 @@ def test_train_eval_resume(tmp_path, capsys):
     written = json.loads((run / "eval-step20-n48.json").read_text())
     assert written["samples"] == 48 and set(written["splits"]) == {"ood", "valid_fixed_query"}
     assert main(["eval", str(run), "--split", "nope"]) == 2
+
+
+def test_train_says_what_runs_shows_lines_a_log_follows_and_ends_with_its_curves(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(progress, "FIRST_LINE_AFTER", 0.0)  # (a line after every step but the first)
+    monkeypatch.setattr(progress, "PROGRESS_EVERY", 0.0)
+    tiny = [arg for arg in TINY if arg != "--train.no-progress"]
+    args = ["train", "--preset", "logic_cpu", "--train.steps", "20", "--out_dir", str(tmp_path), "--name", "run"]
+    assert main(args + tiny) == 0
+    run = tmp_path / "run"
+    out, err = capsys.readouterr()
+    out = out.splitlines()
+    assert out[0].startswith(f"run {run}: fuzzy_logic with softmax, ") and "parameters, from scratch (1 rank" in out[0]
+    assert out[-2:] == [f"curves: {run / 'curves.png'}", str(run)]
+    assert (run / "curves.png").stat().st_size > 10_000
+    assert "\r" not in err  # (a bar redrawn in place would garble a log file)
+    steps = [line for line in err.splitlines() if line.startswith("softmax: step ")]
+    assert [line.split()[2] for line in steps] == [f"{step}/20" for step in range(2, 21)]
+    assert all(", ETA " in line and "; loss " in line for line in steps[3:])  # (after the first record, step 5)
 
 
 def test_train_rejects_bad_values_with_a_message(tmp_path, capsys):

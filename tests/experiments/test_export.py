@@ -154,7 +154,7 @@ def test_eval_analyze_and_interventions_take_an_exported_folder(exported, tmp_pa
     assert analysis["run"]["path"] == f"{tmp_path.name}/model"  # not the machine's absolute path
     assert f"writing into {folder}/" in capsys.readouterr().err
     assert main(["interventions", str(model), "--tasks", "2", "--samples", "8"]) == 0
-    assert "writing into interventions-model/" in capsys.readouterr().err
+    assert "writes interventions-model/interventions_" in capsys.readouterr().err
     assert sorted(p.name for p in model.iterdir()) == ["config.json", "manifest.json", "model.safetensors"]
     # (the layout of the interventions JSON is interventions.py's; here: it ran on the export's step)
     [text] = [f.read_text() for f in Path("interventions-model").glob("*.json")]

@@ -1,7 +1,9 @@
 """Progress reports of the long commands. `hyla sweep` and `hyla demo` (a demo is a sweep) show the
 progress of their runs with `RunProgress`: on a terminal a bar per run; elsewhere (a log file, CI) a
-line per run with its step, elapsed time and ETA, at most every `every` seconds, and a line when it
-finishes or fails; with progress turned off, nothing. `hyla analyze` prints a line per stage."""
+line per run with its step, elapsed time and ETA (the first as soon as the pace is measured), at
+most every `every` seconds, and a line when it finishes or fails; with progress turned off,
+nothing. `hyla train` shows its steps with `StepProgress` (tests/train/test_progress_lines.py).
+`hyla analyze` prints a line per stage."""
 
 import sys
 
@@ -39,8 +41,10 @@ def test_runs_get_lines_with_elapsed_time_and_eta(capsys):
     quiet = RunProgress({"a": 100}, every=3600.0)
     quiet.update("a", 0)
     quiet.update("a", 10)
-    quiet.update("a", 20)  # within the interval: no second line
-    assert len(capsys.readouterr().err.splitlines()) == 1
+    quiet.update("a", 20)  # the pace is measured: its ETA is shown at once
+    quiet.update("a", 30)  # within the interval: no third line
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and "ETA" not in lines[0] and lines[1].startswith("a: step 20/100, 0s elapsed, ETA ")
 
 
 def test_the_eta_comes_from_the_pace_after_the_first_interval(capsys, monkeypatch):

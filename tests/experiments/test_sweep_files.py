@@ -40,7 +40,8 @@ def test_threads_option_sets_each_runs_threads(tmp_path, capsys):
     assert "(1 at once, 1 threads each)" in out and len(commands) == 9
     assert all("--train.threads 1" in line for line in commands)
     assert sweep_command.main(spec + ["--threads", "3", "--pack", "3"]) == 0
-    assert "3 packs of at most 3, 1 at a time (3 threads each)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "in packs of at most 3, 1 at a time (3 threads each)" in out and out.count("\npack: ") == 3
 
 
 @pytest.mark.parametrize("path", sorted(SWEEPS.glob("*.yaml")), ids=lambda p: p.name)

@@ -14,12 +14,11 @@ import pytest
 import torch
 from helpers_train import assert_same_weights, final_weights, tiny_config
 
-from hyla.train import loop, packed, train, train_packed
+from hyla.train import packed, train, train_packed
 from hyla.train.configs import build_task, resolve_model
 from hyla.train.distributed import DistContext
-from hyla.train.loop import build_model
-from hyla.train.numerics import process_settings
-from hyla.train.step import Trainer, compile_fallbacks, resolve_compile_mode
+from hyla.train.numerics import process_settings, warn_if_changed
+from hyla.train.step import ModelUpdate, Trainer, build_model, compile_fallbacks, resolve_compile_mode
 
 
 class RecordingCompile:
@@ -126,10 +125,11 @@ def test_cuda_graph_outputs_are_copied_before_the_next_step(monkeypatch):
     cfg = tiny_config(None, compile=True, compile_mode="reduce-overhead")
     task = build_task(cfg)
     cfg = replace(cfg, model=resolve_model(cfg.model, task))
-    trainer = Trainer(cfg, task, build_model(cfg), DistContext(0, 1, torch.device("cpu")))
-    _, pred, _ = trainer.step(0)
+    trainer = Trainer(cfg, task, DistContext(0, 1, torch.device("cpu")))
+    update = ModelUpdate(trainer, "reduce-overhead")
+    _, pred = update(0, trainer.batch(0))
     kept = pred.clone()
-    trainer.step(1)
+    update(1, trainer.batch(1))
     assert torch.equal(pred, kept) and not pred.isnan().any()  # step 1's replay did not reach it
     assert len(marks) == 2  # every graphed step begins a new CUDA-graph generation
 
@@ -155,7 +155,7 @@ def bf16_probe(monkeypatch) -> list[torch.dtype]:
         model.register_forward_hook(lambda module, args, out: dtypes.append(out.dtype) if module.training else None)
         return model
 
-    monkeypatch.setattr(loop, "build_model", hooked)
+    monkeypatch.setattr("hyla.train.step.build_model", hooked)
     return dtypes
 
 
@@ -216,9 +216,9 @@ def test_resume_of_a_run_from_before_the_precision_setting(tmp_path):
     saved = {"threads": 1, "device": "cpu", "compile": False, "compile_mode": None}  # no "precision": fp32
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
-        loop._warn_if_numerics_changed(saved, {**saved, "precision": "fp32"}, loop.RunDir(tmp_path))
+        warn_if_changed(saved, {**saved, "precision": "fp32"}, tmp_path)
     with pytest.warns(RuntimeWarning, match="precision bf16 \\(was fp32\\)"):
-        loop._warn_if_numerics_changed(saved, {**saved, "precision": "bf16"}, loop.RunDir(tmp_path))
+        warn_if_changed(saved, {**saved, "precision": "bf16"}, tmp_path)
 
 
 def test_an_unknown_precision_is_refused_with_the_choices():

@@ -89,11 +89,11 @@ class SignalAt(TaskWrapper):
 
 
 def stop_with(monkeypatch, wrap):
-    import hyla.train.loop as loop
+    import hyla.train.session as session
 
-    build = loop.build_task
-    monkeypatch.setattr(loop, "build_task", lambda cfg, device: wrap(build(cfg, device)))
-    return lambda: monkeypatch.setattr(loop, "build_task", build)
+    build = session.build_task
+    monkeypatch.setattr(session, "build_task", lambda cfg, device: wrap(build(cfg, device)))
+    return lambda: monkeypatch.setattr(session, "build_task", build)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

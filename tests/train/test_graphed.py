@@ -18,13 +18,12 @@ import torch
 from helpers_train import tiny_config
 from test_exact_resume import assert_same_run
 
-from hyla.train import graphed, train
+from hyla.train import graphed, step, train
 from hyla.train.configs import build_task, resolve_model
 from hyla.train.distributed import DistContext
-from hyla.train.loop import build_model
 from hyla.train.packed import train_packed
 from hyla.train.presets import get_preset
-from hyla.train.step import Trainer
+from hyla.train.step import ModelUpdate, Trainer
 
 CPU = DistContext(0, 1, torch.device("cpu"))
 
@@ -77,7 +76,7 @@ def stand_in_graphs(monkeypatch):
 def trainer(cfg) -> Trainer:
     task = build_task(cfg)
     cfg = replace(cfg, model=resolve_model(cfg.model, task))
-    return Trainer(cfg, task, build_model(cfg), CPU)
+    return Trainer(cfg, task, CPU)
 
 
 def numerics(run) -> dict:
@@ -105,21 +104,22 @@ def test_masks_drawn_ahead_give_the_losses_and_gradients_of_masks_drawn_in_the_f
         assert not torch.equal(ahead.task.loss(ahead.model(batch.x, dropout_masks=other), batch), losses[0])
 
 
-def test_graphed_steps_without_capture_equal_eager_steps():
+def test_graphed_steps_without_capture_equal_eager_steps(stand_in_graphs):
     cfg = tiny_config(None, steps=12)
     eager, graphs = trainer(cfg), trainer(cfg)
-    backend = StaticReplay()
-    graphs.graphed = graphed.GraphedUpdate([graphs], graphs._gradient_step, backend=backend)
+    eager_update, graphed_update = ModelUpdate(eager), step.graphed_update(graphs, 0)
     kept = []
-    for step in range(12):
-        loss_e, pred_e, _ = eager.step(step)
-        loss_g, pred_g, _ = graphs.step(step)
-        assert torch.equal(loss_e, loss_g) and torch.equal(pred_e, pred_g), step
+    for n in range(12):
+        loss_e, pred_e = eager_update(n, eager.batch(n))
+        loss_g, pred_g = graphed_update(n, graphs.batch(n))
+        for t in (eager, graphs):
+            t.scheduler.step()
+        assert torch.equal(loss_e, loss_g) and torch.equal(pred_e, pred_g), n
         for a, b in zip(eager.model.parameters(), graphs.model.parameters()):
-            assert torch.equal(a, b) and torch.equal(a.grad, b.grad), step
+            assert torch.equal(a, b) and torch.equal(a.grad, b.grad), n
         assert graphs.optimizer.param_groups[0]["lr"] == eager.optimizer.param_groups[0]["lr"]
         kept.append((loss_g, loss_g.clone()))
-    assert backend.captures == 1
+    assert [backend.captures for backend in stand_in_graphs] == [1]
     assert all(torch.equal(loss, copy) for loss, copy in kept)  # later replays did not overwrite them
     assert graphs.optimizer.state_dict()["param_groups"] == eager.optimizer.state_dict()["param_groups"]
     for a, b in zip(eager.optimizer.state.values(), graphs.optimizer.state.values()):
@@ -204,7 +204,7 @@ def test_settings_cuda_graphs_cannot_honour_are_refused(tmp_path, settings, mess
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 GPU = DistContext(0, 1, torch.device("cuda")) if torch.cuda.is_available() else None
-STEPS = 6  # the first includes the warm-up and the capture; then 5 replays
+STEPS = 6  # replays of the graph captured (after its warm-up) before the first
 
 
 def paper_trainer(preset: str, mixer: str, **train_settings) -> Trainer:
@@ -213,7 +213,7 @@ def paper_trainer(preset: str, mixer: str, **train_settings) -> Trainer:
     task = build_task(cfg, GPU.device)
     cfg = replace(cfg, model=resolve_model(cfg.model, task))
     assert cfg.model.attention_dropout > 0
-    return Trainer(cfg, task, build_model(cfg).to(GPU.device), GPU)
+    return Trainer(cfg, task, GPU)
 
 
 def relative(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -230,21 +230,23 @@ def test_graphed_steps_equal_eager_steps_on_cuda(preset, mixer):
     invariant to it): AdamW scales its noise up to steps of the learning rate's size, so its values
     are left out of the weights' comparison."""
     eager, graphs = paper_trainer(preset, mixer), paper_trainer(preset, mixer, cuda_graph="on")
-    assert graphs.graphed is not None
+    eager_update, graphed_update = ModelUpdate(eager), step.graphed_update(graphs, 0)
+    assert graphed_update is not None, "the capture failed"
     compared = [
         (name, a, b)
         for (name, a), b in zip(eager.model.named_parameters(), graphs.model.parameters())
         if not (mixer == "softmax" and name.endswith("attention.key.bias"))
     ]
-    for step in range(STEPS):
-        loss_e, _, _ = eager.step(step)
-        loss_g, _, _ = graphs.step(step)
-        assert graphs.cuda_graph, "the capture failed"
-        assert relative(loss_g, loss_e) < 1e-5, step
+    for n in range(STEPS):
+        loss_e, _ = eager_update(n, eager.batch(n))
+        loss_g, _ = graphed_update(n, graphs.batch(n))
+        for t in (eager, graphs):
+            t.scheduler.step()
+        assert relative(loss_g, loss_e) < 1e-5, n
         grads_e, grads_g = (torch.cat([p.grad.flatten() for p in t.model.parameters()]) for t in (eager, graphs))
-        assert relative(grads_g, grads_e) < 1e-5, step
+        assert relative(grads_g, grads_e) < 1e-5, n
         for name, a, b in compared:
-            assert relative(b, a) < 1e-5, (step, name)
+            assert relative(b, a) < 1e-5, (n, name)
 
 
 @cuda

@@ -15,8 +15,7 @@ from hyla.train import NonFiniteLossError, evaluate, load_run, train
 from hyla.train import checkpoint as ckpt
 from hyla.train.configs import ConfigError, build_task, resolve_model
 from hyla.train.distributed import DistContext
-from hyla.train.loop import build_model
-from hyla.train.step import Trainer, update
+from hyla.train.step import ModelUpdate, Trainer, gradient_step
 
 
 def test_run_folder_contents(tmp_path):
@@ -103,18 +102,18 @@ class _InterruptAt(TaskWrapper):
 
 
 def test_an_interrupt_inside_a_step_resumes_from_the_last_checkpoint(tmp_path, monkeypatch):
-    import hyla.train.loop as loop
+    import hyla.train.session as session
 
     full = train(tiny_config(tmp_path, name="full", steps=20))
-    build = loop.build_task
-    monkeypatch.setattr(loop, "build_task", lambda cfg, device: _InterruptAt(build(cfg, device), 13))
+    build = session.build_task
+    monkeypatch.setattr(session, "build_task", lambda cfg, device: _InterruptAt(build(cfg, device), 13))
     with pytest.raises(KeyboardInterrupt):
         train(tiny_config(tmp_path, name="killed", steps=20))
     killed = tmp_path / "killed"
     summary = json.loads((killed / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["checkpoint_step"] == 10
     assert ckpt.load(killed / "checkpoints" / "latest.pt")["progress"]["step"] == 10
-    monkeypatch.setattr(loop, "build_task", build)
+    monkeypatch.setattr(session, "build_task", build)
     resumed = train(replace(tiny_config(tmp_path, name="killed", steps=20), resume=True))
     assert_same_weights(final_weights(full), final_weights(resumed))
 
@@ -150,10 +149,10 @@ class _NanFrom(_InterruptAt):
 
 
 def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
-    import hyla.train.loop as loop
+    import hyla.train.session as session
 
-    build = loop.build_task
-    monkeypatch.setattr(loop, "build_task", lambda cfg, device: _NanFrom(build(cfg, device), 7))
+    build = session.build_task
+    monkeypatch.setattr(session, "build_task", lambda cfg, device: _NanFrom(build(cfg, device), 7))
     with pytest.raises(NonFiniteLossError, match="non-finite") as exc:
         train(tiny_config(tmp_path, steps=40))
     assert "last good checkpoint (step 5)" in str(exc.value)
@@ -223,14 +222,15 @@ def _trainer(seed: int) -> Trainer:
     cfg = replace(tiny_config(None), seed=seed)
     task = build_task(cfg)
     cfg = replace(cfg, model=resolve_model(cfg.model, task))
-    return Trainer(cfg, task, build_model(cfg), DistContext(0, 1, torch.device("cpu")))
+    return Trainer(cfg, task, DistContext(0, 1, torch.device("cpu")))
 
 
-def test_one_update_of_two_trainers_equals_their_solo_steps():
-    """`update` steps several trainers with one backward of their summed losses (as a pack does);
-    the two computations share no tensor, so each trainer's loss, predictions and weights are bit
-    for bit those of its solo steps (`Trainer.step`, which calls `update` with one trainer)."""
+def test_one_gradient_step_of_two_trainers_equals_their_solo_updates():
+    """`gradient_step` steps several trainers with one backward of their summed losses (as a pack
+    does); the two computations share no tensor, so each trainer's loss, predictions and weights are
+    bit for bit those of its solo updates (`ModelUpdate`, which calls `gradient_step` with one)."""
     together, alone = [_trainer(0), _trainer(1)], [_trainer(0), _trainer(1)]
+    solo_updates = [ModelUpdate(trainer) for trainer in alone]
     for step in range(3):
         batches = [trainer.batch(step) for trainer in together]
 
@@ -238,12 +238,12 @@ def test_one_update_of_two_trainers_equals_their_solo_steps():
             preds = []
             for trainer, batch in zip(together, batches):
                 trainer.seed_dropout(step)  # the dropout masks of its solo step
-                preds.append(trainer.forward(batch.x))
+                preds.append(trainer.module(batch.x))
             return [trainer.task.loss(pred, batch) for trainer, pred, batch in zip(together, preds, batches)], preds
 
-        for trainer, (loss, pred) in zip(alone, update(together, forward_losses)):
-            solo_loss, solo_pred, _ = trainer.step(step)
+        losses, preds = gradient_step(together, forward_losses)
+        for trainer, update, loss, pred in zip(alone, solo_updates, losses, preds):
+            solo_loss, solo_pred = update(step, trainer.batch(step))
             assert torch.equal(loss, solo_loss) and torch.equal(pred, solo_pred)
     for a, b in zip(together, alone):
         assert_same_weights(a.model.state_dict(), b.model.state_dict())
-        assert a.scheduler.state_dict() == b.scheduler.state_dict()

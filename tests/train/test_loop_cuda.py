@@ -26,8 +26,9 @@ import torch
 from helpers_train import assert_same_weights, final_weights, tiny_config
 
 from hyla.train.configs import build_task, resolve_model
-from hyla.train.loop import build_model, train
+from hyla.train.loop import train
 from hyla.train.presets import PRESETS
+from hyla.train.step import build_model
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 

@@ -115,6 +115,16 @@ def test_a_pack_of_mixture_of_experts_models_follows_its_solo_runs(tmp_path):
         assert_close_run(alone, member)
 
 
+def test_a_pack_of_models_without_dropout_follows_its_solo_runs(tmp_path):
+    def without_dropout(cfg):
+        return replace(cfg, model=replace(cfg.model, attention_dropout=0.0))
+
+    solo = [train(without_dropout(cfg)) for cfg in member_configs(tmp_path / "solo", steps=8)[:2]]
+    packed = train_packed([without_dropout(cfg) for cfg in member_configs(tmp_path / "packed", steps=8)[:2]])
+    for alone, member in zip(solo, packed):
+        assert_close_run(alone, member)
+
+
 def test_members_differ_from_each_other(packed):
     a, b = (ckpt.load(r / "checkpoints" / "latest.pt")["model"] for r in packed[:2])
     assert not torch.allclose(a["embed.weight"], b["embed.weight"])
@@ -262,7 +272,8 @@ def test_sweep_packs_compatible_runs_and_two_processes_train_the_same(tmp_path, 
     parallel = replace(spec, out_dir=str(tmp_path / "parallel"), seeds=[0, 1], parallel=2, results=None)
     parallel_codes = run_packed_sweep(parallel, run_configs(parallel, parallel.local_threads()), 2)
     assert parallel_codes == dict.fromkeys((run.name for run in parallel.runs()), 0) and len(parallel_codes) == 4
-    assert "2 packs of at most 2, 2 at a time" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "4 to run in packs of at most 2, 2 at a time" in out and out.count("\npack: ") == 2
     for name in parallel_codes:
         a, b = (ckpt.load(tmp_path / out / name / "checkpoints" / "latest.pt")["model"] for out in ("runs", "parallel"))
         assert all(torch.equal(a[k], b[k]) for k in a), name
