@@ -1,11 +1,14 @@
 """Training steps/s of a mixture-of-experts model in its routed form (each expert on its tokens) or
 its dense form (every expert on every token): the fuzzy-logic Table A1 MoE rows (5 experts, top 2).
 
-    farm-bench -n 3 --timeout 1800 --vs "sh -c 'exec python benchmarks/bench_moe.py --form dense >> /tmp/moe.jsonl'" \\
-        -- sh -c 'exec python benchmarks/bench_moe.py --form routed >> /tmp/moe.jsonl'
+    for i in 1 2; do
+        python benchmarks/bench_moe.py --form dense >> moe.jsonl
+        python benchmarks/bench_moe.py --form routed >> moe.jsonl
+    done
 
 Each process prints one JSON line: the steady rate over `--steps` steps after `--warmup` steps
-(compilation included there), with the setting and the machine.
+(compilation included there), with the setting and the machine. Alternate the forms, as above, so
+that a drift of the machine's speed falls on both; benchmarks/results/moe.json holds such pairs.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Safe: a checkpoint holds tensors and plain containers of numbers and strings onl
 plain dict; no RNG state: every random draw is seeded from (seed, step)), so it loads with
 `torch.load(weights_only=True)`, which never runs code from the file. `CheckpointError` refuses, each
 called by its name: an unsafe file, one that needs more (an arbitrary pickled object, or the format
-of hyla 0.1, which pickled numpy's RNG state); a damaged one, no complete checkpoint (cut short or
+of hyla before commit `70d6945`, which pickled numpy's RNG state); a damaged one, no complete checkpoint (cut short or
 random bytes); and a checkpoint of a run whose data came from hyla's earlier random stream (format
 2): resumed or evaluated now, it would see other batches and other held-out tasks.
 
@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-# 1: hyla 0.1 (full pickle, numpy and python RNG states); 2: plain data, batches from torch's CPU
+# 1: hyla before commit 70d6945 (full pickle, numpy and python RNG states); 2: plain data, batches from torch's CPU
 # generator; 3: batches from the counter-based stream (hyla.tasks.random).
 FORMAT = 3
 EARLIER_STREAM_FORMAT = 2
@@ -61,7 +61,8 @@ def load(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]
             raise CheckpointError(_damaged(path)) from None
         raise CheckpointError(
             f"{path} needs unsafe unpickling ({_unsafe_global(e)}); hyla never runs code from a checkpoint "
-            "(checkpoints of hyla 0.1 are refused for this reason: re-train, or resume that run with hyla 0.1)"
+            "(checkpoints from before commit 70d6945 are refused for this reason: re-train, or resume that run "
+            "with hyla from before it)"
         ) from None
     except Exception:  # noqa: BLE001 - damaged bytes fail anywhere in torch's reader (KeyError, struct.error, ...)
         raise CheckpointError(_damaged(path)) from None
