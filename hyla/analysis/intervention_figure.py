@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from hyla.analysis.intervention_report import DOCS, LABELS, SCALE, definition
+from hyla.analysis.intervention_terms import DOCS, LABELS, SCALE, definition
 from hyla.analysis.interventions import CONDITIONS, REFERENCES, SITES, SPLITS
 
 BAR_STYLES = {  # the patch coloured and solid; the controls hatched, the leak control in the patch's hue

@@ -496,7 +496,7 @@ def test_figure_defines_what_it_draws_marks_clipped_values_and_no_labels_overlap
     from matplotlib.text import Text
 
     from hyla.analysis.intervention_figure import interventions_figure
-    from hyla.analysis.intervention_report import DEFINITIONS, LABELS
+    from hyla.analysis.intervention_terms import DEFINITIONS, LABELS
 
     results = [synthetic_result(mixer, 4, seed, 5.0) for mixer in ("hyla", "softmax") for seed in (0, 1)]
     figure = interventions_figure(summarize(results))
