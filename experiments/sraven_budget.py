@@ -3,12 +3,19 @@
 
     python experiments/sraven_budget.py                              # from the committed records
     python experiments/sraven_budget.py --snapshot runs/table_a1_raven_20m_cpu   # + runs under way
+    python experiments/sraven_budget.py --restore runs/table_a1_raven_20m_cpu    # on a new machine
 
 `--snapshot DIR` first writes a record of each run folder in DIR (finished or not) into
 `experiments/results/table_a1_raven_20m_cpu_progress/`, so that the curves of runs still training
 are committed and this figure and table can be rebuilt from committed files alone. The records of
 completed runs (`table_a1_raven_20m_cpu/records/`, written by the sweep as each run completes) take
 precedence over progress records of the same run.
+
+The runs take about a day of 2-core compute, longer than a machine is kept, so `--snapshot` also
+copies what each unfinished run resumes from (its latest checkpoint, about 1 MB, with its config,
+environment and metrics) into `table_a1_raven_20m_cpu_progress/resume/<run>/`, and drops that copy
+once the run has completed. `--restore DIR` puts those files back into DIR (a run already as far
+or further there is left alone), after which `hyla sweep` resumes each run where the snapshot was.
 
 Writes `ood_vs_examples.png` and `curves.md` into experiments/results/table_a1_raven_20m_cpu/:
 every evaluation of the full-budget runs with its binomial standard error sqrt(p(1-p)/n) (n: the
@@ -20,11 +27,13 @@ from __future__ import annotations
 
 import argparse
 import math
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from hyla.experiments import records
 from hyla.experiments.paper import TABLE_A1
+from hyla.train.run_dir import RunDir
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
@@ -34,6 +43,8 @@ QUARTER = RESULTS / "table_a1_raven_40k_cpu"
 MIXERS = ("softmax", "linear", "hyla")
 COLORS = {"softmax": "tab:blue", "linear": "tab:orange", "hyla": "tab:green"}
 PAPER_EXAMPLES = 20e6
+RESUME = PROGRESS / "resume"
+RESUME_FILES = ("config.json", "env.json", "metrics.jsonl", "checkpoints/latest.pt")
 
 
 @dataclass
@@ -93,6 +104,49 @@ def snapshot(run_root: Path) -> list[Path]:
     for run_dir in sorted(p for p in run_root.iterdir() if (p / "metrics.jsonl").exists()):
         written.append(records.write(records.from_folder(run_dir), PROGRESS))
     return written
+
+
+def checkpoint_step(run_dir: Path) -> int:
+    """The step of run_dir's latest checkpoint; -1 when it has none."""
+    run = RunDir(run_dir)
+    return run.load_checkpoint()[0]["progress"]["step"] if run.has_checkpoint() else -1
+
+
+def save_resume_state(run_root: Path) -> list[str]:
+    """Copy the files each unfinished run below run_root resumes from into RESUME/<run>/; drop the
+    copy of a completed run. One line of what was done per run."""
+    done = []
+    for run_dir in sorted(p for p in run_root.iterdir() if (p / "config.json").exists()):
+        saved = RESUME / run_dir.name
+        if RunDir(run_dir).read_summary().get("status") == "completed":
+            if saved.exists():
+                shutil.rmtree(saved)
+                done.append(f"{run_dir.name}: completed, resume copy dropped")
+            continue
+        if not (run_dir / "checkpoints" / "latest.pt").exists():
+            continue
+        for name in RESUME_FILES:
+            (saved / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(run_dir / name, saved / name)
+        done.append(f"{run_dir.name}: resume copy at step {checkpoint_step(saved):,}")
+    return done
+
+
+def restore_resume_state(run_root: Path) -> list[str]:
+    """Put each copy in RESUME back under run_root, unless the run there is as far or further."""
+    done = []
+    for saved in sorted(p for p in RESUME.iterdir() if p.is_dir()) if RESUME.is_dir() else []:
+        run_dir, step = run_root / saved.name, checkpoint_step(saved)
+        here = checkpoint_step(run_dir) if (run_dir / "config.json").exists() else -1
+        if here >= step:
+            done.append(f"{saved.name}: left alone (step {here:,} here, {step:,} saved)")
+            continue
+        shutil.rmtree(run_dir, ignore_errors=True)
+        for name in RESUME_FILES:
+            (run_dir / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(saved / name, run_dir / name)
+        done.append(f"{saved.name}: restored at step {step:,}")
+    return done
 
 
 def crossings(a: Curve, b: Curve) -> list[str]:
@@ -206,13 +260,21 @@ def figure(full: list[Curve], quarter: list[Curve], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--snapshot", type=Path, help="a sweep's run folder: record its runs under progress/ first")
+    parser.add_argument(
+        "--snapshot", type=Path, help="a sweep's run folder: record its runs and save what they resume from first"
+    )
+    parser.add_argument("--restore", type=Path, help="a sweep's run folder: put the saved resume state back into it")
     args = parser.parse_args(argv)
+    if args.restore:
+        args.restore.mkdir(parents=True, exist_ok=True)
+        print("\n".join(restore_resume_state(args.restore)) or f"nothing saved in {RESUME.relative_to(ROOT)}")
+        return 0
     if args.snapshot:
         if not args.snapshot.is_dir():
             parser.error(f"--snapshot {args.snapshot}: no such folder")
         for path in snapshot(args.snapshot):
             print(f"wrote {path.relative_to(ROOT)}")
+        print("\n".join(save_resume_state(args.snapshot)))
     full = full_budget_curves()
     FULL.mkdir(parents=True, exist_ok=True)
     (FULL / "curves.md").write_text(report(full))

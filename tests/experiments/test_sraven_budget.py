@@ -1,6 +1,7 @@
 """experiments/sraven_budget.py: curves from records, binomial errors and changes of order."""
 
 import importlib.util
+import json
 import math
 import sys
 from pathlib import Path
@@ -49,3 +50,31 @@ def test_changes_of_order_are_found_and_judged_against_their_errors(budget):
     close = budget.curve(record("linear", [0.199, 0.201, 0.2], completed=False))
     assert "within 2 s.e." in budget.crossings(hyla, close)[0]
     assert budget.crossings(softmax, budget.curve(record("linear", [0.2, 0.3, 0.4], completed=False))) == []
+
+
+def test_a_run_moved_by_its_resume_copy_ends_as_the_uninterrupted_run(budget, tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from helpers_train import assert_same_weights, final_weights, tiny_config
+
+    from hyla.train import train
+
+    monkeypatch.setattr(budget, "RESUME", tmp_path / "committed" / "resume")
+    reference = train(tiny_config(tmp_path / "reference", name="run"))
+    stopped = tiny_config(tmp_path / "machine_a", name="run", stop_at=10)
+    train(stopped)
+    assert budget.save_resume_state(tmp_path / "machine_a") == ["run: resume copy at step 10"]
+
+    new_machine = tmp_path / "machine_b"
+    assert budget.restore_resume_state(new_machine) == ["run: restored at step 10"]
+    assert budget.restore_resume_state(new_machine) == ["run: left alone (step 10 here, 10 saved)"]
+    moved = replace(stopped, out_dir=str(new_machine), resume=True, train=replace(stopped.train, stop_at=0))
+    finished = train(moved)
+    assert_same_weights(final_weights(reference), final_weights(finished))
+    untimed = [
+        [{k: v for k, v in json.loads(line).items() if k not in ("steps_per_second", "wall_time_s")} for line in lines]
+        for lines in ((r / "metrics.jsonl").read_text().splitlines() for r in (reference, finished))
+    ]
+    assert untimed[0] == untimed[1] and untimed[0][-1]["step"] == 20
+    assert budget.save_resume_state(new_machine) == ["run: completed, resume copy dropped"]
+    assert not (tmp_path / "committed" / "resume" / "run").exists()
