@@ -151,6 +151,7 @@ def section_numbers() -> dict[str, str]:
         **fuzzy_logic_sections(),
         **sraven_40k_sections(),
         **sraven_20m_layout_sections(),
+        **sraven_20m_sections(),
         **sraven_cpu_sections(),
         **latent_code_sections(),
         **addition_subtraction_sections(),
@@ -237,6 +238,38 @@ def sraven_20m_layout_sections() -> dict[str, str]:
     alone = read_json("sraven_layout_2cores/b_hyla_alone.json", "benchmarks")["rows"][0]
     n["lay_two_hyla"] = number(alone["steps_per_second"])
     return n
+
+
+def sraven_20m_sections() -> dict[str, str]:
+    """The SRAVEN runs at the paper's budget, seed 0, in one phrase (`r20m`): each mixer's final OOD
+    panel accuracy ×100 ± its binomial standard error once all three have completed, else the latest
+    evaluation that all three reached. A completed run's record replaces its progress record."""
+    runs = {
+        r["run"]: r
+        for folder in ("table_a1_raven_20m_cpu_progress", "table_a1_raven_20m_cpu")
+        for r in records_in(folder)
+    }
+    by_mixer = {r["config"]["model"]["mixer"]: r for r in runs.values()}
+    curves = {
+        m: {row["step"]: row["acc"] for row in r["metrics"] if row.get("split") == "ood"} for m, r in by_mixer.items()
+    }
+    common = set.intersection(*(set(c) for c in curves.values())) if set(curves) == set(MIXERS) else set()
+    if not common:
+        return {"r20m": "not yet evaluated"}
+    step = max(common)
+    completed = all(r["summary"].get("status") == "completed" for r in by_mixer.values())
+    train = by_mixer["hyla"]["config"]["train"]
+    tasks = train["final_eval_samples"] if completed else train["eval_samples"]
+
+    def cell(mixer: str) -> str:
+        p = curves[mixer][step]
+        return f"{'HYLA' if mixer == 'hyla' else mixer} {number(100 * p)} ± {100 * math.sqrt(p * (1 - p) / tasks):.2f}"
+
+    values = ", ".join(cell(m) for m in ("softmax", "linear", "hyla"))
+    if completed:
+        return {"r20m": f"{values} (seed 0, {tasks:,} OOD tasks each, ± binomial s.e.)"}
+    examples = step * train["batch_size"] / 1e6
+    return {"r20m": f"under way; at {examples:.2f}M examples (step {step:,}), {values} ({tasks:,} OOD tasks each)"}
 
 
 def curve_numbers(runs: list[dict]) -> dict[str, str]:
