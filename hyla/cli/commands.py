@@ -12,6 +12,7 @@ from typing import Annotated
 
 from tyro.conf import Positional, arg
 
+from hyla.cli.folders import is_export
 from hyla.cli.options import check_positive, parse_options
 from hyla.cli.train_args import parse_overrides, parse_train_args
 from hyla.train.configs import ConfigError, ExperimentConfig, config_to_dict, describe_mixers, task_names
@@ -90,12 +91,13 @@ def resume_main(argv: list[str]) -> int:
 
 @dataclass
 class EvalOptions:
-    """Re-evaluate a run's latest checkpoint: prints a table and writes eval-step<STEP>-n<SAMPLES>.json into the
-    run folder (-b<BATCH SIZE> and -<DEVICE> join the name when not the run's evaluation batch size and the
-    CPU); the splits of earlier calls with the same options are kept."""
+    """Re-evaluate a run's latest checkpoint, or an exported model: prints a table and writes
+    eval-step<STEP>-n<SAMPLES>.json (-b<BATCH SIZE> and -<DEVICE> join the name when not the run's evaluation
+    batch size and the CPU) into the run folder, or for an exported model into ./eval-<its name>/ (never
+    into the model); the splits of earlier calls with the same options are kept."""
 
     run: Positional[Path]
-    """run folder"""
+    """run folder or exported model"""
     split: Annotated[list[str] | None, arg(help_behavior_hint="(default: the task's evaluation splits)")] = None
     """splits to evaluate"""
     samples: Annotated[int | None, arg(help_behavior_hint="(default: the run's train.final_eval_samples)")] = None
@@ -104,6 +106,8 @@ class EvalOptions:
     """evaluation batch size"""
     device: str = "cpu"
     """cpu | cuda | cuda:N"""
+    out: Annotated[Path | None, arg(help_behavior_hint="(default: see above)")] = None
+    """folder for the JSON"""
 
     def __post_init__(self):
         check_positive(samples=self.samples, batch_size=self.batch_size)
@@ -125,7 +129,8 @@ def eval_main(argv: list[str]) -> int:
             raise ConfigError(str(e)) from None
     samples = args.samples or cfg.train.final_eval_samples
     batch_size = args.batch_size or cfg.train.eval_batch_size
-    out = args.run / eval_file_name(step, samples, batch_size, cfg.train.eval_batch_size, args.device)
+    folder = args.out or (Path(f"eval-{args.run.resolve().name}") if is_export(args.run) else args.run)
+    out = folder / eval_file_name(step, samples, batch_size, cfg.train.eval_batch_size, args.device)
     options = {"run": str(args.run), "step": step, "samples": samples, "batch_size": batch_size, "device": args.device}
     previous = _earlier_evaluation(out, options)
     model = model.to(torch.device(args.device))

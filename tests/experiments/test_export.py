@@ -160,7 +160,10 @@ def test_eval_analyze_and_interventions_take_an_exported_folder(exported, tmp_pa
     [text] = [f.read_text() for f in Path("interventions-model").glob("*.json")]
     assert '"checkpoint_step": 20' in text and str(tmp_path) not in text  # no absolute path either
     assert main(["eval", str(model), "--split", "ood", "--samples", "16"]) == 0
-    assert set(json.loads((model / "eval-step20-n16.json").read_text())["splits"]) == {"ood"}
+    assert set(json.loads(Path("eval-model/eval-step20-n16.json").read_text())["splits"]) == {"ood"}
+    assert main(["eval", str(model), "--split", "valid", "--samples", "16", "--out", "elsewhere"]) == 0
+    assert set(json.loads(Path("elsewhere/eval-step20-n16.json").read_text())["splits"]) == {"valid"}
+    assert sorted(p.name for p in model.iterdir()) == ["config.json", "manifest.json", "model.safetensors"]
 
 
 def test_analyze_summarizes_several_models_and_a_run_equals_its_export(exported, tmp_path, capsys):
