@@ -83,7 +83,7 @@ def summarize(
         if sum(len(group) for group in fitted.values()) >= 2:
             save_figure(fit_figure(fitted, metric), out / f"{metric}_vs_train_loss.png")
     text = "\n\n".join(tables + curve_tables)
-    (out / "results.md").write_text(f"# Results for {where}\n\n{text}\n")
+    (out / "results.md").write_text(f"# Results for {', '.join(map(portable_path, roots))}\n\n{text}\n")
     write_csv(out / "results.csv", fields, rows)
     write_json(
         out / "results.json",

@@ -171,6 +171,8 @@ def test_several_folders_read_as_one_and_a_metric_against_a_numeric_setting(tmp_
     text = summarize([table_a1, held_out], out)
     assert "| 0.7 | hyla | 2 | 70.00 ± 10.00 |" in text and "| 0.3 | softmax | 1 | 90.00 |" in text
     assert (out / "r2_vs_frac_held_out.png").exists() and not (table_a1 / "results.md").exists()
+    header = (out / "results.md").read_text().splitlines()[0]  # no absolute path of this machine
+    assert header == f"# Results for {tmp_path.name}/table_a1, {tmp_path.name}/held_out"
     _, rows = aggregate(find_runs([table_a1, held_out]))
     ax = against_figure(rows, "r2", "fuzzy_logic.frac_held_out").axes[0]
     lines = {
