@@ -12,9 +12,9 @@ completed runs (`table_a1_raven_20m_cpu/records/`, written by the sweep as each 
 precedence over progress records of the same run.
 
 The runs take about a day of 2-core compute, longer than a machine is kept, so `--snapshot` also
-copies what each unfinished run resumes from (its latest checkpoint, 4.9 MB: weights and Adam state, with its config,
-environment and metrics) into `table_a1_raven_20m_cpu_progress/resume/<run>/`, and drops that copy
-once the run has completed. `--restore DIR` puts those files back into DIR (a run already as far
+copies what each unfinished run resumes from (its latest checkpoint, 4.9 MB of weights and Adam
+state, with its config, environment and metrics) into `table_a1_raven_20m_cpu_progress/resume/<run>/`,
+and drops that copy once the run has completed. `--restore DIR` puts those files back into DIR (a run already as far
 or further there is left alone), after which `hyla sweep` resumes each run where the snapshot was.
 
 Writes `ood_vs_examples.png` and `curves.md` into experiments/results/table_a1_raven_20m_cpu/:
