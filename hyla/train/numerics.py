@@ -49,11 +49,17 @@ def numerics(cfg: ExperimentConfig, ctx: DistContext, update_kind: dict[str, Any
         "torch": str(torch.__version__),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"),
+        "query_pruning": not switches().off("query_pruning"),  # same values as unpruned, other roundings
     }
+    if update_kind.get("compile"):
+        settings["gelu_sigmoid"] = not switches().off("gelu_sigmoid")  # GELU's form under torch.compile
     if not settings.get("packed") and ctx.device.type == "cpu" and generates_value_network(cfg):
         # HYLA's C++ kernel, or PyTorch forms (without a compiler, or with HYLA_CPP_KERNEL=0)
         settings["cpp_kernel"] = not switches().off("cpp_kernel") and cpp.available()
     return settings
+
+
+RECORDED_LATER = ("query_pruning", "gelu_sigmoid")  # since 0.2.1: older checkpoints lack them
 
 
 def warn_if_changed(saved: dict, now: dict, run: Path) -> None:
@@ -63,11 +69,14 @@ def warn_if_changed(saved: dict, now: dict, run: Path) -> None:
         return
     saved = {"precision": "fp32", **saved}  # a checkpoint that records no precision trained in fp32
     # (what attention ran is known after the first step: recorded then, not compared; the wait policy
-    # changes only the speed)
+    # changes only the speed; a checkpoint written before the switches were recorded is not compared
+    # on them)
     changed = {
         k: (saved.get(k), now.get(k))
         for k in {**saved, **now}
-        if saved.get(k) != now.get(k) and k not in ("attention", "omp_wait_policy", "gomp_spincount")
+        if saved.get(k) != now.get(k)
+        and k not in ("attention", "omp_wait_policy", "gomp_spincount")
+        and (k in saved or k not in RECORDED_LATER)
     }
     if changed:
         what = ", ".join(f"{k} {b} (was {a})" for k, (a, b) in changed.items())

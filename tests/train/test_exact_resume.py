@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from dataclasses import replace
 
 import pytest
@@ -209,6 +210,24 @@ def test_resume_warns_when_the_cpp_kernel_comes_or_goes(tmp_path, set_switch):
     set_switch("HYLA_CPP_KERNEL", None)
     with pytest.warns(RuntimeWarning, match="cpp_kernel True \\(was False\\).*not be bit-identical"):
         resume(tmp_path, "run")
+
+
+def test_resume_warns_when_query_pruning_comes_or_goes_but_not_for_a_checkpoint_without_the_record(
+    tmp_path, set_switch
+):
+    set_switch("HYLA_QUERY_PRUNING", "0")
+    train(config(tmp_path, "run", stop_at=7))
+    set_switch("HYLA_QUERY_PRUNING", None)
+    with pytest.warns(RuntimeWarning, match="query_pruning True \\(was False\\).*not be bit-identical"):
+        resume(tmp_path, "run")
+    train(config(tmp_path, "older", stop_at=7))  # as a checkpoint written before the switch was recorded
+    latest = tmp_path / "older" / "checkpoints" / "latest.pt"
+    state = ckpt.load(latest)
+    del state["numerics"]["query_pruning"]
+    torch.save(state, latest)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        resume(tmp_path, "older")
 
 
 def test_the_default_thread_count_is_a_function_of_the_machine(monkeypatch):

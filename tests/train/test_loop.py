@@ -55,6 +55,7 @@ def test_run_folder_contents(tmp_path):
         "torch": torch.__version__,
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"),
+        "query_pruning": True,
         "cpp_kernel": cpp.available(),  # (a HYLA model on a CPU)
         "attention": ["cpp" if cpp.available() else "naive"],
     }  # what ran
