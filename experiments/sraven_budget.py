@@ -58,6 +58,8 @@ class Curve:
     completed: bool
     last_step: int  # the last step logged
     points: list[tuple[int, float, int]]  # (step, accuracy in [0, 1], tasks evaluated)
+    valid: dict[int, float]  # step: valid panel accuracy in [0, 1]
+    train_loss: dict[int, float]  # step: training loss, the mean over the steps since the last record
 
     def standard_error(self, i: int) -> float:
         _, p, n = self.points[i]
@@ -81,6 +83,8 @@ def curve(record: dict) -> Curve:
         summary.get("status") == "completed",
         max((row["step"] for row in record["metrics"]), default=0),
         points,
+        {row["step"]: row["acc"] for row in record["metrics"] if row.get("split") == "valid"},
+        {row["step"]: row["loss"] for row in record["metrics"] if row.get("split") == "train"},
     )
 
 
@@ -191,6 +195,20 @@ def table(curves: list[Curve]) -> str:
     return "\n".join(lines)
 
 
+def fit_table(curves: list[Curve]) -> str:
+    """Valid panel accuracy ×100 and training loss of each run at each evaluation."""
+    steps = sorted({step for c in curves for step, _, _ in c.points})
+    header = "| step | " + " | ".join(f"{c.mixer} s{c.seed} valid / loss" for c in curves) + " |"
+    lines = [header, "|" + "---|" * (1 + len(curves))]
+    for step in steps:
+        cells = [
+            f"{100 * c.valid[step]:.2f} / {c.train_loss[step]:.4f}" if step in c.valid and step in c.train_loss else ""
+            for c in curves
+        ]
+        lines.append(f"| {step:,} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def report(full: list[Curve]) -> str:
     status = ", ".join(
         f"{c.mixer} s{c.seed} {'completed' if c.completed else 'at step'} {c.last_step:,}/{c.total_steps:,}"
@@ -213,6 +231,11 @@ def report(full: list[Curve]) -> str:
             "Changes of order between mixers (at consecutive evaluations):",
             "",
             *[f"- {line}" for line in changes],
+            "",
+            "How well each run fits its training tasks at the same evaluations: valid panel accuracy ×100",
+            "(held-in rule combinations, new tasks) / training loss (the mean over the 100 steps before):",
+            "",
+            fit_table(full) if full else "(no full-budget run recorded yet)",
             "",
         ]
     )

@@ -23,6 +23,8 @@ def budget():
 def record(mixer: str, accuracies: list[float], completed: bool) -> dict:
     steps = 5000 * len(accuracies)
     metrics = [{"step": 5000 * (i + 1), "split": "ood", "acc": a} for i, a in enumerate(accuracies)]
+    metrics += [{"step": 5000 * (i + 1), "split": "valid", "acc": a + 0.01} for i, a in enumerate(accuracies)]
+    metrics += [{"step": 5000 * (i + 1), "split": "train", "loss": 1 - a} for i, a in enumerate(accuracies)]
     metrics.insert(0, {"step": 100, "split": "train", "loss": 2.0})
     train = {"steps": steps, "batch_size": 128, "eval_samples": 5120, "final_eval_samples": 51200}
     return {
@@ -78,3 +80,10 @@ def test_a_run_moved_by_its_resume_copy_ends_as_the_uninterrupted_run(budget, tm
     assert untimed[0] == untimed[1] and untimed[0][-1]["step"] == 20
     assert budget.save_resume_state(new_machine) == ["run: completed, resume copy dropped"]
     assert not (tmp_path / "committed" / "resume" / "run").exists()
+
+
+def test_the_report_tables_how_each_run_fits_its_training_tasks(budget):
+    curves = [budget.curve(record(m, a, completed=False)) for m, a in (("softmax", [0.3, 0.4]), ("hyla", [0.1]))]
+    text = budget.report(curves)
+    assert "| step | softmax s0 valid / loss | hyla s0 valid / loss |" in text
+    assert "| 5,000 | 31.00 / 0.7000 | 11.00 / 0.9000 |" in text and "| 10,000 | 41.00 / 0.6000 |  |" in text
