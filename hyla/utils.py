@@ -1,5 +1,5 @@
 """Generic helpers that any part of hyla may import (they use the standard library only): the
-environment switches, read once into one record; the cache folder; JSON files.
+environment switches, read once into one record; the cache folder; JSON files; durations.
 
 Switches. `switches()` reads every `HYLA_*` environment variable once per process into a frozen
 `Switches` record; no other module reads them. Each switch has one sense: unset is hyla's default,
@@ -123,6 +123,15 @@ def portable_path(path: str | Path) -> str:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(Path(*path.parts[-2:]))
+
+
+def duration(seconds: float) -> str:
+    """A duration for progress lines, in whole seconds cut down: `42s`, `1m05s`, `27h03m`."""
+    minutes, seconds = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:

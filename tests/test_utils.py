@@ -1,5 +1,5 @@
-"""`hyla.utils`: the switch table (every HYLA_* variable read once, one sense each) and JSON files
-(one convention: non-finite numbers are null)."""
+"""`hyla.utils`: the switch table (every HYLA_* variable read once, one sense each), JSON files
+(one convention: non-finite numbers are null) and the durations of progress lines."""
 
 import json
 from pathlib import Path
@@ -8,7 +8,17 @@ import numpy as np
 import pytest
 import torch
 
-from hyla.utils import ENV_NAMES, SWITCHES, append_jsonl, env_name, read_jsonl, switches, to_jsonable, write_json
+from hyla.utils import (
+    ENV_NAMES,
+    SWITCHES,
+    append_jsonl,
+    duration,
+    env_name,
+    read_jsonl,
+    switches,
+    to_jsonable,
+    write_json,
+)
 
 
 def test_switches_are_read_once_with_one_sense(set_switch, monkeypatch, tmp_path):
@@ -77,3 +87,14 @@ def test_read_jsonl_drops_only_a_torn_last_line(tmp_path):
     path.write_text('{"step": 1}\n{"ste\n{"step": 3}\n')
     with pytest.raises(ValueError, match="line 2"):
         read_jsonl(path)
+
+
+def test_one_duration_format_for_every_progress_line():
+    assert [duration(s) for s in (0.4, 42.9, 65, 3599, 3600, 97_380)] == [
+        "0s",
+        "42s",
+        "1m05s",
+        "59m59s",
+        "1h00m",
+        "27h03m",
+    ]

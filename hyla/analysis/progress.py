@@ -7,7 +7,7 @@ import sys
 import threading
 import time
 
-from hyla.analysis.tables import format_duration
+from hyla.utils import duration
 
 PROGRESS_EVERY = 30.0  # seconds between progress lines outside a terminal
 
@@ -47,7 +47,7 @@ class Stages:
         with self.lock:
             self._close_bar()
             self.name, self.what, self.total, self.done = name, name, 0, 0
-            self._print(f"{name} ({format_duration(time.perf_counter() - self.start)} elapsed)")
+            self._print(f"{name} ({duration(time.perf_counter() - self.start)} elapsed)")
 
     def counter(self, what: str, total: int):
         """Start counting `total` items of the current stage; returns `tick()` (one item done)."""
@@ -71,11 +71,11 @@ class Stages:
     def status(self) -> str:
         """`WHAT i/N (elapsed, ETA)` while counting, else `NAME (elapsed)`."""
         now = time.perf_counter()
-        elapsed = f"{format_duration(now - self.start)} elapsed"
+        elapsed = f"{duration(now - self.start)} elapsed"
         if not self.total:
             return f"{self.name} ({elapsed})"
         eta = (
-            f", ETA {format_duration((now - self.since) / self.done * (self.total - self.done))}"
+            f", ETA {duration((now - self.since) / self.done * (self.total - self.done))}"
             if 0 < self.done < self.total
             else ""
         )

@@ -30,13 +30,3 @@ def markdown_table(header: list[str], rows: list[list]) -> str:
     lines = ["| " + " | ".join(map(str, header)) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
     return "\n".join(lines)
-
-
-def format_duration(seconds: float) -> str:
-    """A duration rounded to whole seconds, for progress lines.
-
-    >>> format_duration(4.6), format_duration(65)
-    ('5 s', '1 min 05 s')
-    """
-    minutes, seconds = divmod(int(round(seconds)), 60)
-    return f"{minutes} min {seconds:02d} s" if minutes else f"{seconds} s"

@@ -98,8 +98,8 @@ def main(argv: list[str]) -> int:
 
 def models_eta(start: float, done: int, total: int) -> str:
     """`; ETA ...` of the models left, from the pace of those done since `start` (none before the first)."""
-    from hyla.analysis.tables import format_duration
+    from hyla.utils import duration
 
     if not done:
         return ""
-    return f"; ETA {format_duration((time.perf_counter() - start) / done * (total - done))} for the models left"
+    return f"; ETA {duration((time.perf_counter() - start) / done * (total - done))} for the models left"

@@ -38,9 +38,9 @@ from hyla.experiments.sweep import (
     write_marker,
 )
 from hyla.train.configs import ExperimentConfig
-from hyla.train.progress import duration
 from hyla.train.run_dir import RunDir
 from hyla.train.signals import SWEEP_ENDED, Stopped
+from hyla.utils import duration
 
 
 def restart_cleanly(run_dir: Path) -> bool:

@@ -12,7 +12,6 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from hyla.analysis.tables import format_duration
 from hyla.experiments.result_figures import against_figure, fit_figure, fitted_runs, numeric_fields, plot_final
 from hyla.experiments.result_tables import (
     aggregate,
@@ -28,7 +27,7 @@ from hyla.experiments.result_tables import (
     write_csv,
     write_records,
 )
-from hyla.utils import portable_path, write_json
+from hyla.utils import duration, portable_path, write_json
 
 SECONDARY_METRICS = ("feature_acc",)
 """final metrics tabled beside the runs' main metric where a task reports them (SRAVEN: per-feature accuracy)"""
@@ -193,10 +192,10 @@ def measure_runs(candidates: list[dict], options: dict) -> tuple[list[dict], lis
             bar.update(1)
         else:
             left = len(candidates) - i
-            eta = f", ETA {format_duration(measuring / measured * left)}" if measured and left else ""
+            eta = f", ETA {duration(measuring / measured * left)}" if measured and left else ""
             print(
                 f"latent structure {i}/{len(candidates)} {run['name']}: {text} "
-                f"({format_duration(time.monotonic() - start)} elapsed{eta})",
+                f"({duration(time.monotonic() - start)} elapsed{eta})",
                 file=sys.stderr,
                 flush=True,
             )

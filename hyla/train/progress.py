@@ -10,6 +10,8 @@ import time
 
 from tqdm.auto import tqdm
 
+from hyla.utils import duration
+
 FIRST_LINE_AFTER = 5.0
 """Seconds of steps after a session's first step (which holds warm-ups: the first step of the
 optimizer, lazy loading) that measure the pace for the first line and its ETA."""
@@ -22,12 +24,6 @@ def say(message: str) -> None:
     file), without breaking a progress bar on a terminal."""
     tqdm.write(message, file=sys.stdout)
     sys.stdout.flush()
-
-
-def duration(seconds: float) -> str:
-    """`1m05s`, `42s`."""
-    minutes, seconds = divmod(int(seconds), 60)
-    return f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
 
 
 class StepProgress:

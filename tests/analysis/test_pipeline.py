@@ -279,13 +279,13 @@ def test_progress_lines_have_elapsed_time_eta_and_keep_coming_in_long_stages(tmp
     assert "\r" not in err  # outside a terminal: plain lines, no bars redrawn in place
     lines = err.splitlines()
     assert all(line.startswith("analyze: ") for line in lines)
-    assert lines[0] == "analyze: latent codes of valid (32 sequences, split 1/1) (0 s elapsed)"
+    assert lines[0] == "analyze: latent codes of valid (32 sequences, split 1/1) (0s elapsed)"
     assert lines[-1].startswith("analyze: report (")
     # inside the slow stage: a line every 0.1 s, with the items done and an ETA once one is done
     counted = [line for line in lines if line.startswith("analyze: topographic similarity of code sets ")]
     assert len(counted) >= 2
     assert any(
-        re.fullmatch(r"analyze: topographic similarity of code sets [12]/3 \(\d+ s elapsed, ETA \d+ s\)", line)
+        re.fullmatch(r"analyze: topographic similarity of code sets [12]/3 \(\d+s elapsed, ETA \d+s\)", line)
         for line in counted
     )
 
@@ -297,7 +297,7 @@ def test_progress_stops_its_thread_and_is_silent_when_disabled(capsys):
         tick()
         time.sleep(0.05)
     assert not stage.thread.is_alive()
-    assert "analyze: code sets 1/2 (0 s elapsed, ETA 0 s)" in capsys.readouterr().err.splitlines()
+    assert "analyze: code sets 1/2 (0s elapsed, ETA 0s)" in capsys.readouterr().err.splitlines()
     with progress.Stages(False, every=0.01) as stage:
         stage("probes")
         stage.counter("code sets", 2)()
@@ -313,8 +313,8 @@ def test_outside_a_terminal_each_item_done_prints_a_line_with_the_stage_eta(caps
             time.sleep(0.01)
             tick()
     lines = capsys.readouterr().err.splitlines()
-    assert lines[0] == "analyze: probes (0 s elapsed)"
+    assert lines[0] == "analyze: probes (0s elapsed)"
     assert lines[1:] == [
-        "analyze: code sets 1/3 (0 s elapsed, ETA 0 s)",
-        "analyze: code sets 2/3 (0 s elapsed, ETA 0 s)",
+        "analyze: code sets 1/3 (0s elapsed, ETA 0s)",
+        "analyze: code sets 2/3 (0s elapsed, ETA 0s)",
     ]

@@ -84,7 +84,7 @@ def test_an_exported_model_is_analyzed_into_the_working_folder_and_left_as_it_wa
     assert f"wrote {folder}/report.md" in done.stdout
     # outside a terminal: one plain line per item, with an ETA from the second batch on
     assert re.search(
-        r"\nanalyze: latent codes of valid_unpermuted, batches 1/2 \(\d+ s elapsed, ETA \d+ s\)\n", done.stderr
+        r"\nanalyze: latent codes of valid_unpermuted, batches 1/2 \(\d+s elapsed, ETA \d+s\)\n", done.stderr
     )
     assert "\r" not in done.stderr
     assert (work / folder / "addition_subtraction.png").exists() and (work / folder / "analysis.json").exists()

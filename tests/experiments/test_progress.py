@@ -98,4 +98,4 @@ def test_analyze_reports_each_stage(tmp_path, capsys):
     )
     assert stages[1] == f"analyze: {run} (step 20): writing into {run}/analysis/step20-samples64-permutations10/"
     assert stages[2].startswith("analyze: latent codes of ") and stages[-1].startswith("analyze: report (")
-    assert any(line.startswith("analyze: probes (") and line.endswith(" s elapsed)") for line in stages)
+    assert any(line.startswith("analyze: probes (") and line.endswith("s elapsed)") for line in stages)
