@@ -41,12 +41,14 @@ def run_key(run_dir: str | Path) -> str:
 
 
 def thin(rows: list[dict], keep: int = MAX_TRAIN_ROWS) -> list[dict]:
-    """The metrics rows with the training rows thinned to at most `keep`, evenly spaced, the last
-    one kept, and their floats rounded to `DIGITS` significant digits; evaluation rows (any other
-    split) all kept, in order."""
+    """The metrics rows with the training rows thinned to at most `keep` evenly spaced ones, the last
+    one kept, plus those logged at an evaluation's step (the training loss beside each evaluation),
+    and their floats rounded to `DIGITS` significant digits; evaluation rows (any other split) all
+    kept, in order."""
     train = [i for i, row in enumerate(rows) if row.get("split") == "train"]
     stride = max(1, -(-len(train) // keep))  # ceil: at most `keep` rows
-    kept = set(train[::-1][::stride])
+    evaluated = {row["step"] for row in rows if row.get("split") != "train"}
+    kept = set(train[::-1][::stride]) | {i for i in train if rows[i]["step"] in evaluated}
     return [_rounded(row) for i, row in enumerate(rows) if row.get("split") != "train" or i in kept]
 
 

@@ -14,12 +14,14 @@ from hyla.experiments.results import summarize
 from hyla.experiments.sweep import SweepSpec, runs_to_launch, sweep_status
 
 
-def test_thin_keeps_every_evaluation_and_the_last_training_row():
+def test_thin_keeps_every_evaluation_the_training_rows_beside_them_and_the_last_training_row():
     rows = [{"step": s, "split": "train", "loss": 1.0 / s} for s in range(1, 1001)]
     rows += [{"step": s, "split": "ood", "r2": 0.5} for s in (250, 500, 1000)]
     kept = records.thin(rows, keep=200)
     train = [r["step"] for r in kept if r["split"] == "train"]
     assert len(train) == 200 and train[-1] == 1000 and train == sorted(train)
+    few = [r["step"] for r in records.thin(rows, keep=7) if r["split"] == "train"]
+    assert few == [142, 250, 285, 428, 500, 571, 714, 857, 1000]  # 7 evenly spaced, and 250 and 500 evaluated
     assert [r["step"] for r in kept if r["split"] == "ood"] == [250, 500, 1000]
     assert [r["loss"] for r in records.thin(rows[:3], keep=200)] == [1.0, 0.5, 0.333333]  # 6 digits
 
