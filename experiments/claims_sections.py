@@ -241,35 +241,49 @@ def sraven_20m_layout_sections() -> dict[str, str]:
 
 
 def sraven_20m_sections() -> dict[str, str]:
-    """The SRAVEN runs at the paper's budget, seed 0, in one phrase (`r20m`): each mixer's final OOD
-    panel accuracy ×100 ± its binomial standard error once all three have completed, else the latest
-    evaluation that all three reached. A completed run's record replaces its progress record."""
+    """The SRAVEN runs at the paper's budget, seed 0, at the latest evaluation all three reached (the
+    final one once all three have completed; a completed run's record replaces its progress record):
+    `r20m`, one phrase of the three OOD panel accuracies ×100 ± binomial s.e.; per mixer
+    `r20m_{mixer}_{ood,valid,loss}` and `r20m_at` (where the runs are)."""
     runs = {
         r["run"]: r
         for folder in ("table_a1_raven_20m_cpu_progress", "table_a1_raven_20m_cpu")
         for r in records_in(folder)
     }
     by_mixer = {r["config"]["model"]["mixer"]: r for r in runs.values()}
-    curves = {
-        m: {row["step"]: row["acc"] for row in r["metrics"] if row.get("split") == "ood"} for m, r in by_mixer.items()
-    }
-    common = set.intersection(*(set(c) for c in curves.values())) if set(curves) == set(MIXERS) else set()
+    rows = {m: metrics_at_steps(r["metrics"]) for m, r in by_mixer.items()}  # {mixer: {(step, split): row}}
+    evaluated = [{step for step, split in rows[m] if split == "ood"} for m in MIXERS if m in rows]
+    common = set.intersection(*evaluated) if len(evaluated) == len(MIXERS) else set()
     if not common:
-        return {"r20m": "not yet evaluated"}
+        dash = {f"r20m_{m}_{c}": "–" for m in MIXERS for c in ("ood", "valid", "loss")}
+        return {"r20m": "not yet evaluated", "r20m_at": "not yet evaluated", **dash}
     step = max(common)
-    completed = all(r["summary"].get("status") == "completed" for r in by_mixer.values())
     train = by_mixer["hyla"]["config"]["train"]
+    completed = all(r["summary"].get("status") == "completed" for r in by_mixer.values())
     tasks = train["final_eval_samples"] if completed else train["eval_samples"]
-
-    def cell(mixer: str) -> str:
-        p = curves[mixer][step]
-        return f"{'HYLA' if mixer == 'hyla' else mixer} {number(100 * p)} ± {100 * math.sqrt(p * (1 - p) / tasks):.2f}"
-
-    values = ", ".join(cell(m) for m in ("softmax", "linear", "hyla"))
+    n = {}
+    for m in MIXERS:
+        p = rows[m][step, "ood"]["acc"]
+        n[f"r20m_{m}_ood"] = f"{number(100 * p)} ± {100 * math.sqrt(p * (1 - p) / tasks):.2f}"
+        n[f"r20m_{m}_valid"] = number(100 * rows[m][step, "valid"]["acc"])
+        n[f"r20m_{m}_loss"] = number(rows[m][step, "train"]["loss"], 4) if (step, "train") in rows[m] else "–"
+    values = ", ".join(f"{'HYLA' if m == 'hyla' else m} {n[f'r20m_{m}_ood']}" for m in ("softmax", "linear", "hyla"))
+    examples = f"{step * train['batch_size'] / 1e6:.2f}M examples"
     if completed:
-        return {"r20m": f"{values} (seed 0, {tasks:,} OOD tasks each, ± binomial s.e.)"}
-    examples = step * train["batch_size"] / 1e6
-    return {"r20m": f"under way; at {examples:.2f}M examples (step {step:,}), {values} ({tasks:,} OOD tasks each)"}
+        n["r20m"] = f"{values} (seed 0, {tasks:,} OOD tasks each, ± binomial s.e.)"
+        n["r20m_at"] = f"completed ({examples}); the final evaluation, {tasks:,} tasks per split"
+    else:
+        n["r20m"] = f"under way; at {examples} (step {step:,}), {values} ({tasks:,} OOD tasks each)"
+        n["r20m_at"] = (
+            f"under way; the latest evaluation all three reached: step {step:,} of {train['steps']:,} "
+            f"({examples}), {tasks:,} tasks per split"
+        )
+    return n
+
+
+def metrics_at_steps(metrics: list[dict]) -> dict[tuple[int, str], dict]:
+    """A run's metrics rows by (step, split)."""
+    return {(row["step"], row["split"]): row for row in metrics if "split" in row}
 
 
 def curve_numbers(runs: list[dict]) -> dict[str, str]:

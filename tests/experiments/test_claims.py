@@ -97,15 +97,24 @@ def test_committed_results_hold_no_absolute_path_of_the_machine_that_made_them()
     assert files and not found, f"absolute paths in committed results: {found}"
 
 
-def test_the_paper_budget_phrase_follows_the_runs_from_progress_to_completion(tmp_path, monkeypatch):
+def test_the_paper_budget_rows_follow_the_runs_from_progress_to_completion(tmp_path, monkeypatch):
     from hyla.experiments import records
 
     monkeypatch.setattr(claims_sections, "RESULTS", tmp_path)
-    assert claims_sections.sraven_20m_sections() == {"r20m": "not yet evaluated"}
+    assert claims_sections.sraven_20m_sections()["r20m"] == "not yet evaluated"
     train = {"steps": 10000, "batch_size": 128, "eval_samples": 5120, "final_eval_samples": 51200}
 
     def write(folder: str, mixer: str, accuracies: list[float], status: str | None) -> None:
-        metrics = [{"step": 5000 * (i + 1), "split": "ood", "acc": a} for i, a in enumerate(accuracies)]
+        steps = [5000 * (i + 1) for i in range(len(accuracies))]
+        metrics = [
+            row
+            for step, a in zip(steps, accuracies)
+            for row in (
+                {"step": step, "split": "train", "loss": 1 - a},
+                {"step": step, "split": "valid", "acc": a + 0.01},
+                {"step": step, "split": "ood", "acc": a},
+            )
+        ]
         record = {
             "run": f"table_a1_raven_20m_cpu/mixer-{mixer}__s0",
             "config": {"model": {"mixer": mixer}, "seed": 0, "train": train},
@@ -117,14 +126,23 @@ def test_the_paper_budget_phrase_follows_the_runs_from_progress_to_completion(tm
     progress = "table_a1_raven_20m_cpu_progress"
     write(progress, "softmax", [0.5, 0.6], None)
     write(progress, "linear", [0.25], None)
-    assert claims_sections.sraven_20m_sections() == {"r20m": "not yet evaluated"}  # HYLA not evaluated yet
+    assert claims_sections.sraven_20m_sections()["r20m_hyla_ood"] == "–"  # HYLA not evaluated yet
     write(progress, "hyla", [0.1, 0.2], None)
-    assert claims_sections.sraven_20m_sections()["r20m"] == (
+    under_way = claims_sections.sraven_20m_sections()
+    assert under_way["r20m"] == (
         "under way; at 0.64M examples (step 5,000), softmax 50.00 ± 0.70, linear 25.00 ± 0.61, "
         "HYLA 10.00 ± 0.42 (5,120 OOD tasks each)"
     )
+    assert under_way["r20m_at"].startswith("under way; the latest evaluation all three reached: step 5,000 of 10,000")
+    assert (under_way["r20m_softmax_valid"], under_way["r20m_softmax_loss"]) == ("51.00", "0.5000")
     for mixer, accuracies in {"softmax": [0.5, 0.6], "linear": [0.25, 0.5], "hyla": [0.1, 0.7]}.items():
         write("table_a1_raven_20m_cpu", mixer, accuracies, "completed")
-    assert claims_sections.sraven_20m_sections()["r20m"] == (
+    done = claims_sections.sraven_20m_sections()
+    assert done["r20m"] == (
         "softmax 60.00 ± 0.22, linear 50.00 ± 0.22, HYLA 70.00 ± 0.20 (seed 0, 51,200 OOD tasks each, ± binomial s.e.)"
+    )
+    assert (done["r20m_hyla_ood"], done["r20m_hyla_valid"], done["r20m_hyla_loss"]) == (
+        "70.00 ± 0.20",
+        "71.00",
+        "0.3000",
     )
