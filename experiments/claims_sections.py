@@ -244,7 +244,8 @@ def sraven_20m_sections() -> dict[str, str]:
     """The SRAVEN runs at the paper's budget, seed 0, at the latest evaluation all three reached (the
     final one once all three have completed; a completed run's record replaces its progress record):
     `r20m`, one phrase of the three OOD panel accuracies ×100 ± binomial s.e.; per mixer
-    `r20m_{mixer}_{ood,valid,loss}` and `r20m_at` (where the runs are)."""
+    `r20m_{mixer}_{ood,valid,loss}`, `r20m_{mixer}_vs_paper` (once completed: OOD less the paper's
+    mean, and the standard deviation of the paper's 3 seeds) and `r20m_at` (where the runs are)."""
     runs = {
         r["run"]: r
         for folder in ("table_a1_raven_20m_cpu_progress", "table_a1_raven_20m_cpu")
@@ -255,7 +256,7 @@ def sraven_20m_sections() -> dict[str, str]:
     evaluated = [{step for step, split in rows[m] if split == "ood"} for m in MIXERS if m in rows]
     common = set.intersection(*evaluated) if len(evaluated) == len(MIXERS) else set()
     if not common:
-        dash = {f"r20m_{m}_{c}": "–" for m in MIXERS for c in ("ood", "valid", "loss")}
+        dash = {f"r20m_{m}_{c}": "–" for m in MIXERS for c in ("ood", "valid", "loss", "vs_paper")}
         return {"r20m": "not yet evaluated", "r20m_at": "not yet evaluated", **dash}
     step = max(common)
     train = by_mixer["hyla"]["config"]["train"]
@@ -267,6 +268,10 @@ def sraven_20m_sections() -> dict[str, str]:
         n[f"r20m_{m}_ood"] = f"{number(100 * p)} ± {100 * math.sqrt(p * (1 - p) / tasks):.2f}"
         n[f"r20m_{m}_valid"] = number(100 * rows[m][step, "valid"]["acc"])
         n[f"r20m_{m}_loss"] = number(rows[m][step, "train"]["loss"], 4) if (step, "train") in rows[m] else "–"
+        paper_mean, paper_se = TABLE_A1["sraven"][(m, False)]
+        n[f"r20m_{m}_vs_paper"] = (  # against the spread of the paper's seeds: s.d. = s.e. × √3
+            f"{number(100 * p - paper_mean, 1, sign=True)} ({paper_se * math.sqrt(3):.1f})" if completed else "–"
+        )
     values = ", ".join(f"{'HYLA' if m == 'hyla' else m} {n[f'r20m_{m}_ood']}" for m in ("softmax", "linear", "hyla"))
     examples = f"{step * train['batch_size'] / 1e6:.2f}M examples"
     if completed:

@@ -146,3 +146,6 @@ def test_the_paper_budget_rows_follow_the_runs_from_progress_to_completion(tmp_p
         "71.00",
         "0.3000",
     )
+    mean, se = claims_sections.TABLE_A1["sraven"][("hyla", False)]
+    assert done["r20m_hyla_vs_paper"] == f"+{70 - mean:.1f} ({se * 3**0.5:.1f})"
+    assert under_way["r20m_hyla_vs_paper"] == "–"
