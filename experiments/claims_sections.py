@@ -246,49 +246,40 @@ def sraven_20m_sections() -> dict[str, str]:
     `r20m`, one phrase of the three OOD panel accuracies ×100 ± binomial s.e.; per mixer
     `r20m_{mixer}_{ood,valid,loss}`, `r20m_{mixer}_vs_paper` (once completed: OOD less the paper's
     mean, and the standard deviation of the paper's 3 seeds) and `r20m_at` (where the runs are)."""
-    runs = {
-        r["run"]: r
-        for folder in ("table_a1_raven_20m_cpu_progress", "table_a1_raven_20m_cpu")
-        for r in records_in(folder)
-    }
-    by_mixer = {r["config"]["model"]["mixer"]: r for r in runs.values()}
-    rows = {m: metrics_at_steps(r["metrics"]) for m, r in by_mixer.items()}  # {mixer: {(step, split): row}}
-    evaluated = [{step for step, split in rows[m] if split == "ood"} for m in MIXERS if m in rows]
+    from sraven_budget import full_budget_curves
+
+    curves = {c.mixer: c for c in full_budget_curves(RESULTS)}
+    evaluated = [{step for step, _, _ in curves[m].points} for m in MIXERS if m in curves]
     common = set.intersection(*evaluated) if len(evaluated) == len(MIXERS) else set()
     if not common:
         dash = {f"r20m_{m}_{c}": "–" for m in MIXERS for c in ("ood", "valid", "loss", "vs_paper")}
         return {"r20m": "not yet evaluated", "r20m_at": "not yet evaluated", **dash}
     step = max(common)
-    train = by_mixer["hyla"]["config"]["train"]
-    completed = all(r["summary"].get("status") == "completed" for r in by_mixer.values())
-    tasks = train["final_eval_samples"] if completed else train["eval_samples"]
+    completed = all(c.completed for c in curves.values())
     n = {}
-    for m in MIXERS:
-        p = rows[m][step, "ood"]["acc"]
-        n[f"r20m_{m}_ood"] = f"{number(100 * p)} ± {100 * math.sqrt(p * (1 - p) / tasks):.2f}"
-        n[f"r20m_{m}_valid"] = number(100 * rows[m][step, "valid"]["acc"])
-        n[f"r20m_{m}_loss"] = number(rows[m][step, "train"]["loss"], 4) if (step, "train") in rows[m] else "–"
+    for m, c in curves.items():
+        i = [s for s, _, _ in c.points].index(step)
+        _, p, tasks = c.points[i]
+        n[f"r20m_{m}_ood"] = f"{number(100 * p)} ± {100 * c.standard_error(i):.2f}"
+        n[f"r20m_{m}_valid"] = number(100 * c.valid[step])
+        n[f"r20m_{m}_loss"] = number(c.train_loss[step], 4) if step in c.train_loss else "–"
         paper_mean, paper_se = TABLE_A1["sraven"][(m, False)]
         n[f"r20m_{m}_vs_paper"] = (  # against the spread of the paper's seeds: s.d. = s.e. × √3
             f"{number(100 * p - paper_mean, 1, sign=True)} ({paper_se * math.sqrt(3):.1f})" if completed else "–"
         )
     values = ", ".join(f"{'HYLA' if m == 'hyla' else m} {n[f'r20m_{m}_ood']}" for m in ("softmax", "linear", "hyla"))
-    examples = f"{step * train['batch_size'] / 1e6:.2f}M examples"
+    hyla = curves["hyla"]
+    examples = f"{step * hyla.batch_size / 1e6:.2f}M examples"
     if completed:
         n["r20m"] = f"{values} (seed 0, {tasks:,} OOD tasks each, ± binomial s.e.)"
         n["r20m_at"] = f"completed ({examples}); the final evaluation, {tasks:,} tasks per split"
     else:
         n["r20m"] = f"under way; at {examples} (step {step:,}), {values} ({tasks:,} OOD tasks each)"
         n["r20m_at"] = (
-            f"under way; the latest evaluation all three reached: step {step:,} of {train['steps']:,} "
+            f"under way; the latest evaluation all three reached: step {step:,} of {hyla.total_steps:,} "
             f"({examples}), {tasks:,} tasks per split"
         )
     return n
-
-
-def metrics_at_steps(metrics: list[dict]) -> dict[tuple[int, str], dict]:
-    """A run's metrics rows by (step, split)."""
-    return {(row["step"], row["split"]): row for row in metrics if "split" in row}
 
 
 def curve_numbers(runs: list[dict]) -> dict[str, str]:

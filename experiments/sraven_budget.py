@@ -14,8 +14,9 @@ precedence over progress records of the same run.
 The runs take about a day of 2-core compute, longer than a machine is kept, so `--snapshot` also
 copies what each unfinished run resumes from (its latest checkpoint, 4.9 MB of weights and Adam
 state, with its config, environment and metrics) into `table_a1_raven_20m_cpu_progress/resume/<run>/`,
-and drops that copy once the run has completed. `--restore DIR` puts those files back into DIR (a run already as far
-or further there is left alone), after which `hyla sweep` resumes each run where the snapshot was.
+and drops that copy once the run has completed. `--restore DIR` puts those files back into DIR (a
+run already as far or further there is left alone), after which `hyla sweep` resumes each run where
+the snapshot was.
 
 Writes `ood_vs_examples.png` and `curves.md` into experiments/results/table_a1_raven_20m_cpu/:
 every evaluation of the full-budget runs with its binomial standard error sqrt(p(1-p)/n) (n: the
@@ -88,11 +89,11 @@ def curve(record: dict) -> Curve:
     )
 
 
-def full_budget_curves() -> list[Curve]:
-    """The completed records, else the progress records, one per run."""
+def full_budget_curves(results: Path = RESULTS) -> list[Curve]:
+    """The completed records, else the progress records, one per run (below `results`)."""
     chosen: dict[str, dict] = {}
-    for folder in (PROGRESS, FULL):  # later wins: a completed record replaces its progress record
-        for path in records.find(folder / "records"):
+    for folder in (PROGRESS.name, FULL.name):  # later wins: a completed record replaces its progress record
+        for path in records.find(results / folder / "records"):
             record = records.read(path)
             chosen[record["run"]] = record
     return sorted((curve(r) for r in chosen.values()), key=lambda c: (MIXERS.index(c.mixer), c.seed))
@@ -141,7 +142,7 @@ def restore_resume_state(run_root: Path) -> list[str]:
     done = []
     for saved in sorted(p for p in RESUME.iterdir() if p.is_dir()) if RESUME.is_dir() else []:
         run_dir, step = run_root / saved.name, checkpoint_step(saved)
-        here = checkpoint_step(run_dir) if (run_dir / "config.json").exists() else -1
+        here = checkpoint_step(run_dir)
         if here >= step:
             done.append(f"{saved.name}: left alone (step {here:,} here, {step:,} saved)")
             continue
@@ -289,7 +290,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--restore", type=Path, help="a sweep's run folder: put the saved resume state back into it")
     args = parser.parse_args(argv)
     if args.restore:
-        args.restore.mkdir(parents=True, exist_ok=True)
         print("\n".join(restore_resume_state(args.restore)) or f"nothing saved in {RESUME.relative_to(ROOT)}")
         return 0
     if args.snapshot:
