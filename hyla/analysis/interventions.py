@@ -138,14 +138,30 @@ def query_side_codes(model, x_query: torch.Tensor, x_keys: torch.Tensor, batch_s
     return [torch.cat(layer) for layer in zip(*chunks)]
 
 
-def donor_conditions(model, x_a, x_b, codes_b, x_c, batch_size: int, generator) -> dict[str, list[torch.Tensor]]:
-    """The codes per layer that each condition of CONDITIONS patches into A's run."""
-    return {
+UNPATCHED_AND_DONOR_RUNS = 4
+"""The runs before any patch: A's and B's sequences, the leak control's and the random donor's."""
+
+
+def unpatched_and_donor_runs(
+    model, x_a, x_b, x_c, batch_size: int, generator, tick: Callable[[], None]
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, list[torch.Tensor]]]:
+    """(A's logits, B's logits, the codes per layer that each condition of CONDITIONS patches into
+    A's run) from the UNPATCHED_AND_DONOR_RUNS runs; `tick()` after each."""
+    logits_a, _ = model_codes(model, x_a, batch_size)
+    tick()
+    logits_b, codes_b = model_codes(model, x_b, batch_size)
+    tick()
+    query_side = query_side_codes(model, x_b, x_a, batch_size)
+    tick()
+    random_donor = model_codes(model, x_c, batch_size)[1]
+    tick()
+    donors = {
         "patched": codes_b,
-        "query_side": query_side_codes(model, x_b, x_a, batch_size),
-        "random_donor": model_codes(model, x_c, batch_size)[1],
+        "query_side": query_side,
+        "random_donor": random_donor,
         "shuffled_heads": shuffle_heads(codes_b, generator),
     }
+    return logits_a, logits_b, donors
 
 
 def intervene(
@@ -325,12 +341,13 @@ def fuzzy_logic_interventions(
             results[split] = {"num_pairs": 0, "num_sequences": 0}
             continue
         pairs, sequences = len(data["pairs"]), len(data["y_a"])
-        stage(f"fuzzy logic {split}: {pairs} task pairs, {sequences} sequences; unpatched and donor runs")
+        stage(f"fuzzy logic {split}: {pairs} task pairs, {sequences} sequences")
         x_a, x_b, x_c = (data[name].to(device) for name in ("x_a", "x_b", "x_c"))
-        (logits_a, _), (logits_b, codes_b) = model_codes(model, x_a, batch_size), model_codes(model, x_b, batch_size)
+        logits_a, logits_b, donors = unpatched_and_donor_runs(
+            model, x_a, x_b, x_c, batch_size, generator, before_patches_counter(stage, split)
+        )
         prediction = lambda logits: logits.reshape(-1).double().cpu()  # noqa: E731  [N]
         scale = Scale(prediction, prediction(logits_a), prediction(logits_b), seed)
-        donors = donor_conditions(model, x_a, x_b, codes_b, x_c, batch_size, generator)
         T, N = task.seq_len, len(x_a)
         last = torch.full((N,), T - 1, device=device)
         wheres = {"probe": pair_mask(last, T, last[:, None]), "row": pair_mask(last, T)}
@@ -341,7 +358,7 @@ def fuzzy_logic_interventions(
             "random_task": scale.of_values(data["y_c"].double()),  # a model that carries out C exactly
             "wrecked": scale.of_values(scale.start[torch.randperm(N, generator=generator)]),
         }
-        everything = layer_settings(len(codes_b))["all layers"]
+        everything = layer_settings(len(attention_layers(model)))["all layers"]
         results[split] = {
             "num_pairs": len(data["pairs"]),
             "num_sequences": N,
@@ -354,6 +371,11 @@ def fuzzy_logic_interventions(
             ),
         }
     return results
+
+
+def before_patches_counter(stage: Stages, split: str) -> Callable[[], None]:
+    """The `tick` of the runs on a split before any patch (progress with an ETA)."""
+    return stage.counter(f"{split}: unpatched and donor runs", UNPATCHED_AND_DONOR_RUNS)
 
 
 def patch_counter(stage: Stages, model, split: str) -> Callable[[], None]:
@@ -448,13 +470,14 @@ def sraven_interventions(
             results[split] = {"num_sequences": 0}
             continue
         N, T = len(data["x_a"]), task.seq_len
-        stage(f"SRAVEN {split}: {N} grids; unpatched and donor runs")
+        stage(f"SRAVEN {split}: {N} grids")
         x_a, x_b, x_c = (data[name].to(device) for name in ("x_a", "x_b", "x_c"))
-        (logits_a, _), (_, codes_b) = model_codes(model, x_a, batch_size), model_codes(model, x_b, batch_size)
+        logits_a, _, donors = unpatched_and_donor_runs(
+            model, x_a, x_b, x_c, batch_size, generator, before_patches_counter(stage, split)
+        )
         feature, answers_b = data["feature"], data["implied_b"]
         mass_on_b = lambda logits: answer_mass(feature_probabilities(logits, feature), answers_b)  # noqa: E731
         scale = Scale(mass_on_b, mass_on_b(logits_a), torch.ones(N, dtype=torch.float64), seed)
-        donors = donor_conditions(model, x_a, x_b, codes_b, x_c, batch_size, generator)
         query = (8 * K + feature).to(device)
         keys = torch.stack([6 * K + feature, 7 * K + feature], 1).to(device)
         wheres = {"probe": pair_mask(query, T, keys), "row": pair_mask(query, T)}
@@ -476,7 +499,7 @@ def sraven_interventions(
             "rule_pairs": {f"{a}->{b}": n for (a, b), n in zip(rule_pairs.tolist(), counts.tolist())},
             "reference": reference,
             "reference_formula": scale.of_logits(
-                patched_logits(model, x_a, list(range(len(codes_b))), None, None, batch_size)
+                patched_logits(model, x_a, list(range(len(attention_layers(model)))), None, None, batch_size)
             ),
             "sites": intervene(
                 model, x_a, donors, wheres, scale.of_logits, batch_size, patch_counter(stage, model, split)

@@ -6,6 +6,7 @@ models."""
 
 import json
 import math
+import re
 import runpy
 from pathlib import Path
 
@@ -439,6 +440,9 @@ def test_interventions_command_over_several_models(tmp_path, capsys):
     second = [line for line in err if line.startswith("interventions: model 2/3: hyla-run_b (fuzzy_logic, hyla, seed")]
     assert len(second) == 1 and "; ETA " in second[0] and " for the models left (" in second[0]
     assert any(line.startswith("interventions: fuzzy logic valid: 2 task pairs") for line in err)
+    # the runs before any patch are counted too: a line per run done, with an ETA
+    before = [line for line in err if line.startswith("interventions: valid: unpatched and donor runs ")]
+    assert before and all(re.search(r" [123]/4 \(.* elapsed, ETA ", line) for line in before)
     script = runpy.run_path(str(Path(__file__).parents[2] / "experiments" / "interventions_table.py"))
     script["main"]([str(out)])
     assert tables(report["groups"]) in capsys.readouterr().out  # experiments/interventions_table.py: the same
