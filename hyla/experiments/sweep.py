@@ -52,8 +52,10 @@ checkout).
 started, queued, or stopped cleanly and resumable), stale (killed: its owner is gone, and it ended
 without a summary; a re-run resumes or restarts it) or failed, from the run folders:
 summary.json's status, and `<run name>.running` (written while a job trains: the pids of the job
-and of its training) and `<run name>.job` (a queued Slurm job). It ends with the training left: the
-steps the runs not done still need, at the mean seconds per step of the runs completed in the folder.
+and of its training) and `<run name>.job` (a queued Slurm job); beside each, its step, while it
+trains its pace and ETA, and its latest evaluation (the final one once completed). It ends with the
+training left: the steps the runs not done still need, at the mean seconds per step of the runs
+completed in the folder.
 
 This module plans a sweep: its file, runs, command lines, markers and status. Launching the runs
 (here or on Slurm, with progress) is hyla.experiments.launch; the command's options, hyla.cli.sweep.
@@ -78,6 +80,7 @@ import yaml
 
 from hyla.experiments import records
 from hyla.train.run_dir import RunDir
+from hyla.utils import duration
 
 SPEC_KEYS = ("name", "preset", "out_dir", "seeds", "overrides", "grid", "parallel", "slurm", "results")
 
@@ -311,11 +314,7 @@ def print_status(spec: SweepSpec) -> dict[str, int]:
     width = max(map(len, states), default=0)
     for run in spec.runs():
         state, run_dir = states[run.name], Path(spec.out_dir) / run.name
-        if state == "running":  # its summary is a past session's: the step it logged last
-            progress = f"step {last_train_step(run_dir)}/{run_steps(spec, run)}"
-        else:
-            summary = RunDir(run_dir).read_summary()
-            progress = f"step {summary['step']}/{summary['steps']}" if "step" in summary else ""
+        progress = progress_note(run_dir, run_steps(spec, run), state)
         print(f"{run.name:<{width}}  {STATUS_GROUPS.get(state, 'pending'):<8} {state:<12} {progress}".rstrip())
     counts = {group: 0 for group in ("done", "running", "pending", "stale", "failed")}
     for state in states.values():
@@ -330,6 +329,74 @@ def print_status(spec: SweepSpec) -> dict[str, int]:
             f"{paced_by} run{'s' if paced_by > 1 else ''} completed in {spec.out_dir}"
         )
     return counts
+
+
+ENDED = ("completed", "stopped", "interrupted", "diverged", "failed")
+"""The states whose run folder's summary.json is its latest session's (`run_status`)."""
+PACE_ROWS = 10
+"""Training records whose logged pace gives a running run's ETA in `--status`."""
+
+
+def progress_note(run_dir: Path, total: int, state: str) -> str:
+    """What `--status` says of a run's progress: from the summary of an ended session, `step 40000/40000`
+    and, completed, its final evaluation (`; final: valid acc 0.4132, ood acc 0.4030`); else (running,
+    or killed) from metrics.jsonl, `step 31000/156250`, while it runs its pace and ETA (the mean over its
+    last PACE_ROWS training records), and its latest evaluation (`; at step 30,000: valid acc ...`)."""
+    summary = RunDir(run_dir).read_summary() if state in ENDED else {}
+    if "step" in summary:
+        note = f"step {summary['step']}/{summary['steps']}"
+        final = summary.get("final") if state == "completed" else None
+        return note + (f"; final: {_evaluation(final, summary.get('metric_name'))}" if final else "")
+    train, evaluation = _latest_rows(run_dir)
+    if not train:
+        return ""
+    note = f"step {train[-1]['step']}/{total}"
+    paces = [row["steps_per_second"] for row in train[-PACE_ROWS:] if row.get("steps_per_second")]
+    if state == "running" and paces:
+        seconds_per_step = statistics.fmean(1 / pace for pace in paces)
+        left = duration(seconds_per_step * max(0, total - train[-1]["step"]))
+        note += f", {1 / seconds_per_step:.2f} steps/s, ETA {left}"
+    if evaluation:
+        step = next(iter(evaluation.values()))["step"]
+        note += f"; at step {step:,}: {_evaluation(evaluation, _metric_name(run_dir))}"
+    return note
+
+
+def _latest_rows(run_dir: Path) -> tuple[list[dict], dict[str, dict]]:
+    """(the training records of run/metrics.jsonl, {split: record} of its latest evaluation); a line
+    being written right now is skipped."""
+    train, evaluation = [], {}
+    try:
+        lines = RunDir(run_dir).metrics_file.read_text().splitlines()
+    except OSError:
+        return train, evaluation
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if row.get("split") == "train":
+            train.append(row)
+        elif "split" in row:
+            if evaluation and next(iter(evaluation.values()))["step"] != row["step"]:
+                evaluation = {}
+            evaluation[row["split"]] = row
+    return train, evaluation
+
+
+def _metric_name(run_dir: Path) -> str | None:
+    """The main metric of the run's task (None if its config cannot be read)."""
+    from hyla.tasks.registry import task_class
+
+    try:
+        return task_class(json.loads(RunDir(run_dir).config_file.read_text())["task"]).metric_name
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _evaluation(by_split: dict[str, dict], metric: str | None) -> str:
+    """`valid acc 0.4132, ood acc 0.4030`: the main metric per split (every split that has it)."""
+    return ", ".join(f"{split} {metric} {row[metric]:.4f}" for split, row in by_split.items() if metric in row)
 
 
 def training_left(spec: SweepSpec, states: dict[str, str]) -> tuple[float, int] | None:

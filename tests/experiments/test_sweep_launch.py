@@ -133,6 +133,33 @@ def test_status_groups_runs(tmp_path, capsys):
     assert "1 done, 1 running, 3 pending, 2 stale, 1 failed" in out
 
 
+def test_status_shows_pace_eta_and_latest_evaluation(tmp_path, capsys):
+    spec = SweepSpec(name="s", preset="raven_cpu", out_dir=str(tmp_path), seeds=[0, 1, 2])
+    spec.overrides = {"train.steps": 1000}
+    names = [r.name for r in spec.runs()]
+    for name in names:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps({"task": "sraven"}))
+    train = [(100, 1), (200, 4)]
+    rows = [{"step": step, "split": "train", "loss": 1.0, "steps_per_second": pace} for step, pace in train]
+    rows += [{"step": 200, "split": split, "acc": acc} for split, acc in [("valid", 0.5), ("ood", 0.25)]]
+    rows += [{"step": 300, "split": "train", "loss": 1.0, "steps_per_second": 4}, {"step": 400, "split": "va"}]
+    for name in names[:2]:  # running, and killed after a checkpoint (a line torn mid-write)
+        (tmp_path / name / "metrics.jsonl").write_text("\n".join(map(json.dumps, rows))[:-8] + "\n")
+    (tmp_path / names[1] / "checkpoints").mkdir()
+    (tmp_path / names[1] / "checkpoints" / "latest.pt").write_bytes(b"")
+    (tmp_path / f"{names[0]}.running").write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid()}))
+    final = {"valid": {"acc": 0.75, "loss": 0.5}, "ood": {"acc": 0.625, "loss": 0.6}}
+    summary = {"status": "completed", "step": 1000, "steps": 1000, "metric_name": "acc", "final": final}
+    (tmp_path / names[2] / "summary.json").write_text(json.dumps(summary))
+    print_status(spec)
+    out = capsys.readouterr().out.splitlines()
+    # pace: the mean seconds per step of the last records, (1 + 1/4 + 1/4) / 3 = 0.5 s: 700 steps left, 5m50s
+    assert out[0].endswith("step 300/1000, 2.00 steps/s, ETA 5m50s; at step 200: valid acc 0.5000, ood acc 0.2500")
+    assert out[1].endswith("partial      step 300/1000; at step 200: valid acc 0.5000, ood acc 0.2500")
+    assert out[2].endswith("step 1000/1000; final: valid acc 0.7500, ood acc 0.6250")
+
+
 def test_status_estimates_the_training_left_from_the_completed_runs_pace(tmp_path, capsys):
     spec = SweepSpec(name="s", preset="logic_cpu", out_dir=str(tmp_path), seeds=list(range(5)), parallel=2)
     spec.overrides = {"train.steps": 100}
