@@ -134,6 +134,15 @@ def duration(seconds: float) -> str:
     return f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
 
 
+def elapsed_and_eta(elapsed: float, paced: tuple[float, int] | None, left: int) -> str:
+    """`1m05s elapsed, ETA 2m10s`: the ETA of the `left` items at the pace `paced` (seconds, items
+    done in them); none while no item has been timed."""
+    text = f"{duration(elapsed)} elapsed"
+    if paced is not None and paced[1] > 0:
+        text += f", ETA {duration(paced[0] / paced[1] * left)}"
+    return text
+
+
 def write_text_atomic(path: str | Path, text: str) -> None:
     """Write through a temporary file and rename it over `path`: readers never see half a file."""
     path = Path(path)

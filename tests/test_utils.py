@@ -13,6 +13,7 @@ from hyla.utils import (
     SWITCHES,
     append_jsonl,
     duration,
+    elapsed_and_eta,
     env_name,
     read_jsonl,
     switches,
@@ -98,3 +99,10 @@ def test_one_duration_format_for_every_progress_line():
         "1h00m",
         "27h03m",
     ]
+
+
+def test_one_eta_for_every_progress_line():
+    # 30 items in 60 s: 2 s each, 45 items left
+    assert elapsed_and_eta(65, (60.0, 30), 45) == "1m05s elapsed, ETA 1m30s"
+    assert elapsed_and_eta(65, (60.0, 0), 45) == "1m05s elapsed"  # nothing timed yet
+    assert elapsed_and_eta(65, None, 45) == "1m05s elapsed"

@@ -7,7 +7,7 @@ import sys
 import threading
 import time
 
-from hyla.utils import duration
+from hyla.utils import duration, elapsed_and_eta
 
 PROGRESS_EVERY = 30.0  # seconds between progress lines outside a terminal
 
@@ -71,15 +71,11 @@ class Stages:
     def status(self) -> str:
         """`WHAT i/N (elapsed, ETA)` while counting, else `NAME (elapsed)`."""
         now = time.perf_counter()
-        elapsed = f"{duration(now - self.start)} elapsed"
         if not self.total:
-            return f"{self.name} ({elapsed})"
-        eta = (
-            f", ETA {duration((now - self.since) / self.done * (self.total - self.done))}"
-            if 0 < self.done < self.total
-            else ""
-        )
-        return f"{self.what} {self.done}/{self.total} ({elapsed}{eta})"
+            return f"{self.name} ({duration(now - self.start)} elapsed)"
+        paced = (now - self.since, self.done) if self.done < self.total else None
+        times = elapsed_and_eta(now - self.start, paced, self.total - self.done)
+        return f"{self.what} {self.done}/{self.total} ({times})"
 
     def _beat(self) -> None:
         while not self.stopped.wait(min(1.0, max(0.01, self.every / 2))):

@@ -40,7 +40,7 @@ from hyla.experiments.sweep import (
 from hyla.train.configs import ExperimentConfig
 from hyla.train.run_dir import RunDir
 from hyla.train.signals import SWEEP_ENDED, Stopped
-from hyla.utils import duration
+from hyla.utils import elapsed_and_eta
 
 
 def restart_cleanly(run_dir: Path) -> bool:
@@ -182,12 +182,9 @@ class RunProgress:
 
     def _line(self, name: str, step: int, now: float) -> str:
         """`name: step S/N, 1m05s elapsed, ETA 2m10s` (no ETA until the pace is measured)."""
-        total, elapsed = self.totals[name], now - self.started[name][0]
-        line = f"{name}: step {step}/{total}, {duration(elapsed)} elapsed"
-        since, paced_step = self.paced_from[name]
-        if step > paced_step:
-            line += f", ETA {duration((now - since) / (step - paced_step) * (total - step))}"
-        return line
+        total, (since, paced_step) = self.totals[name], self.paced_from[name]
+        times = elapsed_and_eta(now - self.started[name][0], (now - since, step - paced_step), total - step)
+        return f"{name}: step {step}/{total}, {times}"
 
     def _restart_bar_clock(self, name: str, step: int) -> None:
         """A bar's rate and ETA from here on: not from the first interval's jump."""

@@ -10,7 +10,7 @@ import time
 
 from tqdm.auto import tqdm
 
-from hyla.utils import duration
+from hyla.utils import elapsed_and_eta
 
 FIRST_LINE_AFTER = 5.0
 """Seconds of steps after a session's first step (which holds warm-ups: the first step of the
@@ -84,9 +84,8 @@ class StepProgress:
         """`desc: step S/N (P%), elapsed, ETA; postfix` (the ETA from the pace after the first step)."""
         since, paced_step = self.paced_from
         percent = 100 * step // self.total
-        text = f"{self.desc}: step {step}/{self.total} ({percent}%), {duration(now - self.start)} elapsed"
-        if step > paced_step:
-            text += f", ETA {duration((now - since) / (step - paced_step) * (self.total - step))}"
+        times = elapsed_and_eta(now - self.start, (now - since, step - paced_step), self.total - step)
+        text = f"{self.desc}: step {step}/{self.total} ({percent}%), {times}"
         if self.postfix:
             text += "; " + ", ".join(f"{key} {value}" for key, value in self.postfix.items())
         return text
