@@ -20,8 +20,9 @@ the snapshot was.
 
 Writes `ood_vs_examples.png` and `curves.md` into experiments/results/table_a1_raven_20m_cpu/:
 every evaluation of the full-budget runs with its binomial standard error sqrt(p(1-p)/n) (n: the
-tasks evaluated at that point), and every change of order between two mixers, with whether the
-differences on both sides of it exceed twice their combined standard error.
+tasks evaluated at that point), every change of order between two mixers, with whether the
+differences on both sides of it exceed twice their combined standard error, and each run's stretches
+of compute (its sessions, from the records' environment) with their logged pace.
 """
 
 from __future__ import annotations
@@ -49,6 +50,17 @@ RESUME_FILES = ("config.json", "env.json", "metrics.jsonl", "checkpoints/latest.
 
 
 @dataclass
+class Stretch:
+    """One session of compute of a run: from its start (or resume) to the next one's, or its last step."""
+
+    started: str  # UTC, "2026-11-28 14:27"
+    commit: str  # the checkout it ran, 7 characters
+    from_step: int
+    to_step: int
+    steps_per_second: float | None  # over its logged training records (each: the pace since the one before)
+
+
+@dataclass
 class Curve:
     """OOD panel accuracy of one run at each evaluation."""
 
@@ -61,6 +73,7 @@ class Curve:
     points: list[tuple[int, float, int]]  # (step, accuracy in [0, 1], tasks evaluated)
     valid: dict[int, float]  # step: valid panel accuracy in [0, 1]
     train_loss: dict[int, float]  # step: training loss, the mean over the steps since the last record
+    stretches: list[Stretch]
 
     def standard_error(self, i: int) -> float:
         _, p, n = self.points[i]
@@ -86,7 +99,35 @@ def curve(record: dict) -> Curve:
         points,
         {row["step"]: row["acc"] for row in record["metrics"] if row.get("split") == "valid"},
         {row["step"]: row["loss"] for row in record["metrics"] if row.get("split") == "train"},
+        stretches(record),
     )
+
+
+def stretches(record: dict) -> list[Stretch]:
+    """The run's sessions (its environment record's `sessions`: when each started, from which step,
+    from which commit), each to the next one's first step or the run's last, with its pace: the steps
+    over the seconds of its training records (a record's `steps_per_second`: the pace since the one
+    before; records thinned evenly, hyla.experiments.records)."""
+    sessions = record.get("env", {}).get("sessions", [])
+    last = max((row["step"] for row in record["metrics"]), default=0)
+    ends = [session["from_step"] for session in sessions[1:]] + [last]
+    out = []
+    for session, end in zip(sessions, ends):
+        paces = [
+            row["steps_per_second"]
+            for row in record["metrics"]
+            if row.get("split") == "train" and session["from_step"] < row["step"] <= end and row.get("steps_per_second")
+        ]
+        started = session["time"][:16].replace("T", " ")
+        pace = len(paces) / sum(1 / p for p in paces) if paces else None
+        out.append(Stretch(started, session.get("git_commit", "")[:7], session["from_step"], end, pace))
+    return out
+
+
+def hours_left(c: Curve) -> float | None:
+    """Hours the run still needs at its latest stretch's pace (None: no pace logged)."""
+    pace = c.stretches[-1].steps_per_second if c.stretches else None
+    return None if pace is None else (c.total_steps - c.last_step) / pace / 3600
 
 
 def full_budget_curves(results: Path = RESULTS) -> list[Curve]:
@@ -210,6 +251,17 @@ def fit_table(curves: list[Curve]) -> str:
     return "\n".join(lines)
 
 
+def stretch_table(curves: list[Curve]) -> str:
+    """Each run's stretches of compute: when, from which commit, which steps, at what pace."""
+    lines = ["| run | started (UTC) | commit | steps | steps/s |", "|---|---|---|---|---|"]
+    for c in curves:
+        for s in c.stretches:
+            pace = "–" if s.steps_per_second is None else f"{s.steps_per_second:.2f}"
+            steps = f"{s.from_step:,} → {s.to_step:,}"
+            lines.append(f"| {c.mixer} s{c.seed} | {s.started} | `{s.commit}` | {steps} | {pace} |")
+    return "\n".join(lines)
+
+
 def report(full: list[Curve]) -> str:
     status = ", ".join(
         f"{c.mixer} s{c.seed} {'completed' if c.completed else 'at step'} {c.last_step:,}/{c.total_steps:,}"
@@ -237,6 +289,11 @@ def report(full: list[Curve]) -> str:
             "(held-in rule combinations, new tasks) / training loss (the mean over the 100 steps before):",
             "",
             fit_table(full) if full else "(no full-budget run recorded yet)",
+            "",
+            "Stretches of compute: each session of each run, from its start (or resume from a checkpoint) to",
+            "the next one's, with its pace over its logged training records:",
+            "",
+            stretch_table(full),
             "",
         ]
     )

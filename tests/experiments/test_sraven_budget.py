@@ -87,3 +87,24 @@ def test_the_report_tables_how_each_run_fits_its_training_tasks(budget):
     text = budget.report(curves)
     assert "| step | softmax s0 valid / loss | hyla s0 valid / loss |" in text
     assert "| 5,000 | 31.00 / 0.7000 | 11.00 / 0.9000 |" in text and "| 10,000 | 41.00 / 0.6000 |  |" in text
+
+
+def test_each_session_of_a_run_is_a_stretch_with_its_logged_pace(budget):
+    run = record("hyla", [0.1, 0.2], completed=False)  # steps 5,000 and 10,000 of 10,000
+    run["metrics"] = [
+        {"step": step, "split": "train", "loss": 1.0, "steps_per_second": pace}
+        for step, pace in [(2000, 1.0), (4000, 4.0), (6000, 2.0), (8000, 2.0)]
+    ]
+    run["env"] = {
+        "sessions": [
+            {"time": "2026-11-28T14:27:13+0000", "git_commit": "e2d7e32ff650", "from_step": 0},
+            {"time": "2026-11-28T17:16:42+0000", "git_commit": "5486a871b258", "from_step": 4321},
+        ]
+    }
+    c = budget.curve(run)
+    first, second = c.stretches
+    assert (first.started, first.commit, first.from_step, first.to_step) == ("2026-11-28 14:27", "e2d7e32", 0, 4321)
+    assert first.steps_per_second == pytest.approx(2 / (1 / 1 + 1 / 4))  # the steps over the seconds they took
+    assert (second.from_step, second.to_step, second.steps_per_second) == (4321, 8000, pytest.approx(2.0))
+    assert budget.hours_left(c) == pytest.approx(2000 / 2.0 / 3600)  # at the latest stretch's pace
+    assert "| hyla s0 | 2026-11-28 17:16 | `5486a87` | 4,321 → 8,000 | 2.00 |" in budget.report([c])
