@@ -155,7 +155,7 @@ def section_numbers() -> dict[str, str]:
         **sraven_20m_progress_sections(),
         **sraven_cpu_sections(),
         **latent_code_sections(),
-        **addition_subtraction_sections(),
+        **addition_subtraction("latent_weights_sraven_40k_cpu", "as40"),
         **intervention_sections(),
         **other_sections(),
         **gpu_speed_sections(),
@@ -383,17 +383,18 @@ def summary_rows(file: str, measure: str, split: str, code_set: str) -> dict[str
     }
 
 
-def addition_subtraction_sections() -> dict[str, str]:
-    """Fig. 5E on the 4-feature SRAVEN 40k models, held-out tasks (`as40_{mixer}_{l0..l3,all}`): the
-    centered cosine of addition's and subtraction's mean codes / the most similar other rule pair,
-    bold where (addition, subtraction) is the most similar of the 28 pairs (permutation p = 1/28)."""
+def addition_subtraction(folder: str, prefix: str) -> dict[str, str]:
+    """Fig. 5E from `hyla analyze --out folder` on 4-layer SRAVEN models, held-out tasks
+    (`{prefix}_{mixer}_{l0..l3,all}`): the centered cosine of addition's and subtraction's mean codes /
+    the most similar other rule pair, bold where (addition, subtraction) is the most similar of the 28
+    pairs (permutation p = 1/28)."""
     n = {}
-    file = "latent_weights_sraven_40k_cpu/latent_summary.json"
+    file = f"{folder}/latent_summary.json"
     measure = "addition-subtraction similarity (centered cosine)"
     for code_set, tag in [*((f"layer {i}", f"l{i}") for i in range(4)), ("all layers", "all")]:
         for mixer, row in summary_rows(file, measure, "ood_unpermuted", code_set).items():
             cell = f"{number(row['mean'], 3)} / {number(row['baselines']['most similar other pair'], 3)}"
-            n[f"as40_{mixer}_{tag}"] = f"**{cell}**" if row["passes"].startswith("1 ") else cell
+            n[f"{prefix}_{mixer}_{tag}"] = f"**{cell}**" if row["passes"].startswith("1 ") else cell
     return n
 
 
@@ -432,17 +433,27 @@ def latent_code_sections() -> dict[str, str]:
             n[f"rl_{mixer}_probe{layer}_chance"] = chance_range("latent_weights_raven_cpu", probe, layer, mixer)
     for mixer, row in summary_rows(file, "topographic similarity", "ood_unpermuted", "layer 1").items():
         n[f"rl_{mixer}_ts"], n[f"rl_{mixer}_ts_models"] = over_models(row), per_model(row)
-    accuracy = {r["config"]["model"]["mixer"]: final("ood", "acc")(r) for r in records_in("weights_sraven_40k_cpu")}
+    n.update(sraven_rule_probes("latent_weights_sraven_40k_cpu", "weights_sraven_40k_cpu", "s40"))
+    return n
+
+
+def sraven_rule_probes(folder: str, runs: str, prefix: str) -> dict[str, str]:
+    """Per mixer, seed 0, from `hyla analyze --out folder` on SRAVEN models whose records are in `runs`:
+    the final OOD panel accuracy (`{prefix}_{mixer}_acc`), the held-out rule probe's accuracy and chance
+    per code set (`{prefix}_{mixer}_{l0,..,all}`, `..._chance`) and the topographic similarity
+    (`{prefix}_{mixer}_ts_{l0,..,all}`)."""
+    n, probe = {}, "valid_unpermuted->ood_unpermuted"
+    accuracy = {r["config"]["model"]["mixer"]: final("ood", "acc")(r) for r in records_in(runs)}
     for mixer in MIXERS:
-        [path] = (RESULTS / "latent_weights_sraven_40k_cpu").glob(f"mixer-{mixer}__s0/*/analysis.json")
+        [path] = (RESULTS / folder).glob(f"mixer-{mixer}__s0/*/analysis.json")
         analysis = json.loads(path.read_text())
-        n[f"s40_{mixer}_acc"] = number(accuracy[mixer], 1)
+        n[f"{prefix}_{mixer}_acc"] = number(accuracy[mixer], 1)
         for code_set, result in analysis["probes"][probe].items():
             tag = code_set.replace("layer ", "l").replace("all layers", "all")
-            n[f"s40_{mixer}_{tag}"] = number(result["accuracy"], 3)
-            n[f"s40_{mixer}_{tag}_chance"] = number(result["chance_accuracy"], 3)
+            n[f"{prefix}_{mixer}_{tag}"] = number(result["accuracy"], 3)
+            n[f"{prefix}_{mixer}_{tag}_chance"] = number(result["chance_accuracy"], 3)
         for code_set, result in analysis["topographic_similarity"]["ood_unpermuted"].items():
-            n[f"s40_{mixer}_ts_{code_set.replace('layer ', 'l').replace('all layers', 'all')}"] = number(
+            n[f"{prefix}_{mixer}_ts_{code_set.replace('layer ', 'l').replace('all layers', 'all')}"] = number(
                 result["spearman"], 2
             )
     return n
@@ -491,15 +502,23 @@ def intervention_sections() -> dict[str, str]:
         for key, cell in intervention_cells(group["splits"]["ood"]).items():
             n[f"{name}_{key}"] = calibrated(cell)
             n[f"{name}_{key}_models"] = " / ".join(number(v) for v in cell["per_model"])
-    file = "interventions_weights_sraven_40k_cpu/interventions_tasks16_samples32_seed0.json"
-    for model in read_json(file)["models"]:
-        name, ood = f"iv40_{model['model']['mixer']}", model["splits"]["ood"]
+    n.update(sraven_model_interventions("interventions_weights_sraven_40k_cpu", "iv40"))
+    n.update(superseded_intervention_numbers("interventions_fuzzy_50k", "ivo_logic", "row"))
+    n.update(superseded_intervention_numbers("interventions_raven_cpu", "ivo_raven", "probe"))
+    return n
+
+
+def sraven_model_interventions(folder: str, prefix: str) -> dict[str, str]:
+    """Per model (one seed per mixer) of `hyla interventions --out folder` on SRAVEN, OOD split, row
+    site: every condition and reference at all layers (`{prefix}_{mixer}_{patched,leak,...}`) and the
+    best single layer's patch (`{prefix}_{mixer}_best`)."""
+    n = {}
+    for model in read_json(f"{folder}/interventions_tasks16_samples32_seed0.json")["models"]:
+        name, ood = f"{prefix}_{model['model']['mixer']}", model["splits"]["ood"]
         n.update({f"{name}_{k}": calibrated(v) for k, v in intervention_cells(ood).items()})
         layers = {k: v["patched"] for k, v in ood["sites"]["row"].items() if k != "all layers"}
         best = max(layers, key=lambda k: layers[k]["mean"])
         n[f"{name}_best"] = f"{calibrated(layers[best])} ({best})"
-    n.update(superseded_intervention_numbers("interventions_fuzzy_50k", "ivo_logic", "row"))
-    n.update(superseded_intervention_numbers("interventions_raven_cpu", "ivo_raven", "probe"))
     return n
 
 
