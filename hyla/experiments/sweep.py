@@ -345,8 +345,8 @@ def progress_note(run_dir: Path, total: int, state: str) -> str:
     summary = RunDir(run_dir).read_summary() if state in ENDED else {}
     if "step" in summary:
         note = f"step {summary['step']}/{summary['steps']}"
-        final = summary.get("final") if state == "completed" else None
-        return note + (f"; final: {_evaluation(final, summary.get('metric_name'))}" if final else "")
+        final = _evaluation(summary.get("final") or {}, summary.get("metric_name")) if state == "completed" else ""
+        return note + (f"; final: {final}" if final else "")
     train, evaluation = _latest_rows(run_dir)
     if not train:
         return ""
@@ -356,9 +356,9 @@ def progress_note(run_dir: Path, total: int, state: str) -> str:
         seconds_per_step = statistics.fmean(1 / pace for pace in paces)
         left = duration(seconds_per_step * max(0, total - train[-1]["step"]))
         note += f", {1 / seconds_per_step:.2f} steps/s, ETA {left}"
-    if evaluation:
-        step = next(iter(evaluation.values()))["step"]
-        note += f"; at step {step:,}: {_evaluation(evaluation, _metric_name(run_dir))}"
+    latest = _evaluation(evaluation, _metric_name(run_dir))
+    if latest:
+        note += f"; at step {next(iter(evaluation.values()))['step']:,}: {latest}"
     return note
 
 
