@@ -156,6 +156,7 @@ def section_numbers() -> dict[str, str]:
         **sraven_cpu_sections(),
         **latent_code_sections(),
         **addition_subtraction("latent_weights_sraven_40k_cpu", "as40"),
+        **addition_subtraction_over_seeds("latent_weights_raven_cpu", "asr"),
         **intervention_sections(),
         **other_sections(),
         **gpu_speed_sections(),
@@ -395,6 +396,23 @@ def addition_subtraction(folder: str, prefix: str) -> dict[str, str]:
         for mixer, row in summary_rows(file, measure, "ood_unpermuted", code_set).items():
             cell = f"{number(row['mean'], 3)} / {number(row['baselines']['most similar other pair'], 3)}"
             n[f"{prefix}_{mixer}_{tag}"] = f"**{cell}**" if row["passes"].startswith("1 ") else cell
+    return n
+
+
+def addition_subtraction_over_seeds(folder: str, prefix: str) -> dict[str, str]:
+    """Fig. 5E from `hyla analyze --out folder` on several seeds of 2-layer SRAVEN models
+    (`{prefix}_{mixer}_{valid,ood}_{l0,l1,all}`): the centered cosine of addition's and subtraction's
+    mean codes, mean ± s.e. over the models, and in how many it is the most similar of the 28 rule
+    pairs (permutation p = 1/28; alone: `..._passes`); bold where it is in every model."""
+    n = {}
+    file = f"{folder}/latent_summary.json"
+    measure = "addition-subtraction similarity (centered cosine)"
+    for split in ("valid", "ood"):
+        for code_set, tag in (("layer 0", "l0"), ("layer 1", "l1"), ("all layers", "all")):
+            for mixer, row in summary_rows(file, measure, f"{split}_unpermuted", code_set).items():
+                cell, every = f"{over_models(row)}, {row['passes']}", len(row["per_model"])
+                n[f"{prefix}_{mixer}_{split}_{tag}"] = f"**{cell}**" if row["passes"] == f"{every} of {every}" else cell
+                n[f"{prefix}_{mixer}_{split}_{tag}_passes"] = row["passes"]
     return n
 
 
