@@ -103,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt as e:  # 128 + the signal's number, as a shell reports a process it ended
         return 128 + getattr(e, "signum", signal.SIGINT)
+    except BrokenPipeError:  # its reader stopped reading (`hyla sweep F --status | head -3`): end quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+        return 128 + signal.SIGPIPE
     except SystemExit as e:  # argparse and tyro: --help, or a usage message ending in one error line
         return e.code if isinstance(e.code, int) else 2
     except user_errors() as e:

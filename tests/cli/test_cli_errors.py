@@ -5,6 +5,9 @@ folder it was pointed at."""
 import json
 import os
 import pickle
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -205,3 +208,18 @@ def test_export_and_from_pretrained_round_trip(tmp_path, capsys):
     loaded = Transformer.from_pretrained(tmp_path / "shared")
     x = task.batch("ood", 8, 0).x
     assert torch.equal(model(x), loaded(x)) and not loaded.training
+
+
+def test_a_reader_that_stops_reading_ends_the_command_quietly():
+    # `hyla sweep F --status | head -3`: the pipe closes while the command still prints
+    script = (
+        "import sys, types, hyla.cli as cli\n"
+        "sys.modules['chatty'] = types.SimpleNamespace(main=lambda rest: [print(i) for i in range(10**6)])\n"
+        "cli.COMMANDS['list'] = ('chatty:main', *cli.COMMANDS['list'][1:])\n"
+        "sys.exit(cli.main(['list']))\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout.readline() == b"0\n"
+    process.stdout.close()
+    assert process.wait(timeout=60) == 128 + signal.SIGPIPE
+    assert process.stderr.read() == b""  # no traceback, no "Exception ignored" at exit
