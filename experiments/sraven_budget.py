@@ -204,17 +204,24 @@ def crossings(a: Curve, b: Curve) -> list[str]:
         before = a.points[i0][1] - b.points[j0][1]
         after = a.points[i1][1] - b.points[j1][1]
         if before * after < 0:
-            clear = all(
+            clear = [
                 abs(a.points[i][1] - b.points[j][1]) > 2 * math.hypot(a.standard_error(i), b.standard_error(j))
                 for i, j in ((i0, j0), (i1, j1))
-            )
+            ]
             leader = a.mixer if after > 0 else b.mixer
             lines.append(
                 f"{leader} takes the lead from {b.mixer if leader == a.mixer else a.mixer} between steps "
-                f"{a.points[i0][0]:,} and {a.points[i1][0]:,} "
-                f"({'beyond' if clear else 'within'} 2 s.e. on both sides)"
+                f"{a.points[i0][0]:,} and {a.points[i1][0]:,} ({beyond_or_within(*clear)})"
             )
     return lines
+
+
+def beyond_or_within(before: bool, after: bool) -> str:
+    """Whether the differences before and after a change of order exceed 2 standard errors, in words."""
+    word = {True: "beyond", False: "within"}
+    if before == after:
+        return f"{word[before]} 2 s.e. on both sides"
+    return f"{word[before]} 2 s.e. before, {word[after]} after"
 
 
 def table(curves: list[Curve]) -> str:

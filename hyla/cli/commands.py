@@ -73,7 +73,7 @@ def resume_main(argv: list[str]) -> int:
     if not argv or argv[0].startswith("-"):
         print(f"usage: hyla resume RUN [--train.stop_at N] [--train.no-progress] [...]\n\n{RESUME_HELP}")
         return 0 if argv and argv[0] in ("-h", "--help") else 2
-    run = RunDir(os.path.abspath(argv[0]))
+    run = RunDir(argv[0])  # as given: a relative path stays relative in the run's config and messages
     saved = run.read_config()
     # the folder given is the run, wherever it lives now; the stop_at of the session that stopped is
     # spent: continue to the end unless given again
@@ -82,7 +82,7 @@ def resume_main(argv: list[str]) -> int:
     )
     cfg = parse_overrides(base, argv[1:], f"hyla resume {argv[0]}", RESUME_HELP)
     named = Path(os.path.abspath(RunDir.for_config(cfg).path))
-    if named != run.path:
+    if named != Path(os.path.abspath(run.path)):
         raise ConfigError(
             f"--out_dir/--name name {named}, not the run given ({run.path}); to resume that folder: hyla resume {named}"
         )

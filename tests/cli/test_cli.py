@@ -1,6 +1,7 @@
 """The `hyla` command end to end: train, eval, resume, list, demo (tiny settings)."""
 
 import json
+from pathlib import Path
 
 from hyla.cli import COMMANDS, main
 from hyla.train import progress
@@ -65,6 +66,18 @@ def test_list_shows_presets_and_both_mixer_names(capsys):
         "rms_head",
     ):
         assert name in out
+
+
+def test_a_run_resumed_by_a_relative_path_keeps_relative_paths(tmp_path, monkeypatch):
+    # a run folder committed or moved to another machine names no path of this one
+    monkeypatch.chdir(tmp_path)
+    args = ["train", "--preset", "logic_cpu", "--train.steps", "20", "--out_dir", "runs", "--name", "r"] + TINY
+    assert main(args + ["--train.stop_at", "10"]) == 0
+    assert main(["resume", "runs/r", "--train.stop_at", "15"]) == 0
+    assert json.loads(Path("runs/r/config.json").read_text())["out_dir"] == "runs"
+    summary = json.loads(Path("runs/r/summary.json").read_text())
+    assert summary["status"] == "stopped" and summary["message"].endswith("hyla resume runs/r")
+    assert main(["resume", str(tmp_path / "runs" / "r")]) == 0  # an absolute path resumes the same run
 
 
 def test_train_eval_resume(tmp_path, capsys):

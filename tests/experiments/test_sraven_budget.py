@@ -52,6 +52,9 @@ def test_changes_of_order_are_found_and_judged_against_their_errors(budget):
     close = budget.curve(record("linear", [0.199, 0.201, 0.2], completed=False))
     assert "within 2 s.e." in budget.crossings(hyla, close)[0]
     assert budget.crossings(softmax, budget.curve(record("linear", [0.2, 0.3, 0.4], completed=False))) == []
+    catching_up = budget.curve(record("linear", [0.1, 0.2, 0.505], completed=False))  # 0.5 points: within
+    (line,) = budget.crossings(catching_up, softmax)
+    assert line.endswith("(beyond 2 s.e. before, within after)")
 
 
 def test_a_run_moved_by_its_resume_copy_ends_as_the_uninterrupted_run(budget, tmp_path, monkeypatch):
