@@ -66,6 +66,16 @@ Evaluation, logging and checkpoint settings may change; threads, device, compile
 with a warning (the result is then no longer bit-identical). A completed run is left as it is."""
 
 
+def relative_run_path(given: str) -> Path:
+    """A run folder as the run's config and messages name it: relative where given relative (`.` in
+    the folder itself is `../<name>`), so that a committed or moved run names no path of this machine."""
+    path = Path(given)
+    if path.is_absolute():
+        return path
+    resolved = Path(os.path.abspath(path))
+    return Path(os.path.relpath(resolved.parent)) / resolved.name
+
+
 def resume_main(argv: list[str]) -> int:
     """hyla resume RUN [--section.field VALUE ...]: continue RUN from its latest checkpoint."""
     from hyla.train.run_dir import RunDir
@@ -73,7 +83,7 @@ def resume_main(argv: list[str]) -> int:
     if not argv or argv[0].startswith("-"):
         print(f"usage: hyla resume RUN [--train.stop_at N] [--train.no-progress] [...]\n\n{RESUME_HELP}")
         return 0 if argv and argv[0] in ("-h", "--help") else 2
-    run = RunDir(argv[0])  # as given: a relative path stays relative in the run's config and messages
+    run = RunDir(relative_run_path(argv[0]))
     saved = run.read_config()
     # the folder given is the run, wherever it lives now; the stop_at of the session that stopped is
     # spent: continue to the end unless given again
