@@ -53,8 +53,8 @@ started, queued, or stopped cleanly and resumable), stale (killed: its owner is 
 without a summary; a re-run resumes or restarts it) or failed, from the run folders:
 summary.json's status, and `<run name>.running` (written while a job trains: the pids of the job
 and of its training) and `<run name>.job` (a queued Slurm job); beside each, its step, while it
-trains its pace and ETA, and its latest evaluation (the final one once completed). It ends with the
-training left: the steps the runs not done still need, at the mean seconds per step of the runs
+trains its pace and ETA, and its latest complete evaluation (the final one once completed). It ends
+with the training left: the steps the runs not done still need, at the mean seconds per step of the runs
 completed in the folder.
 
 This module plans a sweep: its file, runs, command lines, markers and status. Launching the runs
@@ -341,7 +341,7 @@ def progress_note(run_dir: Path, total: int, state: str) -> str:
     """What `--status` says of a run's progress: from the summary of an ended session, `step 40000/40000`
     and, completed, its final evaluation (`; final: valid acc 0.4132, ood acc 0.4030`); else (running,
     or killed) from metrics.jsonl, `step 31000/156250`, while it runs its pace and ETA (the mean over its
-    last PACE_ROWS training records), and its latest evaluation (`; at step 30,000: valid acc ...`)."""
+    last PACE_ROWS training records), and its latest complete evaluation (`; at step 30,000: valid acc ...`)."""
     summary = RunDir(run_dir).read_summary() if state in ENDED else {}
     if "step" in summary:
         note = f"step {summary['step']}/{summary['steps']}"
@@ -363,13 +363,14 @@ def progress_note(run_dir: Path, total: int, state: str) -> str:
 
 
 def _latest_rows(run_dir: Path) -> tuple[list[dict], dict[str, dict]]:
-    """(the training records of run/metrics.jsonl, {split: record} of its latest evaluation); a line
-    being written right now is skipped."""
-    train, evaluation = [], {}
+    """(the training records of run/metrics.jsonl, {split: record} of its latest complete evaluation:
+    one still being written, with fewer splits than the one before it, is passed over, as is a line
+    being written right now)."""
+    train, latest, before = [], {}, {}
     try:
         lines = RunDir(run_dir).metrics_file.read_text().splitlines()
     except OSError:
-        return train, evaluation
+        return train, latest
     for line in lines:
         try:
             row = json.loads(line)
@@ -378,10 +379,10 @@ def _latest_rows(run_dir: Path) -> tuple[list[dict], dict[str, dict]]:
         if row.get("split") == "train":
             train.append(row)
         elif "split" in row:
-            if evaluation and next(iter(evaluation.values()))["step"] != row["step"]:
-                evaluation = {}
-            evaluation[row["split"]] = row
-    return train, evaluation
+            if latest and next(iter(latest.values()))["step"] != row["step"]:
+                before, latest = latest, {}
+            latest[row["split"]] = row
+    return train, latest if len(latest) >= len(before) else before
 
 
 def _metric_name(run_dir: Path) -> str | None:

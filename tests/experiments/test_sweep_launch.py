@@ -143,7 +143,9 @@ def test_status_shows_pace_eta_and_latest_evaluation(tmp_path, capsys):
     train = [(100, 1), (200, 4)]
     rows = [{"step": step, "split": "train", "loss": 1.0, "steps_per_second": pace} for step, pace in train]
     rows += [{"step": 200, "split": split, "acc": acc} for split, acc in [("valid", 0.5), ("ood", 0.25)]]
-    rows += [{"step": 300, "split": "train", "loss": 1.0, "steps_per_second": 4}, {"step": 400, "split": "va"}]
+    rows += [{"step": 300, "split": "train", "loss": 1.0, "steps_per_second": 4}]
+    rows += [{"step": 300, "split": "valid", "acc": 0.75}]  # an evaluation under way: its ood split to come
+    rows += [{"step": 400, "split": "va"}]
     for name in names[:2]:  # running, and killed after a checkpoint (a line torn mid-write)
         (tmp_path / name / "metrics.jsonl").write_text("\n".join(map(json.dumps, rows))[:-8] + "\n")
     (tmp_path / names[1] / "checkpoints").mkdir()
