@@ -287,18 +287,18 @@ def sraven_20m_sections() -> dict[str, str]:
 def sraven_20m_progress_sections() -> dict[str, str]:
     """How far each paper-budget run is, from its record: `r20m_{mixer}_step` (the last step logged),
     `r20m_{mixer}_stretches` (each session: start, commit, steps, pace) and `r20m_{mixer}_left` (hours
-    to go at the latest stretch's pace, or "completed")."""
+    of compute to its end, the runs sharing the machine at their latest stretch's pace, or "completed")."""
     from sraven_budget import full_budget_curves, hours_left
 
     n = {f"r20m_{m}_{c}": "–" for m in MIXERS for c in ("step", "stretches", "left")}
-    for c in full_budget_curves(RESULTS):
+    curves = full_budget_curves(RESULTS)
+    for c, left in zip(curves, hours_left(curves)):
         n[f"r20m_{c.mixer}_step"] = f"{c.last_step:,}"
         n[f"r20m_{c.mixer}_stretches"] = "; ".join(
             f"{s.started} `{s.commit}`: {s.from_step:,} → {s.to_step:,}"
             + ("" if s.steps_per_second is None else f" at {s.steps_per_second:.2f}")
             for s in c.stretches
         )
-        left = hours_left(c)
         n[f"r20m_{c.mixer}_left"] = "completed" if c.completed else "–" if left is None else f"{left:.1f} h"
     return n
 

@@ -47,6 +47,7 @@ COLORS = {"softmax": "tab:blue", "linear": "tab:orange", "hyla": "tab:green"}
 PAPER_EXAMPLES = 20e6
 RESUME = PROGRESS / "resume"
 RESUME_FILES = ("config.json", "env.json", "metrics.jsonl", "checkpoints/latest.pt")
+CORES = 2  # the runs train at once on a 2-core machine, one thread each
 
 
 @dataclass
@@ -124,10 +125,28 @@ def stretches(record: dict) -> list[Stretch]:
     return out
 
 
-def hours_left(c: Curve) -> float | None:
-    """Hours the run still needs at its latest stretch's pace (None: no pace logged)."""
-    pace = c.stretches[-1].steps_per_second if c.stretches else None
-    return None if pace is None else (c.total_steps - c.last_step) / pace / 3600
+def hours_left(curves: list[Curve], cores: int = CORES) -> list[float | None]:
+    """Hours of compute until each run completes (0 for a completed run, None for one without a logged
+    pace), the unfinished runs training at once on `cores` cores, one thread each: each at its latest
+    stretch's pace while all of them train, and each time one completes, the others faster in
+    proportion to their share of a core, min(1, cores / runs training)."""
+    left = {i: c.total_steps - c.last_step for i, c in enumerate(curves) if not c.completed and c.stretches}
+    pace = {i: curves[i].stretches[-1].steps_per_second for i in left}
+    left = {i: steps for i, steps in left.items() if pace[i]}
+    hours = [0.0 if c.completed else None for c in curves]
+
+    def share(runs: int) -> float:  # of a core, per run
+        return min(1.0, cores / runs)
+
+    measured_share, clock = share(len(left)), 0.0
+    while left:
+        rate = {i: pace[i] * share(len(left)) / measured_share for i in left}  # steps/s now
+        first = min(left, key=lambda i: left[i] / rate[i])
+        seconds = left[first] / rate[first]
+        clock += seconds
+        left = {i: steps - rate[i] * seconds for i, steps in left.items() if i != first}
+        hours[first] = clock / 3600
+    return hours
 
 
 def full_budget_curves(results: Path = RESULTS) -> list[Curve]:

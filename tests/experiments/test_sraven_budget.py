@@ -109,5 +109,20 @@ def test_each_session_of_a_run_is_a_stretch_with_its_logged_pace(budget):
     assert (first.started, first.commit, first.from_step, first.to_step) == ("2026-11-28 14:27", "e2d7e32", 0, 4321)
     assert first.steps_per_second == pytest.approx(2 / (1 / 1 + 1 / 4))  # the steps over the seconds they took
     assert (second.from_step, second.to_step, second.steps_per_second) == (4321, 8000, pytest.approx(2.0))
-    assert budget.hours_left(c) == pytest.approx(2000 / 2.0 / 3600)  # at the latest stretch's pace
+    assert budget.hours_left([c]) == [pytest.approx(2000 / 2.0 / 3600)]  # at the latest stretch's pace
     assert "| hyla s0 | 2026-11-28 17:16 | `5486a87` | 4,321 → 8,000 | 2.00 |" in budget.report([c])
+
+
+def test_the_hours_left_count_the_runs_speeding_up_as_others_complete(budget):
+    def run(mixer: str, last_step: int, pace: float | None, completed: bool = False):
+        stretch = budget.Stretch("2026-11-28 14:27", "e2d7e32", 0, last_step, pace)
+        return budget.Curve(mixer, 0, 128, 30_000, completed, last_step, [], {}, {}, [stretch])
+
+    # 3,600, 7,200 and 10,800 steps left, each at 1 step/s while three share the two cores (2/3 of a
+    # core each): the first ends after 1 h; then two runs, a core each, 1.5 steps/s: the second's
+    # 3,600 steps left take 40 min; then the last one's 3,600, alone on one thread, 40 min more
+    curves = [run("softmax", 30_000 - n, 1.0) for n in (3_600, 7_200, 10_800)]
+    assert budget.hours_left(curves) == pytest.approx([1.0, 1 + 2 / 3, 1 + 4 / 3])
+    # a run alone with a pace (beside a completed one and one with none): at its pace, measured alone
+    done, unlogged = run("linear", 30_000, 5.0, completed=True), run("hyla", 0, None)
+    assert budget.hours_left([done, unlogged, curves[0]]) == [0.0, None, pytest.approx(1.0)]
