@@ -247,7 +247,8 @@ def sraven_20m_sections() -> dict[str, str]:
     final one once all three have completed; a completed run's record replaces its progress record):
     `r20m`, one phrase of the three OOD panel accuracies ×100 ± binomial s.e.; per mixer
     `r20m_{mixer}_{ood,valid,loss}`, `r20m_{mixer}_vs_paper` (once completed: OOD less the paper's
-    mean, and the standard deviation of the paper's 3 seeds) and `r20m_at` (where the runs are)."""
+    mean, and the standard deviation of the paper's 3 seeds), `r20m_order` (the mixers' order there,
+    each lead with its error) and `r20m_at` (where the runs are)."""
     from sraven_budget import full_budget_curves
 
     curves = {c.mixer: c for c in full_budget_curves(RESULTS)}
@@ -255,7 +256,7 @@ def sraven_20m_sections() -> dict[str, str]:
     common = set.intersection(*evaluated) if len(evaluated) == len(MIXERS) else set()
     if not common:
         dash = {f"r20m_{m}_{c}": "–" for m in MIXERS for c in ("ood", "valid", "loss", "vs_paper")}
-        return {"r20m": "not yet evaluated", "r20m_at": "not yet evaluated", **dash}
+        return {"r20m": "not yet evaluated", "r20m_at": "not yet evaluated", "r20m_order": "–", **dash}
     step = max(common)
     completed = all(c.completed for c in curves.values())
     n = {}
@@ -270,6 +271,7 @@ def sraven_20m_sections() -> dict[str, str]:
             f"{number(100 * p - paper_mean, 1, sign=True)} ({paper_se * math.sqrt(3):.1f})" if completed else "–"
         )
     values = ", ".join(f"{'HYLA' if m == 'hyla' else m} {n[f'r20m_{m}_ood']}" for m in ("softmax", "linear", "hyla"))
+    n["r20m_order"] = order_at(list(curves.values()), step)
     hyla = curves["hyla"]
     examples = f"{step * hyla.batch_size / 1e6:.2f}M examples"
     if completed:
@@ -282,6 +284,23 @@ def sraven_20m_sections() -> dict[str, str]:
             f"({examples}), {tasks:,} tasks per split"
         )
     return n
+
+
+def order_at(curves: list, step: int) -> str:
+    """The mixers by OOD accuracy at `step`, and each one's lead over the next ×100 ± the standard
+    error of that difference (the two binomial s.e. combined), beyond or within twice it:
+    'HYLA > linear > softmax; HYLA − linear +0.51 ± 0.99 (within 2 s.e.), linear − softmax ...'."""
+    at = []  # (accuracy, s.e., name)
+    for c in curves:
+        i = [s for s, _, _ in c.points].index(step)
+        at.append((c.points[i][1], c.standard_error(i), "HYLA" if c.mixer == "hyla" else c.mixer))
+    at.sort(reverse=True)
+    leads = []
+    for (p, se, name), (q, se_next, next_name) in zip(at, at[1:]):
+        lead, error = 100 * (p - q), 100 * math.hypot(se, se_next)
+        clear = "beyond" if lead > 2 * error else "within"
+        leads.append(f"{name} − {next_name} {number(lead, sign=True)} ± {error:.2f} ({clear} 2 s.e.)")
+    return " > ".join(name for _, _, name in at) + "; " + ", ".join(leads)
 
 
 def sraven_20m_progress_sections() -> dict[str, str]:

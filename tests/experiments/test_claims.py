@@ -134,6 +134,10 @@ def test_the_paper_budget_rows_follow_the_runs_from_progress_to_completion(tmp_p
         "HYLA 10.00 ± 0.42 (5,120 OOD tasks each)"
     )
     assert under_way["r20m_at"].startswith("under way; the latest evaluation all three reached: step 5,000 of 10,000")
+    assert under_way["r20m_order"] == (  # s.e. of a difference: sqrt(0.70² + 0.61²) = 0.92
+        "softmax > linear > HYLA; softmax − linear +25.00 ± 0.92 (beyond 2 s.e.), "
+        "linear − HYLA +15.00 ± 0.74 (beyond 2 s.e.)"
+    )
     assert (under_way["r20m_softmax_valid"], under_way["r20m_softmax_loss"]) == ("51.00", "0.5000")
     for mixer, accuracies in {"softmax": [0.5, 0.6], "linear": [0.25, 0.5], "hyla": [0.1, 0.7]}.items():
         write("table_a1_raven_20m_cpu", mixer, accuracies, "completed")
@@ -146,6 +150,7 @@ def test_the_paper_budget_rows_follow_the_runs_from_progress_to_completion(tmp_p
         "71.00",
         "0.3000",
     )
+    assert done["r20m_order"].startswith("HYLA > softmax > linear; HYLA − softmax +10.00 ± 0.30 (beyond 2 s.e.)")
     mean, se = claims_sections.TABLE_A1["sraven"][("hyla", False)]
     assert done["r20m_hyla_vs_paper"] == f"+{70 - mean:.1f} ({se * 3**0.5:.1f})"
     assert under_way["r20m_hyla_vs_paper"] == "–"
