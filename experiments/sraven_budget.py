@@ -349,7 +349,7 @@ def figure(full: list[Curve], quarter: list[Curve], path: Path) -> None:
             PAPER_EXAMPLES / 1e6 + 0.25 * (i - 1), mean, yerr=se, color=COLORS[mixer], marker="*", ms=12, capsize=4
         )
     for mixer in MIXERS:
-        ax.plot([], [], color=COLORS[mixer], lw=6, label=mixer)
+        ax.plot([], [], color=COLORS[mixer], lw=6, label="HYLA" if mixer == "hyla" else mixer)
     ax.plot([], [], color="gray", lw=2, marker="o", ms=3, label="paper's budget (20M), seed 0, ± 1 s.e. band")
     ax.plot([], [], color="gray", lw=0.8, ls="--", label="40k-step budget (5.12M), seeds 0-2")
     ax.plot([], [], color="gray", marker="*", ms=12, ls="", label="paper, Table A1 (mean ± s.e., 3 seeds)")
