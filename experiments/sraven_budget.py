@@ -130,9 +130,8 @@ def hours_left(curves: list[Curve], cores: int = CORES) -> list[float | None]:
     pace), the unfinished runs training at once on `cores` cores, one thread each: each at its latest
     stretch's pace while all of them train, and each time one completes, the others faster in
     proportion to their share of a core, min(1, cores / runs training)."""
-    left = {i: c.total_steps - c.last_step for i, c in enumerate(curves) if not c.completed and c.stretches}
-    pace = {i: curves[i].stretches[-1].steps_per_second for i in left}
-    left = {i: steps for i, steps in left.items() if pace[i]}
+    pace = {i: c.stretches[-1].steps_per_second for i, c in enumerate(curves) if not c.completed and c.stretches}
+    left = {i: curves[i].total_steps - curves[i].last_step for i, steps_per_second in pace.items() if steps_per_second}
     hours = [0.0 if c.completed else None for c in curves]
 
     def share(runs: int) -> float:  # of a core, per run
