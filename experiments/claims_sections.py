@@ -156,6 +156,7 @@ def section_numbers() -> dict[str, str]:
         **sraven_cpu_sections(),
         **latent_code_sections(),
         **addition_subtraction("latent_weights_sraven_40k_cpu", "as40"),
+        **addition_subtraction("latent_table_a1_raven_20m_cpu", "as20m"),
         **addition_subtraction_over_seeds("latent_weights_raven_cpu", "asr"),
         **intervention_sections(),
         **other_sections(),
@@ -450,7 +451,7 @@ def per_model(row: dict, digits: int = 3) -> str:
 
 def latent_code_sections() -> dict[str, str]:
     """The fuzzy-logic codes (`lf_*`), the `raven_cpu` rule probes (`rl_*`) and the 4-feature SRAVEN
-    40k models' probes by layer (`s40_*`)."""
+    models' probes by layer, at 40k steps (`s40_*`) and at the paper's budget (`s20m_*`)."""
     n = {}
     file, fixed = "latent_weights_logic_50k_cpu/latent_summary.json", "layer 1"
     cells = {
@@ -471,18 +472,22 @@ def latent_code_sections() -> dict[str, str]:
     for mixer, row in summary_rows(file, "topographic similarity", "ood_unpermuted", "layer 1").items():
         n[f"rl_{mixer}_ts"], n[f"rl_{mixer}_ts_models"] = over_models(row), per_model(row)
     n.update(sraven_rule_probes("latent_weights_sraven_40k_cpu", "weights_sraven_40k_cpu", "s40"))
+    n.update(sraven_rule_probes("latent_table_a1_raven_20m_cpu", "table_a1_raven_20m_cpu", "s20m"))
     return n
 
 
 def sraven_rule_probes(folder: str, runs: str, prefix: str) -> dict[str, str]:
-    """Per mixer, seed 0, from `hyla analyze --out folder` on SRAVEN models whose records are in `runs`:
-    the final OOD panel accuracy (`{prefix}_{mixer}_acc`), the held-out rule probe's accuracy and chance
-    per code set (`{prefix}_{mixer}_{l0,..,all}`, `..._chance`) and the topographic similarity
+    """Per mixer analyzed, seed 0, from `hyla analyze --out folder` on SRAVEN models whose records are in
+    `runs`: the final OOD panel accuracy (`{prefix}_{mixer}_acc`), the held-out rule probe's accuracy and
+    chance per code set (`{prefix}_{mixer}_{l0,..,all}`, `..._chance`) and the topographic similarity
     (`{prefix}_{mixer}_ts_{l0,..,all}`)."""
     n, probe = {}, "valid_unpermuted->ood_unpermuted"
     accuracy = {r["config"]["model"]["mixer"]: final("ood", "acc")(r) for r in records_in(runs)}
     for mixer in MIXERS:
-        [path] = (RESULTS / folder).glob(f"mixer-{mixer}__s0/*/analysis.json")
+        paths = list((RESULTS / folder).glob(f"mixer-{mixer}__s0/*/analysis.json"))
+        if not paths:  # not analyzed (yet): a run still training
+            continue
+        [path] = paths
         analysis = json.loads(path.read_text())
         n[f"{prefix}_{mixer}_acc"] = number(accuracy[mixer], 1)
         for code_set, result in analysis["probes"][probe].items():
@@ -526,7 +531,8 @@ def intervention_cells(split: dict, layer: str = "all layers") -> dict[str, dict
 
 def intervention_sections() -> dict[str, str]:
     """The calibrated transfer: the seed-0 `raven_cpu` models (`ivr_*`), the fuzzy-logic models over
-    seeds (`ivft_*`), the 4-feature SRAVEN 40k models (`iv40_*`), and the superseded measure (`ivo_*`)."""
+    seeds (`ivft_*`), the 4-feature SRAVEN models at 40k steps (`iv40_*`) and at the paper's budget
+    (`iv20m_*`), and the superseded measure (`ivo_*`)."""
     n = {}
     for model in read_json("interventions_weights_raven_cpu/interventions_tasks16_samples32_seed0.json")["models"]:
         if model["model"]["seed"] == 0:
@@ -540,6 +546,7 @@ def intervention_sections() -> dict[str, str]:
             n[f"{name}_{key}"] = calibrated(cell)
             n[f"{name}_{key}_models"] = " / ".join(number(v) for v in cell["per_model"])
     n.update(sraven_model_interventions("interventions_weights_sraven_40k_cpu", "iv40"))
+    n.update(sraven_model_interventions("interventions_table_a1_raven_20m_cpu", "iv20m"))
     n.update(superseded_intervention_numbers("interventions_fuzzy_50k", "ivo_logic", "row"))
     n.update(superseded_intervention_numbers("interventions_raven_cpu", "ivo_raven", "probe"))
     return n

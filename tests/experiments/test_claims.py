@@ -154,3 +154,27 @@ def test_the_paper_budget_rows_follow_the_runs_from_progress_to_completion(tmp_p
     mean, se = claims_sections.TABLE_A1["sraven"][("hyla", False)]
     assert done["r20m_hyla_vs_paper"] == f"+{70 - mean:.1f} ({se * 3**0.5:.1f})"
     assert under_way["r20m_hyla_vs_paper"] == "–"
+
+
+def test_the_rule_probes_cover_the_models_analyzed_so_far(tmp_path, monkeypatch):
+    """A mixer whose run is still training has no analysis yet: its numbers are absent, not an error."""
+    from hyla.experiments import records
+
+    monkeypatch.setattr(claims_sections, "RESULTS", tmp_path)
+    for mixer, accuracy in (("hyla", 0.64), ("softmax", 0.55)):
+        record = {
+            "run": f"runs/mixer-{mixer}__s0",
+            "config": {"model": {"mixer": mixer}, "seed": 0},
+            "summary": {"status": "completed", "final": {"ood": {"acc": accuracy}}},
+            "metrics": [],
+        }
+        records.write(record, tmp_path / "runs")
+    analysis = {
+        "probes": {"valid_unpermuted->ood_unpermuted": {"layer 0": {"accuracy": 0.8, "chance_accuracy": 0.1}}},
+        "topographic_similarity": {"ood_unpermuted": {"layer 0": {"spearman": 0.6}}},
+    }
+    folder = tmp_path / "latent" / "mixer-hyla__s0" / "step100"
+    folder.mkdir(parents=True)
+    (folder / "analysis.json").write_text(json.dumps(analysis))
+    numbers = claims_sections.sraven_rule_probes("latent", "runs", "p")
+    assert numbers == {"p_hyla_acc": "64.0", "p_hyla_l0": "0.800", "p_hyla_l0_chance": "0.100", "p_hyla_ts_l0": "0.60"}
