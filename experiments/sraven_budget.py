@@ -31,6 +31,7 @@ import argparse
 import math
 import shutil
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from hyla.experiments import records
@@ -48,6 +49,7 @@ PAPER_EXAMPLES = 20e6
 RESUME = PROGRESS / "resume"
 RESUME_FILES = ("config.json", "env.json", "metrics.jsonl", "checkpoints/latest.pt")
 CORES = 2  # the runs train at once on a 2-core machine, one thread each
+SAME_STRETCH = timedelta(minutes=10)  # runs resumed this close together share one stretch of compute
 
 
 @dataclass
@@ -128,16 +130,24 @@ def stretches(record: dict) -> list[Stretch]:
 def hours_left(curves: list[Curve], cores: int = CORES) -> list[float | None]:
     """Hours of compute until each run completes (0 for a completed run, None for one without a logged
     pace), the unfinished runs training at once on `cores` cores, one thread each: each at its latest
-    stretch's pace while all of them train, and each time one completes, the others faster in
-    proportion to their share of a core, min(1, cores / runs training)."""
+    stretch's pace, taken as measured while every run that started that stretch trained (a run that
+    completed within it makes this an underestimate of the pace after), and each time one completes,
+    the others faster in proportion to their share of a core, min(1, cores / runs training)."""
     pace = {i: c.stretches[-1].steps_per_second for i, c in enumerate(curves) if not c.completed and c.stretches}
     left = {i: curves[i].total_steps - curves[i].last_step for i, steps_per_second in pace.items() if steps_per_second}
     hours = [0.0 if c.completed else None for c in curves]
+    if not left:
+        return hours
 
     def share(runs: int) -> float:  # of a core, per run
         return min(1.0, cores / runs)
 
-    measured_share, clock = share(len(left)), 0.0
+    def started(c: Curve) -> datetime:
+        return datetime.strptime(c.stretches[-1].started, "%Y-%m-%d %H:%M")
+
+    latest = max(started(curves[i]) for i in left)
+    sharing = sum(1 for c in curves if c.stretches and abs(latest - started(c)) <= SAME_STRETCH)
+    measured_share, clock = share(sharing), 0.0
     while left:
         rate = {i: pace[i] * share(len(left)) / measured_share for i in left}  # steps/s now
         first = min(left, key=lambda i: left[i] / rate[i])

@@ -123,6 +123,29 @@ def test_the_hours_left_count_the_runs_speeding_up_as_others_complete(budget):
     # 3,600 steps left take 40 min; then the last one's 3,600, alone on one thread, 40 min more
     curves = [run("softmax", 30_000 - n, 1.0) for n in (3_600, 7_200, 10_800)]
     assert budget.hours_left(curves) == pytest.approx([1.0, 1 + 2 / 3, 1 + 4 / 3])
-    # a run alone with a pace (beside a completed one and one with none): at its pace, measured alone
+    # the one run left with a pace, beside one that completed and one that logged none in the same
+    # stretch: its pace was shared by three, so alone it trains at 1.5 steps/s, 3,600 steps in 40 min
     done, unlogged = run("linear", 30_000, 5.0, completed=True), run("hyla", 0, None)
-    assert budget.hours_left([done, unlogged, curves[0]]) == [0.0, None, pytest.approx(1.0)]
+    assert budget.hours_left([done, unlogged, curves[0]]) == [0.0, None, pytest.approx(2 / 3)]
+
+
+def test_a_run_completing_within_the_latest_stretch_counts_as_sharing_its_pace(budget):
+    def run(last_step: int, started: str, completed: bool = False):
+        stretch = budget.Stretch(started, "e2d7e32", 0, last_step, 1.0)
+        return budget.Curve("softmax", 0, 128, 30_000, completed, last_step, [], {}, {}, [stretch])
+
+    # the stretch's 1 step/s was logged while three runs shared two cores; with one of them done the
+    # other two get a core each, 1.5 steps/s: 5,400 steps left take 1 h
+    within = run(30_000, "2026-11-29 01:47", completed=True)
+    assert budget.hours_left([run(24_600, "2026-11-29 01:46"), within, run(24_600, "2026-11-29 01:46")]) == [
+        pytest.approx(1.0),
+        0.0,
+        pytest.approx(1.0),
+    ]
+    # one that completed in an earlier stretch did not share this one's pace: 1 step/s, 1.5 h
+    before = run(30_000, "2026-11-28 23:12", completed=True)
+    assert budget.hours_left([run(24_600, "2026-11-29 01:46"), before, run(24_600, "2026-11-29 01:46")]) == [
+        pytest.approx(1.5),
+        0.0,
+        pytest.approx(1.5),
+    ]
