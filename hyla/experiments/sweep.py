@@ -323,9 +323,11 @@ def print_status(spec: SweepSpec) -> dict[str, int]:
     left = training_left(spec, states)
     if left:
         seconds, paced_by = left
-        at_once = f" ({_hours(seconds / spec.parallel)} with {spec.parallel} at once)" if spec.parallel > 1 else ""
+        at_once = min(spec.parallel, len(seconds))
+        parallel_seconds = max(sum(seconds) / at_once, *seconds)  # shared out evenly, never before the longest run
+        in_parallel = f" ({_hours(parallel_seconds)} with {at_once} at once)" if at_once > 1 else ""
         print(
-            f"training left: about {_hours(seconds)} one run at a time{at_once}, at the mean pace of the "
+            f"training left: about {_hours(sum(seconds))} one run at a time{in_parallel}, at the mean pace of the "
             f"{paced_by} run{'s' if paced_by > 1 else ''} completed in {spec.out_dir}"
         )
     return counts
@@ -400,24 +402,25 @@ def _evaluation(by_split: dict[str, dict], metric: str | None) -> str:
     return ", ".join(f"{split} {metric} {row[metric]:.4f}" for split, row in by_split.items() if metric in row)
 
 
-def training_left(spec: SweepSpec, states: dict[str, str]) -> tuple[float, int] | None:
-    """(seconds of training the runs not done or failed still need, one after another, at the mean
-    seconds per step of the sweep's runs completed in its folder, those left out by --only included;
-    how many completed runs set that pace), or None when none has completed there or nothing is left."""
+def training_left(spec: SweepSpec, states: dict[str, str]) -> tuple[list[float], int] | None:
+    """(the seconds of training each run not done or failed still needs, at the mean seconds per step of
+    the sweep's runs completed in its folder, those left out by --only included; how many completed runs
+    set that pace), or None when none has completed there or nothing is left."""
     out, paces = Path(spec.out_dir), []
     for run in replace(spec, only=[]).runs():
         summary = RunDir(out / run.name).read_summary()
         if summary.get("status") == "completed" and summary.get("wall_time_s") and summary.get("step"):
             paces.append(summary["wall_time_s"] / summary["step"])
-    steps_left = 0
+    steps_left = []
     for run in spec.runs():
         group = STATUS_GROUPS.get(states[run.name], "pending")
         if group not in ("done", "failed"):
             from_scratch = states[run.name] in ("new", "queued", "started")  # started: killed before a checkpoint
-            steps_left += run_steps(spec, run) - (0 if from_scratch else last_train_step(out / run.name))
-    if not paces or steps_left <= 0:
+            steps_left.append(run_steps(spec, run) - (0 if from_scratch else last_train_step(out / run.name)))
+    steps_left = [steps for steps in steps_left if steps > 0]
+    if not paces or not steps_left:
         return None
-    return statistics.fmean(paces) * steps_left, len(paces)
+    return [statistics.fmean(paces) * steps for steps in steps_left], len(paces)
 
 
 def _hours(seconds: float) -> str:

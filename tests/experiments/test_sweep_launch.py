@@ -172,11 +172,14 @@ def test_status_estimates_the_training_left_from_the_completed_runs_pace(tmp_pat
         (tmp_path / name / "summary.json").write_text(json.dumps({**summary, "wall_time_s": wall_time}))
     (tmp_path / names[2] / "metrics.jsonl").write_text(json.dumps({"step": 40, "split": "train", "loss": 1.0}) + "\n")
     print_status(spec)  # left: 60 steps of the interrupted run and 100 of the new one (not the failed one's)
-    out = capsys.readouterr().out  # at 3 s a step: 8 minutes, 4 with two at once
-    assert "training left: about 8 min one run at a time (4 min with 2 at once), at the mean pace of the 2 runs" in out
-    spec.only = [names[2]]  # the pace of the runs --only leaves out still counts
+    out = capsys.readouterr().out  # at 3 s a step: 8 minutes; two at once: never sooner than the new run's 5
+    assert "training left: about 8 min one run at a time (5 min with 2 at once), at the mean pace of the 2 runs" in out
+    spec.only = [names[2]]  # the pace of the runs --only leaves out still counts; one run: no parallel estimate
     print_status(spec)
-    assert "training left: about 3 min one run at a time (2 min with 2 at once)" in capsys.readouterr().out
+    assert "training left: about 3 min one run at a time, at the mean pace" in capsys.readouterr().out
+    spec.only, spec.parallel = [], 5  # more slots than runs left: two at once, 5 min, not 8 / 5
+    print_status(spec)
+    assert "(5 min with 2 at once)" in capsys.readouterr().out
     spec.only = []
     for name in names[:2]:
         (tmp_path / name / "summary.json").unlink()
