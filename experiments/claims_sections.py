@@ -246,7 +246,8 @@ def sraven_20m_layout_sections() -> dict[str, str]:
 def sraven_20m_sections() -> dict[str, str]:
     """The SRAVEN runs at the paper's budget, seed 0, at the latest evaluation all three reached (the
     final one once all three have completed; a completed run's record replaces its progress record):
-    `r20m`, one phrase of the three OOD panel accuracies ×100 ± binomial s.e.; per mixer
+    `r20m`, one phrase of the three OOD panel accuracies ×100 ± binomial s.e. (once completed, with their
+    order); per mixer
     `r20m_{mixer}_{ood,valid,loss}`, `r20m_{mixer}_vs_paper` (once completed: OOD less the paper's
     mean, and the standard deviation of the paper's 3 seeds), `r20m_order` (the mixers' order there,
     each lead with its error) and `r20m_at` (where the runs are)."""
@@ -276,7 +277,7 @@ def sraven_20m_sections() -> dict[str, str]:
     hyla = curves["hyla"]
     examples = f"{step * hyla.batch_size / 1e6:.2f}M examples"
     if completed:
-        n["r20m"] = f"{values} (seed 0, {tasks:,} OOD tasks each, ± binomial s.e.)"
+        n["r20m"] = f"{values} ({tasks:,} OOD tasks each, ± binomial s.e.): {n['r20m_order']}"
         n["r20m_at"] = f"completed ({examples}); the final evaluation, {tasks:,} tasks per split"
     else:
         n["r20m"] = f"under way; at {examples} (step {step:,}), {values} ({tasks:,} OOD tasks each)"

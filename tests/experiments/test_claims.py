@@ -143,7 +143,8 @@ def test_the_paper_budget_rows_follow_the_runs_from_progress_to_completion(tmp_p
         write("table_a1_raven_20m_cpu", mixer, accuracies, "completed")
     done = claims_sections.sraven_20m_sections()
     assert done["r20m"] == (
-        "softmax 60.00 ± 0.22, linear 50.00 ± 0.22, HYLA 70.00 ± 0.20 (seed 0, 51,200 OOD tasks each, ± binomial s.e.)"
+        "softmax 60.00 ± 0.22, linear 50.00 ± 0.22, HYLA 70.00 ± 0.20 (51,200 OOD tasks each, ± binomial s.e.): "
+        + done["r20m_order"]
     )
     assert (done["r20m_hyla_ood"], done["r20m_hyla_valid"], done["r20m_hyla_loss"]) == (
         "70.00 ± 0.20",
