@@ -416,8 +416,8 @@ def training_left(spec: SweepSpec, states: dict[str, str]) -> tuple[list[float],
         group = STATUS_GROUPS.get(states[run.name], "pending")
         if group not in ("done", "failed"):
             from_scratch = states[run.name] in ("new", "queued", "started")  # started: killed before a checkpoint
-            steps_left.append(run_steps(spec, run) - (0 if from_scratch else last_train_step(out / run.name)))
-    steps_left = [steps for steps in steps_left if steps > 0]
+            steps = run_steps(spec, run) - (0 if from_scratch else last_train_step(out / run.name))
+            steps_left += [steps] if steps > 0 else []
     if not paces or not steps_left:
         return None
     return [statistics.fmean(paces) * steps for steps in steps_left], len(paces)
