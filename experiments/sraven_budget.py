@@ -5,11 +5,11 @@
     python experiments/sraven_budget.py --snapshot runs/table_a1_raven_20m_cpu   # + runs under way
     python experiments/sraven_budget.py --restore runs/table_a1_raven_20m_cpu    # on a new machine
 
-`--snapshot DIR` first writes a record of each run folder in DIR (finished or not) into
+`--snapshot DIR` first writes a record of each run folder in DIR into
 `experiments/results/table_a1_raven_20m_cpu_progress/`, so that the curves of runs still training
-are committed and this figure and table can be rebuilt from committed files alone. The records of
-completed runs (`table_a1_raven_20m_cpu/records/`, written by the sweep as each run completes) take
-precedence over progress records of the same run.
+are committed and this figure and table can be rebuilt from committed files alone. A run whose
+completed record the sweep has written (`table_a1_raven_20m_cpu/records/`, as each run completes)
+gets none, and its progress record is dropped; the completed record takes precedence over it anyway.
 
 The runs take about a day of 2-core compute, longer than a machine is kept, so `--snapshot` also
 copies what each unfinished run resumes from (its latest checkpoint, 4.9 MB of weights and Adam
@@ -172,12 +172,19 @@ def quarter_budget_curves() -> list[Curve]:
     return [curve(records.read(path)) for path in records.find(QUARTER / "records")]
 
 
-def snapshot(run_root: Path) -> list[Path]:
-    """A record of every run folder below run_root into PROGRESS."""
-    written = []
+def snapshot(run_root: Path) -> list[str]:
+    """A progress record in PROGRESS of each run below run_root whose completed record FULL does not hold
+    yet; the progress record of one it holds, dropped. One line of what was done per run."""
+    done = []
     for run_dir in sorted(p for p in run_root.iterdir() if (p / "metrics.jsonl").exists()):
-        written.append(records.write(records.from_folder(run_dir), PROGRESS))
-    return written
+        key, progress = records.run_key(run_dir), None
+        if not records.path_of(FULL, key).exists():
+            progress = records.write(records.from_folder(run_dir), PROGRESS)
+            done.append(f"wrote {progress.relative_to(ROOT)}")
+        elif (progress := records.path_of(PROGRESS, key)).exists():
+            progress.unlink()
+            done.append(f"{run_dir.name}: completed, progress record dropped")
+    return done
 
 
 def checkpoint_step(run_dir: Path) -> int:
@@ -387,9 +394,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.snapshot:
         if not args.snapshot.is_dir():
             parser.error(f"--snapshot {args.snapshot}: no such folder")
-        for path in snapshot(args.snapshot):
-            print(f"wrote {path.relative_to(ROOT)}")
-        print("\n".join(save_resume_state(args.snapshot)))
+        for line in snapshot(args.snapshot) + save_resume_state(args.snapshot):
+            print(line)
     full = full_budget_curves()
     FULL.mkdir(parents=True, exist_ok=True)
     (FULL / "curves.md").write_text(report(full))

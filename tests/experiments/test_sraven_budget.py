@@ -85,6 +85,30 @@ def test_a_run_moved_by_its_resume_copy_ends_as_the_uninterrupted_run(budget, tm
     assert not (tmp_path / "committed" / "resume" / "run").exists()
 
 
+def test_a_snapshot_records_the_runs_under_way_and_drops_those_completed(budget, tmp_path, monkeypatch):
+    from hyla.experiments import records
+
+    monkeypatch.setattr(budget, "ROOT", tmp_path)
+    monkeypatch.setattr(budget, "PROGRESS", tmp_path / "progress")
+    monkeypatch.setattr(budget, "FULL", tmp_path / "full")
+    for name in ("mixer-hyla__s0", "mixer-linear__s0"):
+        run = tmp_path / "sweep" / name
+        run.mkdir(parents=True)
+        (run / "config.json").write_text(json.dumps({"seed": 0}))
+        (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "split": "train", "loss": 1.0}) + "\n")
+    assert budget.snapshot(tmp_path / "sweep") == [
+        "wrote progress/records/sweep/mixer-hyla__s0.run.json",
+        "wrote progress/records/sweep/mixer-linear__s0.run.json",
+    ]
+    records.write(records.from_folder(tmp_path / "sweep" / "mixer-hyla__s0"), tmp_path / "full")  # hyla completes
+    assert budget.snapshot(tmp_path / "sweep") == [
+        "mixer-hyla__s0: completed, progress record dropped",
+        "wrote progress/records/sweep/mixer-linear__s0.run.json",
+    ]
+    assert [p.name for p in records.find(tmp_path / "progress" / "records")] == ["mixer-linear__s0.run.json"]
+    assert budget.snapshot(tmp_path / "sweep")[0] == "wrote progress/records/sweep/mixer-linear__s0.run.json"
+
+
 def test_the_report_tables_how_each_run_fits_its_training_tasks(budget):
     curves = [budget.curve(record(m, a, completed=False)) for m, a in (("softmax", [0.3, 0.4]), ("hyla", [0.1]))]
     text = budget.report(curves)
