@@ -177,10 +177,9 @@ def snapshot(run_root: Path) -> list[str]:
     yet; the progress record of one it holds, dropped. One line of what was done per run."""
     done = []
     for run_dir in sorted(p for p in run_root.iterdir() if (p / "metrics.jsonl").exists()):
-        key, progress = records.run_key(run_dir), None
+        key = records.run_key(run_dir)
         if not records.path_of(FULL, key).exists():
-            progress = records.write(records.from_folder(run_dir), PROGRESS)
-            done.append(f"wrote {progress.relative_to(ROOT)}")
+            done.append(f"wrote {records.write(records.from_folder(run_dir), PROGRESS).relative_to(ROOT)}")
         elif (progress := records.path_of(PROGRESS, key)).exists():
             progress.unlink()
             done.append(f"{run_dir.name}: completed, progress record dropped")
