@@ -5,11 +5,11 @@
     python experiments/sraven_budget.py --snapshot runs/table_a1_raven_20m_cpu   # + runs under way
     python experiments/sraven_budget.py --restore runs/table_a1_raven_20m_cpu    # on a new machine
 
-`--snapshot DIR` first writes a record of each run folder in DIR into
+`--snapshot DIR` first writes a record of each run under way in DIR into
 `experiments/results/table_a1_raven_20m_cpu_progress/`, so that the curves of runs still training
-are committed and this figure and table can be rebuilt from committed files alone. A run whose
-completed record the sweep has written (`table_a1_raven_20m_cpu/records/`, as each run completes)
-gets none, and its progress record is dropped; the completed record takes precedence over it anyway.
+are committed and this figure and table can be rebuilt from committed files alone. Once the sweep
+has written a run's completed record (`table_a1_raven_20m_cpu/records/`), its progress record is
+dropped.
 
 The runs take about a day of 2-core compute, longer than a machine is kept, so `--snapshot` also
 copies what each unfinished run resumes from (its latest checkpoint, 4.9 MB of weights and Adam
