@@ -22,6 +22,7 @@ and the paper's Table A1 (hyla.experiments.paper). The numbers that no committed
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -238,14 +239,15 @@ TEMPLATES = ROOT / "experiments" / "claims_tables.md"
 
 def templates(path: Path = TEMPLATES) -> dict[str, tuple[Path, list[str]]]:
     """{table name: (the file it goes into, its rows)} of claims_tables.md: the `|` lines after each
-    `<!-- table: NAME (FILE) -->`, FILE relative to the repository's root."""
+    `<!-- table: NAME (FILE) -->`, and the lines that are one `{name}` alone (rows generated whole, as
+    many as there are runs), FILE relative to the repository's root."""
     tables: dict[str, tuple[Path, list[str]]] = {}
     name = None
     for line in path.read_text().splitlines():
         if line.startswith("<!-- table: "):
             name, file = line.removeprefix("<!-- table: ").removesuffix(" -->").split(" (")
             tables[name] = (ROOT / file.rstrip(")"), [])
-        elif name and line.startswith("|"):
+        elif name and (line.startswith("|") or re.fullmatch(r"\{\w+\}", line)):
             tables[name][1].append(line)
         elif name and not line.strip():
             name = None

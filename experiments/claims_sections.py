@@ -253,7 +253,7 @@ def sraven_20m_sections() -> dict[str, str]:
     each lead with its error) and `r20m_at` (where the runs are)."""
     from sraven_budget import full_budget_curves
 
-    curves = {c.mixer: c for c in full_budget_curves(RESULTS)}
+    curves = {c.mixer: c for c in full_budget_curves(RESULTS) if c.seed == 0 and c.mixer in MIXERS}
     evaluated = [{step for step, _, _ in curves[m].points} for m in MIXERS if m in curves]
     common = set.intersection(*evaluated) if len(evaluated) == len(MIXERS) else set()
     if not common:
@@ -306,22 +306,26 @@ def order_at(curves: list, step: int) -> str:
 
 
 def sraven_20m_progress_sections() -> dict[str, str]:
-    """How far each paper-budget run is, from its record: `r20m_{mixer}_step` (the last step logged),
-    `r20m_{mixer}_stretches` (each session: start, commit, steps, pace) and `r20m_{mixer}_left` (hours
-    of compute to its end, the runs sharing the machine at their latest stretch's pace, or "completed")."""
-    from sraven_budget import full_budget_curves, hours_left
+    """How far each paper-budget run is, from its record: `r20m_progress_rows`, one table row per run
+    (mixer, seed): the last step logged, each session (start, commit, steps, pace) and the hours of
+    compute to its end (the runs sharing the machine at their latest stretch's pace), or "completed"."""
+    from sraven_budget import full_budget_curves, hours_left, label, paired_table, seed_table
 
-    n = {f"r20m_{m}_{c}": "–" for m in MIXERS for c in ("step", "stretches", "left")}
     curves = full_budget_curves(RESULTS)
+    rows = []
     for c, left in zip(curves, hours_left(curves)):
-        n[f"r20m_{c.mixer}_step"] = f"{c.last_step:,}"
-        n[f"r20m_{c.mixer}_stretches"] = "; ".join(
+        stretches = "; ".join(
             f"{s.started} `{s.commit}`: {s.from_step:,} → {s.to_step:,}"
             + ("" if s.steps_per_second is None else f" at {s.steps_per_second:.2f}")
             for s in c.stretches
         )
-        n[f"r20m_{c.mixer}_left"] = "completed" if c.completed else "–" if left is None else f"{left:.1f} h"
-    return n
+        hours = "completed" if c.completed else "–" if left is None else f"{left:.1f} h"
+        rows.append(f"| {label(c.mixer)} | {c.seed} | {c.last_step:,} | {stretches} | {hours} |")
+    return {
+        "r20m_progress_rows": "\n".join(rows),
+        "r20m_seeds": seed_table(curves),
+        "r20m_paired": paired_table(curves),
+    }
 
 
 def curve_numbers(runs: list[dict]) -> dict[str, str]:

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from hyla.analysis.tables import mean_se
 from hyla.experiments import records
 from hyla.experiments.paper import TABLE_A1
 from hyla.train.run_dir import RunDir
@@ -43,8 +44,10 @@ RESULTS = ROOT / "experiments" / "results"
 FULL = RESULTS / "table_a1_raven_20m_cpu"
 PROGRESS = RESULTS / "table_a1_raven_20m_cpu_progress"
 QUARTER = RESULTS / "table_a1_raven_40k_cpu"
-MIXERS = ("softmax", "linear", "hyla")
-COLORS = {"softmax": "tab:blue", "linear": "tab:orange", "hyla": "tab:green"}
+MIXERS = ("softmax", "linear", "hyla", "hyla_identity")
+COLORS = {"softmax": "tab:blue", "linear": "tab:orange", "hyla": "tab:green", "hyla_identity": "tab:red"}
+LABELS = {"hyla": "HYLA", "hyla_identity": "HYLA, identity value network"}
+PAIRS = (("hyla", "linear"), ("hyla", "hyla_identity"), ("hyla", "softmax"))  # the paper's claims, as differences
 PAPER_EXAMPLES = 20e6
 RESUME = PROGRESS / "resume"
 RESUME_FILES = ("config.json", "env.json", "metrics.jsonl", "checkpoints/latest.pt")
@@ -125,6 +128,95 @@ def stretches(record: dict) -> list[Stretch]:
         pace = len(paces) / sum(1 / p for p in paces) if paces else None
         out.append(Stretch(started, session.get("git_commit", "")[:7], session["from_step"], end, pace))
     return out
+
+
+def label(mixer: str) -> str:
+    return LABELS.get(mixer, mixer)
+
+
+def signed(x: float) -> str:
+    """+1.20, −0.05: two decimals, the sign always, a true minus."""
+    return f"{x:+.2f}".replace("-", "−")
+
+
+def final_ood(curves: list[Curve], mixer: str) -> dict[int, tuple[float, float]]:
+    """{seed: (final OOD accuracy, its binomial s.e.)} of the completed runs of `mixer`."""
+    return {
+        c.seed: (c.points[-1][1], c.standard_error(len(c.points) - 1))
+        for c in curves
+        if c.mixer == mixer and c.completed
+    }
+
+
+def over_seeds(values: list[float]) -> str:
+    """×100 mean ± s.e. over seeds (sample s.d. / √n), or the one seed's value."""
+    mean, se = mean_se([100 * v for v in values])
+    return f"{mean:.2f} (1 seed)" if se is None else f"{mean:.2f} ± {se:.2f} ({len(values)} seeds)"
+
+
+def seed_table(curves: list[Curve]) -> str:
+    """Per mixer: each completed seed's final OOD panel accuracy ×100 ± its binomial s.e., their mean ±
+    the s.e. over seeds, and the paper's Table A1 mean ± s.e. (3 seeds)."""
+    lines = ["| mixer | final OOD by seed (± binomial s.e.) | mean over seeds | paper (3 seeds) |", "|---|---|---|---|"]
+    for mixer in MIXERS:
+        runs = final_ood(curves, mixer)
+        if not runs:
+            continue
+        by_seed = ", ".join(f"s{seed} {100 * p:.2f} ± {100 * se:.2f}" for seed, (p, se) in sorted(runs.items()))
+        paper_mean, paper_se = TABLE_A1["sraven"][(mixer, False)]
+        mean = over_seeds([p for p, _ in runs.values()])
+        lines.append(f"| {label(mixer)} | {by_seed} | {mean} | {paper_mean:.2f} ± {paper_se:.2f} |")
+    return "\n".join(lines)
+
+
+@dataclass
+class Paired:
+    """The difference a − b of final OOD accuracy ×100 over the seeds both mixers completed."""
+
+    a: str
+    b: str
+    by_seed: dict[int, tuple[float, float]]  # seed: (a − b ×100, its binomial s.e.)
+    mean: float | None
+    se: float | None  # over seeds; None below 2 seeds
+    p_value: float | None  # two-sided paired t-test over seeds; None below 2 seeds
+
+
+def paired(curves: list[Curve], a: str, b: str) -> Paired:
+    runs_a, runs_b = final_ood(curves, a), final_ood(curves, b)
+    by_seed = {
+        seed: (100 * (runs_a[seed][0] - runs_b[seed][0]), 100 * math.hypot(runs_a[seed][1], runs_b[seed][1]))
+        for seed in sorted(set(runs_a) & set(runs_b))
+    }
+    if not by_seed:
+        return Paired(a, b, {}, None, None, None)
+    mean, se = mean_se([d for d, _ in by_seed.values()])
+    p_value = None
+    if se is not None:
+        from scipy.stats import ttest_rel
+
+        seeds = list(by_seed)
+        p_value = float(ttest_rel([runs_a[s][0] for s in seeds], [runs_b[s][0] for s in seeds]).pvalue)
+    return Paired(a, b, by_seed, mean, se, p_value)
+
+
+def paired_table(curves: list[Curve]) -> str:
+    """The paper's claims as paired differences by seed: each seed's difference ± its binomial s.e., the
+    mean ± s.e. over seeds and a two-sided paired t-test (from 2 seeds on)."""
+    lines = [
+        "| difference ×100 | by seed (± binomial s.e.) | mean ± s.e. over seeds | paired t-test |",
+        "|---|---|---|---|",
+    ]
+    for a, b in PAIRS:
+        d = paired(curves, a, b)
+        if not d.by_seed:
+            continue
+        by_seed = ", ".join(f"s{seed} {signed(diff)} ± {se:.2f}" for seed, (diff, se) in d.by_seed.items())
+        if d.se is None:
+            mean, test = f"{signed(d.mean)} (1 seed: no spread over seeds)", "–"
+        else:
+            mean, test = f"{signed(d.mean)} ± {d.se:.2f}", f"p = {d.p_value:.3f} ({len(d.by_seed)} seeds)"
+        lines.append(f"| {label(a)} − {label(b)} | {by_seed} | {mean} | {test} |")
+    return "\n".join(lines)
 
 
 def hours_left(curves: list[Curve], cores: int = CORES) -> list[float | None]:
@@ -308,8 +400,8 @@ def report(full: list[Curve]) -> str:
         f"{c.mixer} s{c.seed} {'completed' if c.completed else 'at step'} {c.last_step:,}/{c.total_steps:,}"
         for c in full
     )
-    pairs = [(a, b) for i, a in enumerate(full) for b in full[i + 1 :]]
-    changes = [line for a, b in pairs for line in crossings(a, b)] or ["none so far"]
+    pairs = [(a, b) for i, a in enumerate(full) for b in full[i + 1 :] if a.seed == b.seed]
+    changes = [f"seed {a.seed}: {line}" for a, b in pairs for line in crossings(a, b)] or ["none so far"]
     return "\n".join(
         [
             "# SRAVEN at the paper's budget: OOD panel accuracy ×100 by evaluation",
@@ -322,7 +414,15 @@ def report(full: list[Curve]) -> str:
             "",
             table(full),
             "",
-            "Changes of order between mixers (at consecutive evaluations):",
+            "Final OOD panel accuracy ×100 of the completed runs, by seed and over seeds:",
+            "",
+            seed_table(full),
+            "",
+            "The paper's claims as paired differences over the seeds both mixers completed:",
+            "",
+            paired_table(full),
+            "",
+            "Changes of order between mixers of the same seed (at consecutive evaluations):",
             "",
             *[f"- {line}" for line in changes],
             "",
@@ -340,6 +440,20 @@ def report(full: list[Curve]) -> str:
     )
 
 
+def seed_band(curves: list[Curve]) -> tuple[list[float], list[float], list[float]]:
+    """Examples seen (millions), mean OOD ×100 and its s.e. at the evaluations every run in `curves`
+    reached: the s.e. over the runs (seeds), or a single run's binomial s.e."""
+    steps = sorted(set.intersection(*({s for s, _, _ in c.points} for c in curves)))
+    x, mean, se = [], [], []
+    for step in steps:
+        at = [(p, c.standard_error(i)) for c in curves for i, (s, p, _) in enumerate(c.points) if s == step]
+        m, e = mean_se([100 * p for p, _ in at])
+        x.append(step * curves[0].batch_size / 1e6)
+        mean.append(m)
+        se.append(100 * at[0][1] if e is None else e)
+    return x, mean, se
+
+
 def figure(full: list[Curve], quarter: list[Curve], path: Path) -> None:
     import matplotlib
 
@@ -350,22 +464,36 @@ def figure(full: list[Curve], quarter: list[Curve], path: Path) -> None:
     for c in quarter:
         x = [s * c.batch_size / 1e6 for s, _, _ in c.points]
         ax.plot(x, [100 * p for _, p, _ in c.points], color=COLORS[c.mixer], lw=0.8, ls="--", alpha=0.6)
-    for c in full:
-        x = [s * c.batch_size / 1e6 for s, _, _ in c.points]
-        y = [100 * p for _, p, _ in c.points]
-        se = [100 * c.standard_error(i) for i in range(len(c.points))]
-        ax.plot(x, y, color=COLORS[c.mixer], lw=2, marker="o", ms=3)
+    drawn = [m for m in MIXERS if any(c.mixer == m for c in full)]
+    for mixer in drawn:
+        runs = [c for c in full if c.mixer == mixer and c.points]
+        for c in runs:
+            x = [s * c.batch_size / 1e6 for s, _, _ in c.points]
+            ax.plot(x, [100 * p for _, p, _ in c.points], color=COLORS[mixer], lw=1, alpha=0.8)
+        if not runs:
+            continue
+        x, mean, se = seed_band(runs)
+        ax.plot(x, mean, color=COLORS[mixer], lw=2, marker="o", ms=3)
         ax.fill_between(
-            x, [v - e for v, e in zip(y, se)], [v + e for v, e in zip(y, se)], color=COLORS[c.mixer], alpha=0.2
+            x, [m - e for m, e in zip(mean, se)], [m + e for m, e in zip(mean, se)], color=COLORS[mixer], alpha=0.2
         )
-    for i, mixer in enumerate(MIXERS):
+    for i, mixer in enumerate(drawn):
         mean, se = TABLE_A1["sraven"][(mixer, False)]
-        ax.errorbar(
-            PAPER_EXAMPLES / 1e6 + 0.25 * (i - 1), mean, yerr=se, color=COLORS[mixer], marker="*", ms=12, capsize=4
-        )
-    for mixer in MIXERS:
-        ax.plot([], [], color=COLORS[mixer], lw=6, label="HYLA" if mixer == "hyla" else mixer)
-    ax.plot([], [], color="gray", lw=2, marker="o", ms=3, label="paper's budget (20M), seed 0, ± 1 s.e. band")
+        offset = 0.25 * (i - (len(drawn) - 1) / 2)
+        ax.errorbar(PAPER_EXAMPLES / 1e6 + offset, mean, yerr=se, color=COLORS[mixer], marker="*", ms=12, capsize=4)
+    for mixer in drawn:
+        seeds = sorted(c.seed for c in full if c.mixer == mixer)
+        ax.plot([], [], color=COLORS[mixer], lw=6, label=f"{label(mixer)}, seeds {', '.join(map(str, seeds))}")
+    ax.plot([], [], color="gray", lw=1, label="paper's budget (20M): each seed")
+    ax.plot(
+        [],
+        [],
+        color="gray",
+        lw=2,
+        marker="o",
+        ms=3,
+        label="its mean at the evaluations all seeds reached, ± 1 s.e. band",
+    )
     ax.plot([], [], color="gray", lw=0.8, ls="--", label="40k-step budget (5.12M), seeds 0-2")
     ax.plot([], [], color="gray", marker="*", ms=12, ls="", label="paper, Table A1 (mean ± s.e., 3 seeds)")
     ax.set_xlabel("training examples seen (millions)")
@@ -374,7 +502,7 @@ def figure(full: list[Curve], quarter: list[Curve], path: Path) -> None:
     ax.set_xlim(0, 21)
     ax.set_ylim(0, 80)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left")
+    ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -104,7 +104,7 @@ def test_the_paper_budget_rows_follow_the_runs_from_progress_to_completion(tmp_p
     assert claims_sections.sraven_20m_sections()["r20m"] == "not yet evaluated"
     train = {"steps": 10000, "batch_size": 128, "eval_samples": 5120, "final_eval_samples": 51200}
 
-    def write(folder: str, mixer: str, accuracies: list[float], status: str | None) -> None:
+    def write(folder: str, mixer: str, accuracies: list[float], status: str | None, seed: int = 0) -> None:
         steps = [5000 * (i + 1) for i in range(len(accuracies))]
         metrics = [
             row
@@ -116,8 +116,8 @@ def test_the_paper_budget_rows_follow_the_runs_from_progress_to_completion(tmp_p
             )
         ]
         record = {
-            "run": f"table_a1_raven_20m_cpu/mixer-{mixer}__s0",
-            "config": {"model": {"mixer": mixer}, "seed": 0, "train": train},
+            "run": f"table_a1_raven_20m_cpu/mixer-{mixer}__s{seed}",
+            "config": {"model": {"mixer": mixer}, "seed": seed, "train": train},
             "summary": {"status": status} if status else {},
             "metrics": metrics,
         }
@@ -155,6 +155,17 @@ def test_the_paper_budget_rows_follow_the_runs_from_progress_to_completion(tmp_p
     mean, se = claims_sections.TABLE_A1["sraven"][("hyla", False)]
     assert done["r20m_hyla_vs_paper"] == f"+{70 - mean:.1f} ({se * 3**0.5:.1f})"
     assert under_way["r20m_hyla_vs_paper"] == "–"
+    write(progress, "hyla", [0.3], None, seed=1)  # more seeds under way leave seed 0's rows as they were
+    write(progress, "hyla_identity", [0.2], None)
+    assert claims_sections.sraven_20m_sections() == done
+    rows = claims_sections.sraven_20m_progress_sections()["r20m_progress_rows"].splitlines()
+    assert [row.split(" | ")[:3] for row in rows] == [
+        ["| softmax", "0", "10,000"],
+        ["| linear", "0", "10,000"],
+        ["| HYLA", "0", "10,000"],
+        ["| HYLA", "1", "5,000"],
+        ["| HYLA, identity value network", "0", "5,000"],
+    ]
 
 
 def test_the_rule_probes_cover_the_models_analyzed_so_far(tmp_path, monkeypatch):

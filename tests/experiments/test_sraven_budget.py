@@ -20,7 +20,7 @@ def budget():
     return module
 
 
-def record(mixer: str, accuracies: list[float], completed: bool) -> dict:
+def record(mixer: str, accuracies: list[float], completed: bool, seed: int = 0) -> dict:
     steps = 5000 * len(accuracies)
     metrics = [{"step": 5000 * (i + 1), "split": "ood", "acc": a} for i, a in enumerate(accuracies)]
     metrics += [{"step": 5000 * (i + 1), "split": "valid", "acc": a + 0.01} for i, a in enumerate(accuracies)]
@@ -28,8 +28,8 @@ def record(mixer: str, accuracies: list[float], completed: bool) -> dict:
     metrics.insert(0, {"step": 100, "split": "train", "loss": 2.0})
     train = {"steps": steps, "batch_size": 128, "eval_samples": 5120, "final_eval_samples": 51200}
     return {
-        "run": f"sweep/mixer-{mixer}__s0",
-        "config": {"model": {"mixer": mixer}, "seed": 0, "train": train},
+        "run": f"sweep/mixer-{mixer}__s{seed}",
+        "config": {"model": {"mixer": mixer}, "seed": seed, "train": train},
         "summary": {"status": "completed"} if completed else {},
         "metrics": metrics,
     }
@@ -173,3 +173,61 @@ def test_a_run_completing_within_the_latest_stretch_counts_as_sharing_its_pace(b
         0.0,
         pytest.approx(1.5),
     ]
+
+
+def test_the_seeds_table_gives_each_seed_and_the_mean_with_its_spread_over_seeds(budget):
+    curves = [
+        budget.curve(record("hyla", [0.3, 0.60], completed=True, seed=0)),
+        budget.curve(record("hyla", [0.3, 0.70], completed=True, seed=1)),
+        budget.curve(record("hyla", [0.3, 0.90], completed=False, seed=2)),  # under way: not in the table
+        budget.curve(record("linear", [0.3, 0.64], completed=True, seed=0)),
+    ]
+    table = budget.seed_table(curves)
+    se = 100 * math.sqrt(0.6 * 0.4 / 51200)
+    assert f"| linear | s0 64.00 ± {100 * math.sqrt(0.64 * 0.36 / 51200):.2f} | 64.00 (1 seed) |" in table
+    assert f"| HYLA | s0 60.00 ± {se:.2f}, s1 70.00 ± " in table
+    assert "| 65.00 ± 5.00 (2 seeds) | 69.13 ± 1.90 |" in table  # s.d. 7.07 / √2; the paper's row
+    assert "softmax" not in table
+
+
+def test_paired_differences_over_seeds_carry_their_spread_and_a_paired_t_test(budget):
+    from scipy.stats import ttest_rel
+
+    hyla, linear = [0.60, 0.70, 0.66], [0.58, 0.65, 0.65]
+    curves = [budget.curve(record("hyla", [0.1, a], completed=True, seed=s)) for s, a in enumerate(hyla)]
+    curves += [budget.curve(record("linear", [0.1, a], completed=True, seed=s)) for s, a in enumerate(linear)]
+    d = budget.paired(curves, "hyla", "linear")
+    assert [round(v, 6) for v, _ in d.by_seed.values()] == [2.0, 5.0, 1.0]
+    assert d.mean == pytest.approx(8 / 3) and d.se == pytest.approx(
+        math.sqrt(((2 - 8 / 3) ** 2 + (5 - 8 / 3) ** 2 + (1 - 8 / 3) ** 2) / 2 / 3)
+    )
+    assert d.p_value == pytest.approx(ttest_rel(hyla, linear).pvalue)
+    table = budget.paired_table(curves)
+    assert (
+        "| HYLA − linear | s0 +2.00 ± " in table and f"| +2.67 ± {d.se:.2f} | p = {d.p_value:.3f} (3 seeds) |" in table
+    )
+    one_seed = budget.paired_table(curves[:1] + curves[3:4])
+    assert "(1 seed: no spread over seeds) | – |" in one_seed
+    assert budget.paired(curves, "hyla", "hyla_identity").by_seed == {}  # no seed in common: no row
+
+
+def test_the_band_is_the_mean_over_seeds_at_the_evaluations_all_reached(budget):
+    runs = [
+        budget.curve(record("hyla", [0.2, 0.4, 0.6], completed=False, seed=0)),
+        budget.curve(record("hyla", [0.4, 0.6], completed=False, seed=1)),
+    ]
+    x, mean, se = budget.seed_band(runs)
+    assert x == [5000 * 128 / 1e6, 10000 * 128 / 1e6]
+    assert mean == pytest.approx([30.0, 50.0]) and se == pytest.approx([10.0, 10.0])
+    x, mean, se = budget.seed_band(runs[:1])  # one seed: its binomial error
+    assert se[0] == pytest.approx(100 * math.sqrt(0.2 * 0.8 / 5120))
+
+
+def test_changes_of_order_are_looked_for_within_a_seed_only(budget):
+    curves = [
+        budget.curve(record("hyla", [0.1, 0.6], completed=False, seed=0)),
+        budget.curve(record("linear", [0.3, 0.4], completed=False, seed=1)),
+    ]
+    assert "none so far" in budget.report(curves)
+    curves.append(budget.curve(record("linear", [0.3, 0.4], completed=False, seed=0)))
+    assert "- seed 0: hyla takes the lead from linear between steps 5,000 and 10,000" in budget.report(curves)
