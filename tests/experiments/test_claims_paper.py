@@ -1,5 +1,6 @@
 """The claims table's verdicts follow one rule (experiments/claims_paper.py) and follow the records."""
 
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -54,3 +55,19 @@ def test_seeds_that_land_decide_the_sraven_rows(tmp_path, monkeypatch):
     numbers = cp.claim_numbers()
     assert "1 seed" not in numbers["pc_a1_sraven_hyla"] and "seeds 0, 1" in numbers["pc_a1_sraven_budget"]
     assert not numbers["pc_a1_sraven_verdict"].startswith("**not decided")
+
+
+def test_the_committed_figures_are_drawn_from_the_records_and_a_changed_one_fails(tmp_path, monkeypatch, capsys):
+    import figures
+
+    assert figures.main(["--check"]) == 0, "experiments/figures/ is out of date: run python experiments/figures.py"
+    for folder in claims_sections.RESULTS.iterdir():
+        (tmp_path / folder.name).symlink_to(folder)
+    (tmp_path / cp.FUZZY).unlink()
+    shutil.copytree(claims_sections.RESULTS / cp.FUZZY / "records", tmp_path / cp.FUZZY / "records")
+    [record] = (tmp_path / cp.FUZZY / "records").rglob("mixer-hyla__s0.run.json")
+    changed = json.loads(record.read_text())
+    changed["summary"]["final"]["ood"]["r2"] += 0.01
+    record.write_text(json.dumps(changed))
+    monkeypatch.setattr(claims_sections, "RESULTS", tmp_path)
+    assert figures.main(["--check"]) == 1 and "figures.json is out of date" in capsys.readouterr().err
