@@ -27,6 +27,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from claims_paper import claim_numbers
 from claims_sections import (
     MIXERS,
     chance_range,
@@ -95,7 +96,7 @@ A1_ROWS = MIXERS + ("linear_rms_head", "hyla_identity", "hyla_identity_no_rms_he
 
 def numbers() -> dict[str, str]:
     """Every number of the tables, formatted, by name (the `{name}`s of claims_tables.md)."""
-    return {**fuzzy_logic_numbers(), **sraven_numbers(), **other_numbers(), **section_numbers()}
+    return {**fuzzy_logic_numbers(), **sraven_numbers(), **other_numbers(), **section_numbers(), **claim_numbers()}
 
 
 def fuzzy_logic_numbers() -> dict[str, str]:
@@ -237,16 +238,16 @@ def intervention_numbers(file: str, prefix: str = "iv", reference: str = "random
 TEMPLATES = ROOT / "experiments" / "claims_tables.md"
 
 
-def templates(path: Path = TEMPLATES) -> dict[str, tuple[Path, list[str]]]:
-    """{table name: (the file it goes into, its rows)} of claims_tables.md: the `|` lines after each
-    `<!-- table: NAME (FILE) -->`, and the lines that are one `{name}` alone (rows generated whole, as
-    many as there are runs), FILE relative to the repository's root."""
-    tables: dict[str, tuple[Path, list[str]]] = {}
+def templates(path: Path = TEMPLATES) -> dict[str, tuple[list[Path], list[str]]]:
+    """{table name: (the files it goes into, its rows)} of claims_tables.md: the `|` lines after each
+    `<!-- table: NAME (FILE[, FILE ...]) -->`, and the lines that are one `{name}` alone (rows generated
+    whole, as many as there are runs), each FILE relative to the repository's root."""
+    tables: dict[str, tuple[list[Path], list[str]]] = {}
     name = None
     for line in path.read_text().splitlines():
         if line.startswith("<!-- table: "):
-            name, file = line.removeprefix("<!-- table: ").removesuffix(" -->").split(" (")
-            tables[name] = (ROOT / file.rstrip(")"), [])
+            name, files = line.removeprefix("<!-- table: ").removesuffix(" -->").split(" (")
+            tables[name] = ([ROOT / file for file in files.rstrip(")").split(", ")], [])
         elif name and (line.startswith("|") or re.fullmatch(r"\{\w+\}", line)):
             tables[name][1].append(line)
         elif name and not line.strip():
@@ -254,8 +255,10 @@ def templates(path: Path = TEMPLATES) -> dict[str, tuple[Path, list[str]]]:
     return tables
 
 
-def render(rows: list[str], values: dict[str, str]) -> str:
-    return "\n".join(row.format(**values) for row in rows) + "\n"
+def render(rows: list[str], values: dict[str, str], path: Path | None = None) -> str:
+    """The rows with their numbers, `{results}` the link to RESULTS.md from `path`."""
+    results = "" if path == ROOT / "experiments" / "RESULTS.md" else "experiments/RESULTS.md"
+    return "\n".join(row.format(**values, results=results) for row in rows) + "\n"
 
 
 def markers(name: str) -> tuple[str, str]:
@@ -278,14 +281,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 where a committed table differs")
     args = parser.parse_args(argv)
     values, stale, texts = numbers(), [], {}
-    for name, (path, rows) in templates().items():
-        table, text = render(rows, values), texts.get(path) or path.read_text()
-        start, end = block(text, name)
-        if text[start:end] != table:
-            stale.append(name)
-            texts[path] = text[:start] + table + text[end:]
-        if not (args.write or args.check):
-            print(f"{name}:\n{table}")
+    for name, (paths, rows) in templates().items():
+        for path in paths:
+            table, text = render(rows, values, path), texts.get(path) or path.read_text()
+            start, end = block(text, name)
+            if text[start:end] != table:
+                stale.append(name)
+                texts[path] = text[:start] + table + text[end:]
+            if not (args.write or args.check):
+                print(f"{name} ({path.relative_to(ROOT)}):\n{table}")
     if args.write:
         for path, text in texts.items():
             path.write_text(text)

@@ -550,10 +550,51 @@ def intervention_sections() -> dict[str, str]:
         for key, cell in intervention_cells(group["splits"]["ood"]).items():
             n[f"{name}_{key}"] = calibrated(cell)
             n[f"{name}_{key}_models"] = " / ".join(number(v) for v in cell["per_model"])
+    n.update(intervention_verdicts())
     n.update(sraven_model_interventions("interventions_weights_sraven_40k_cpu", "iv40"))
     n.update(sraven_model_interventions("interventions_table_a1_raven_20m_cpu", "iv20m"))
     n.update(superseded_intervention_numbers("interventions_fuzzy_50k", "ivo_logic", "row"))
     n.update(superseded_intervention_numbers("interventions_raven_cpu", "ivo_raven", "probe"))
+    return n
+
+
+INTERVENTION_SETS = {
+    # tag: the folder of `hyla interventions --out` (seed 0, 16 tasks × 32 samples)
+    "logic": "interventions_weights_logic_50k_cpu",
+    "raven": "interventions_weights_raven_cpu",
+    "s40": "interventions_weights_sraven_40k_cpu",
+    "s20m": "interventions_table_a1_raven_20m_cpu",
+}
+
+INTERVENTION_LABELS = {"logic": "fuzzy logic", "raven": "`raven_cpu`", "s40": "SRAVEN 40k", "s20m": "SRAVEN 20M"}
+
+
+def intervention_verdicts() -> dict[str, str]:
+    """Per set and mixer, OOD, row site, all layers (`ivv_{tag}_{mixer}_*`): the patch's mean ± s.e.
+    and median [95% CI], the constant prediction's mean and median, and the verdict of
+    `hyla interventions` (`hyla.analysis.intervention_report.verdict`, the same rule)."""
+    from hyla.analysis.intervention_report import verdict
+    from hyla.analysis.intervention_terms import LABELS
+
+    n, transfers, groups = {}, [], 0
+    for tag, folder in INTERVENTION_SETS.items():
+        for group in read_json(f"{folder}/interventions_tasks16_samples32_seed0.json")["groups"]:
+            groups += 1
+            name, ood = f"ivv_{tag}_{group['mixer']}", group["splits"]["ood"]
+            patch, constant = ood["sites"]["row"]["all layers"]["patched"], ood["reference"]["constant"]
+            low, high = patch["median_ci"]
+            n[f"{name}_mean"] = calibrated(patch)
+            n[f"{name}_median"] = f"{number(patch['median'])} [{number(low)}, {number(high)}]"
+            n[f"{name}_constant"] = f"{number(constant['mean'])} / {number(constant['median'])}"
+            v = verdict(group)["ood"]
+            if v["transfers"]:
+                transfers.append(f"{group['mixer']} ({INTERVENTION_LABELS[tag]})")
+            n[f"{name}_verdict"] = (
+                "**transfers**"
+                if v["transfers"]
+                else "no: reached by " + ", ".join(LABELS[b] for b in v["blockers"] if b != "patched")
+            )
+    n["ivv_summary"] = f"{len(transfers)} of {groups} patches transfer: {', '.join(transfers) or 'none'}"
     return n
 
 

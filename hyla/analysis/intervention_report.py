@@ -7,7 +7,8 @@ Every number is given twice: the mean ± s.e. (with two or more models the s.e. 
 means, with one model that model's s.e. over queries; the group's `error_bars` says which), and the
 median of the scored queries of all the group's models with its bootstrap 95% interval (draws of
 models, then of their queries: `median_interval`). The tables and the figure define every site,
-condition, reference and column where they appear."""
+condition, reference and column where they appear; the verdicts (`verdict`, by `VERDICT_RULE`) end
+the tables."""
 
 from __future__ import annotations
 
@@ -94,6 +95,67 @@ def without_scores(tree):
     return tree
 
 
+# ============================================================================= the verdict
+VERDICT_RULE = (
+    "a patch transfers where the 95% interval of its median lies wholly above the interval of every "
+    "control (leak, random task's codes, heads shuffled) and of every reference of no transfer "
+    "(unpatched, constant prediction, perfect random task or rule, wrecked)"
+)
+VERDICT_SITE, VERDICT_LAYERS = "row", "all layers"
+"""the setting of a mixer's verdict per split: the query's codes to every key, in every layer"""
+
+
+def rivals(entry: dict) -> dict[str, dict]:
+    """The statistics a patch must clear in one split's entry, at each site and layer setting: the
+    controls (there) and the references but B's own (the scale's 1)."""
+    return {name: stat for name, stat in entry["reference"].items() if name not in ("donor_run", "donor_target")}
+
+
+def blockers(entry: dict, site: str, setting: str) -> list[str]:
+    """The controls and references whose median interval reaches the patch's lower bound at (site,
+    setting) of a split's entry (["patched"] where no query was scored); none: the patch transfers
+    (`VERDICT_RULE`)."""
+    conditions = entry["sites"][site][setting]
+    if conditions["patched"].get("median_ci") is None:
+        return ["patched"]
+    low = conditions["patched"]["median_ci"][0]
+    others = {c: conditions[c] for c in CONDITIONS if c != "patched"} | rivals(entry)
+    return [name for name, stat in others.items() if stat.get("median_ci") and stat["median_ci"][1] >= low]
+
+
+def verdict(group: dict) -> dict[str, dict]:
+    """Per split of a group: {"transfers": bool at `VERDICT_SITE`, `VERDICT_LAYERS`; "blockers": what
+    stops it there; "passes_at": every "site, layers" where the patch transfers}."""
+    result = {}
+    for split, entry in group["splits"].items():
+        passes = [
+            f"{site}, {setting}"
+            for site in SITES
+            for setting in entry["sites"][site]
+            if not blockers(entry, site, setting)
+        ]
+        blocked = blockers(entry, VERDICT_SITE, VERDICT_LAYERS)
+        result[split] = {"transfers": not blocked, "blockers": blocked, "passes_at": passes}
+    return result
+
+
+def verdict_lines(groups: list[dict]) -> str:
+    """One line per group and split: the verdict at the row site with all layers, what blocks it, and
+    where else the patch transfers."""
+    lines = [f"Verdict ({VERDICT_RULE}; per split, at site {VERDICT_SITE} with {VERDICT_LAYERS}):"]
+    for group in groups:
+        for split, v in verdict(group).items():
+            head = f"- {group['task']}, {group['mixer']}, {split}: "
+            if v["transfers"]:
+                head += "transfers"
+            else:
+                reached = ", ".join(LABELS[b] for b in v["blockers"] if b != "patched")
+                head += f"does not transfer (interval reached by {reached})" if reached else "no scored queries"
+            elsewhere = "; ".join(v["passes_at"]) or "nowhere"
+            lines.append(f"{head}; transfers at: {elsewhere}")
+    return "\n".join(lines)
+
+
 # ============================================================================= the table
 def mean_cell(stat: dict) -> str:
     if stat["mean"] is None:
@@ -154,14 +216,14 @@ def group_table(group: dict) -> str:
 
 
 def tables(groups: list[dict]) -> str:
-    """Every group's table, each task's legend before its first group."""
+    """Every group's table, each task's legend before its first group, then the verdicts."""
     parts, explained = [], set()
     for group in groups:
         if group["task"] not in explained:
             explained.add(group["task"])
             parts.append(legend(group["task"], group.get("seed")))
         parts.append(group_table(group))
-    return "\n\n".join(parts)
+    return "\n\n".join([*parts, verdict_lines(groups)])
 
 
 # ============================================================================= files

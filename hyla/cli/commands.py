@@ -102,9 +102,11 @@ def resume_main(argv: list[str]) -> int:
 @dataclass
 class EvalOptions:
     """Re-evaluate a run's latest checkpoint, or an exported model: prints a table and writes
-    eval-step<STEP>-n<SAMPLES>.json (-b<BATCH SIZE> and -<DEVICE> join the name when not the run's evaluation
-    batch size and the CPU) into the run folder, or for an exported model into ./eval-<its name>/ (never
-    into the model); the splits of earlier calls with the same options are kept."""
+    eval-step<STEP>-n<SAMPLES>.json (-b<BATCH SIZE>, -o<OFFSET> and -<DEVICE> join the name when not the
+    run's evaluation batch size, 0 and the CPU) into the run folder, or for an exported model into
+    ./eval-<its name>/ (never into the model); the splits of earlier calls with the same options are kept.
+    Without --offset it reads the samples the run's own evaluations read (the start of each split's
+    stream): a repeat, not an independent sample; --offset past them draws new ones."""
 
     run: Positional[Path]
     """run folder or exported model"""
@@ -114,6 +116,10 @@ class EvalOptions:
     """samples per split"""
     batch_size: Annotated[int | None, arg(help_behavior_hint="(default: the run's train.eval_batch_size)")] = None
     """evaluation batch size"""
+    offset: int = 0
+    """samples of each split's stream to skip first, a multiple of the batch size: 0 re-reads the
+    run's own evaluation samples; its train.final_eval_samples rounded up to whole batches (16384 for
+    16,000 in batches of 1024) or more gives samples no recorded evaluation read"""
     device: str = "cpu"
     """cpu | cuda | cuda:N"""
     out: Annotated[Path | None, arg(help_behavior_hint="(default: see above)")] = None
@@ -121,12 +127,15 @@ class EvalOptions:
 
     def __post_init__(self):
         check_positive(samples=self.samples, batch_size=self.batch_size)
+        if self.offset < 0:
+            raise ConfigError(f"--offset={self.offset} must be >= 0")
 
 
 def eval_main(argv: list[str]) -> int:
     args = parse_options(EvalOptions, argv, "hyla eval")
     import torch
 
+    from hyla.tasks.evaluation import fresh_offset
     from hyla.train import evaluate, load_run_at_step
     from hyla.train.run_dir import write_json
 
@@ -139,15 +148,26 @@ def eval_main(argv: list[str]) -> int:
             raise ConfigError(str(e)) from None
     samples = args.samples or cfg.train.final_eval_samples
     batch_size = args.batch_size or cfg.train.eval_batch_size
+    if args.offset % batch_size:
+        fresh = fresh_offset(args.offset, batch_size)
+        raise ConfigError(f"--offset {args.offset} is not a multiple of the batch size {batch_size}; try {fresh}")
     folder = args.out or (Path(f"eval-{args.run.resolve().name}") if is_export(args.run) else args.run)
-    out = folder / eval_file_name(step, samples, batch_size, cfg.train.eval_batch_size, args.device)
-    options = {"run": str(args.run), "step": step, "samples": samples, "batch_size": batch_size, "device": args.device}
+    name = eval_file_name(step, samples, batch_size, cfg.train.eval_batch_size, args.device, args.offset)
+    out = folder / name
+    options = {
+        "run": str(args.run),
+        "step": step,
+        "samples": samples,
+        "batch_size": batch_size,
+        "offset": args.offset,
+        "device": args.device,
+    }
     previous = _earlier_evaluation(out, options)
     model = model.to(torch.device(args.device))
     results = {}
     for split in splits:
         start = time.perf_counter()
-        results[split] = evaluate(model, task, split, samples, batch_size, progress=True)
+        results[split] = evaluate(model, task, split, samples, batch_size, progress=True, offset=args.offset)
         print(f"  {split}: {time.perf_counter() - start:.1f}s", file=sys.stderr)
     print(format_table(results, task.metric_name))
     write_json(out, {**options, "splits": {**previous, **results}})
@@ -155,12 +175,14 @@ def eval_main(argv: list[str]) -> int:
     return 0
 
 
-def eval_file_name(step: int, samples: int, batch_size: int, run_batch_size: int, device: str) -> str:
-    """`eval-step<STEP>-n<SAMPLES>[-b<BATCH SIZE>][-<DEVICE>].json`: the batch size when not the run's
-    train.eval_batch_size, the device when not the CPU (either may change the last digits)."""
+def eval_file_name(step: int, samples: int, batch_size: int, run_batch_size: int, device: str, offset: int = 0) -> str:
+    """`eval-step<STEP>-n<SAMPLES>[-b<BATCH SIZE>][-o<OFFSET>][-<DEVICE>].json`: the batch size when not
+    the run's train.eval_batch_size, the device when not the CPU (either may change the last digits),
+    the offset when not 0 (other samples)."""
     batch = f"-b{batch_size}" if batch_size != run_batch_size else ""
+    skipped = f"-o{offset}" if offset else ""
     where = f"-{device.replace(':', '')}" if device != "cpu" else ""
-    return f"eval-step{step}-n{samples}{batch}{where}.json"
+    return f"eval-step{step}-n{samples}{batch}{skipped}{where}.json"
 
 
 def _earlier_evaluation(out: Path, options: dict) -> dict:

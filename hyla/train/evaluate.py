@@ -2,7 +2,8 @@
 a progress bar.
 
 Evaluation batches come from the split's own random stream (step 0, 1, 2, ... of that split), so
-`valid` never repeats a training batch and every evaluation of a run sees the same samples.
+`valid` never repeats a training batch and every evaluation of a run sees the same samples;
+`offset` starts further along the stream (`hyla.tasks.evaluation`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ def evaluate(
     batch_size: int = 1024,
     ctx: DistContext | None = None,
     progress: bool = False,
+    offset: int = 0,
 ) -> dict[str, float]:
     """Mean of the task's per-sample metrics and of the loss over `num_samples` samples of `split`
     (`hyla.tasks.evaluate`). Under data parallelism every rank evaluates its slice of each batch
@@ -46,6 +48,7 @@ def evaluate(
             split,
             num_samples,
             batch_size,
+            offset=offset,
             rank=rank,
             world_size=world_size,
             reduce=None if ctx is None else functools.partial(all_reduce_sum, ctx=ctx),

@@ -16,7 +16,7 @@ import torch
 
 from hyla.analysis import interventions as iv
 from hyla.analysis import patch_latents, patching
-from hyla.analysis.intervention_report import group_stat, summarize, tables
+from hyla.analysis.intervention_report import group_stat, summarize, tables, verdict, verdict_lines
 from hyla.nn import MultiHeadAttention
 from hyla.nn.transformer import ModelConfig, Transformer
 from hyla.ops import NAMED_MIXERS
@@ -361,6 +361,29 @@ def test_group_stat_is_over_models_and_keeps_each_models_number():
     assert two["median"] == pytest.approx(0.3) and two["median_ci"][0] <= 0.3 <= two["median_ci"][1]
     one = group_stat([first], seed=0)
     assert statistics(one) == statistics(first) and one["per_model"] == [first["mean"]]
+
+
+def interval(low: float, high: float) -> dict:
+    return {"mean": (low + high) / 2, "se": 0.0, "median": (low + high) / 2, "median_ci": [low, high]}
+
+
+def test_verdict_needs_the_patch_median_interval_above_every_control_and_reference_but_b_own():
+    settings = {
+        "layer 0": {"patched": interval(0.30, 0.40), "query_side": interval(0.0, 0.1)},
+        "all layers": {"patched": interval(0.30, 0.40), "query_side": interval(0.25, 0.31)},  # reaches it
+    }
+    for conditions in settings.values():
+        conditions |= {"random_donor": interval(0.0, 0.1), "shuffled_heads": interval(-0.1, 0.2)}
+    reference = {"unpatched": interval(0, 0), "donor_target": interval(1, 1), "constant": interval(0.2, 0.29)}
+    group = {"task": "sraven", "mixer": "hyla", "splits": {"ood": {"reference": reference, "sites": {}}}}
+    group["splits"]["ood"]["sites"] = {"probe": settings, "row": settings}
+    [result] = verdict(group).values()
+    assert result == {"transfers": False, "blockers": ["query_side"], "passes_at": ["probe, layer 0", "row, layer 0"]}
+    settings["all layers"]["query_side"] = interval(0.25, 0.29)
+    assert verdict(group)["ood"]["transfers"]
+    reference["constant"] = interval(0.2, 0.3)  # a reference reaching its lower bound blocks it, B's own (1) never
+    assert verdict(group)["ood"]["blockers"] == ["constant"]
+    assert "sraven, hyla, ood: does not transfer (interval reached by constant prediction)" in verdict_lines([group])
 
 
 @torch.no_grad()

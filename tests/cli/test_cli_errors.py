@@ -137,6 +137,12 @@ def test_outputs_are_named_by_their_options_or_refused(tmp_path, capsys):
         capsys, ["eval", str(run), "--samples", "16", "--batch-size", "4"], "eval-step20-n16-b4.json", "--batch-size 8"
     )
     (run / "eval-step20-n16-b4.json").unlink()
+    assert main(["eval", str(run), "--split", "ood", "--samples", "16", "--offset", "32"]) == 0  # other samples
+    fresh = json.loads((run / "eval-step20-n16-o32.json").read_text())
+    again = json.loads((run / "eval-step20-n16.json").read_text())["splits"]["ood"]
+    assert fresh["offset"] == 32 and fresh["splits"]["ood"] != again
+    fails_in_one_line(capsys, ["eval", str(run), "--samples", "16", "--offset", "40"], "not a multiple", "try 64")
+    (run / "eval-step20-n16-o32.json").unlink()
     assert main(["export", str(run)]) == 0
     fails_in_one_line(capsys, ["export", str(run)], "export exists")
     assert {p: b for p, b in snapshot(run).items() if p.parts[0] != "export"} == before

@@ -10,7 +10,9 @@ import pytest
 import torch
 from helpers_train import TaskWrapper, assert_same_weights, final_weights, tiny_config
 
+import hyla
 from hyla.ops.kernels import cpp
+from hyla.tasks.evaluation import fresh_offset
 from hyla.train import NonFiniteLossError, evaluate, load_run, train
 from hyla.train import checkpoint as ckpt
 from hyla.train.configs import ConfigError, build_task, resolve_model
@@ -248,3 +250,29 @@ def test_one_gradient_step_of_two_trainers_equals_their_solo_updates():
             assert torch.equal(loss, solo_loss) and torch.equal(pred, solo_pred)
     for a, b in zip(together, alone):
         assert_same_weights(a.model.state_dict(), b.model.state_dict())
+
+
+def test_an_offset_reads_batches_further_along_the_stream():
+    class StepTask:
+        steps = []
+
+        def batch(self, split, batch_size, step, rank=0, world_size=1):
+            from hyla.tasks.base import Batch
+
+            self.steps.append(step)
+            return Batch(torch.full((batch_size, 2, 1), float(step)), torch.zeros(batch_size), {})
+
+        def loss(self, pred, batch):
+            return pred.mean()
+
+        def metrics(self, pred, batch):
+            return {"step": batch.x[:, 0, 0]}
+
+    model, task = torch.nn.Identity(), StepTask()
+    model.register_parameter("p", torch.nn.Parameter(torch.zeros(1)))  # (evaluate reads the device from one)
+    assert hyla.evaluate(model, task, "valid", num_samples=10, batch_size=4)["step"] == pytest.approx(0.8)
+    assert hyla.evaluate(model, task, "valid", num_samples=10, batch_size=4, offset=12)["step"] == pytest.approx(3.8)
+    assert task.steps == [0, 1, 2, 3, 4, 5]
+    assert fresh_offset(16_000, 1024) == 16_384 and fresh_offset(2048, 1024) == 2048
+    with pytest.raises(ValueError, match="multiple of the batch size 4"):
+        hyla.evaluate(model, task, "valid", num_samples=10, batch_size=4, offset=6)

@@ -1,0 +1,73 @@
+"""The claims table's verdicts follow one rule (experiments/claims_paper.py) and follow the records."""
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "experiments"))
+import claims_paper as cp  # noqa: E402
+import claims_sections  # noqa: E402
+
+HOLD, FAIL, ONE, NONE = cp.Check(cp.HOLDS), cp.Check(cp.FAILS), cp.Check(cp.UNDECIDED), cp.untested("no GPU")
+
+
+@pytest.mark.parametrize(
+    "checks, word",
+    [
+        ([HOLD, HOLD], "**reproduced** (2 of 2 checks hold)"),
+        ([FAIL, FAIL], "**not reproduced** (0 of 2 checks hold)"),
+        ([HOLD, FAIL], "**partly** (1 of 2 checks hold)"),
+        ([FAIL, ONE], "**not decided at 1 seed** (0 of 2 checks hold; 1 at 1 seed)"),
+        ([HOLD, ONE], "**partly** (1 of 2 checks hold; 1 at 1 seed)"),
+        ([HOLD, NONE], "**partly** (1 of 1 checks hold; not run: no GPU)"),
+        ([NONE], "**not tested**: no GPU"),
+    ],
+)
+def test_the_verdict_rule(checks, word):
+    assert cp.verdict(checks) == word
+
+
+def test_a_difference_needs_two_seeds_a_side_and_twice_its_standard_error():
+    assert cp.greater([3.0], [1.0, 1.2]).outcome == cp.UNDECIDED
+    assert cp.greater([], [1.0, 1.2]).outcome == cp.UNTESTED
+    assert cp.greater([3.0, 3.2], [1.0, 1.2]).outcome == cp.HOLDS  # 2 ± 0.14
+    assert cp.greater([3.0, 5.0], [1.0, 3.0]).outcome == cp.FAILS  # 2 ± 1.41: within twice
+    assert cp.within([80.0, 82.0], (81.0, 0.5)).outcome == cp.HOLDS
+    assert cp.within([90.0, 92.0], (81.0, 0.5)).outcome == cp.FAILS
+    assert cp.every_model("3 of 3").outcome == cp.HOLDS and cp.every_model("2 of 3").outcome == cp.FAILS
+
+
+def test_seeds_that_land_decide_the_sraven_rows(tmp_path, monkeypatch):
+    """A second seed of every SRAVEN 20M row turns 'not decided at 1 seed' into a decided verdict."""
+    for folder in claims_sections.RESULTS.iterdir():
+        (tmp_path / folder.name).symlink_to(folder)
+    (tmp_path / cp.SRAVEN_20M).unlink()
+    shutil.copytree(claims_sections.RESULTS / cp.SRAVEN_20M / "records", tmp_path / cp.SRAVEN_20M / "records")
+    monkeypatch.setattr(claims_sections, "RESULTS", tmp_path)
+    assert cp.claim_numbers()["pc_a1_sraven_verdict"].startswith("**not decided at 1 seed**")
+    for record in list((tmp_path / cp.SRAVEN_20M / "records").rglob("*__s0.run.json")):
+        text = record.read_text().replace('"seed": 0', '"seed": 1')
+        record.with_name(record.name.replace("__s0", "__s1")).write_text(text)
+    numbers = cp.claim_numbers()
+    assert "1 seed" not in numbers["pc_a1_sraven_hyla"] and "seeds 0, 1" in numbers["pc_a1_sraven_budget"]
+    assert not numbers["pc_a1_sraven_verdict"].startswith("**not decided")
+
+
+def test_the_committed_figures_are_drawn_from_the_records_and_a_changed_one_fails(tmp_path, monkeypatch, capsys):
+    import figures
+
+    assert figures.main(["--check"]) == 0, "experiments/figures/ is out of date: run python experiments/figures.py"
+    for folder in claims_sections.RESULTS.iterdir():
+        (tmp_path / folder.name).symlink_to(folder)
+    (tmp_path / cp.FUZZY).unlink()
+    shutil.copytree(claims_sections.RESULTS / cp.FUZZY / "records", tmp_path / cp.FUZZY / "records")
+    [record] = (tmp_path / cp.FUZZY / "records").rglob("mixer-hyla__s0.run.json")
+    changed = json.loads(record.read_text())
+    changed["summary"]["final"]["ood"]["r2"] += 0.01
+    record.write_text(json.dumps(changed))
+    monkeypatch.setattr(claims_sections, "RESULTS", tmp_path)
+    assert figures.main(["--check"]) == 1 and "figures.json is out of date" in capsys.readouterr().err
