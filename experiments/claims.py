@@ -15,18 +15,23 @@ measurements), the tables `hyla results` wrote (`results.json`), `latent_structu
 `hyla analyze`'s and `hyla interventions`' JSON, `demo_logic_cpu/demo.json`, run folders kept whole
 (`raven_hyla_cuda_cpu_masks_h100/`), the authors' curves (`authors_curve_raven_40k/*.jsonl`),
 benchmarks/results/ (`vs_authors_cpu.json`, `ledger.json`), tests/fixtures/learning_quality.json
-and the paper's Table A1 (hyla.experiments.paper). The numbers that no committed file holds are in
-`QUOTED` and, with why, in claims_tables.md.
+and the paper's Table A1 (hyla.experiments.paper).
+
+Numbers in prose are checked, not written: each phrase under a `<!-- prose: FILE -->` line of
+claims_tables.md, its numbers given as `{name}`s or as fields of committed files, must appear in
+FILE as the files give it (`prose()`), or `--check` fails.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from collections import defaultdict
 from pathlib import Path
 
+import claims_sections
 from claims_paper import claim_numbers
 from claims_sections import (
     MIXERS,
@@ -44,12 +49,6 @@ from claims_sections import (
 from hyla.experiments.result_tables import mean_se
 
 ROOT = Path(__file__).resolve().parents[1]
-
-QUOTED = {
-    # numbers written only in prose: the measurement left no committed file
-    "speed_epyc_logic": 3.57,  # RESULTS.md, "Speed": median over 35 pairs, partly in RESULTS_ARCHIVE.md
-    "speed_epyc_raven": 4.34,
-}
 
 
 # ----------------------------------------------------------------------------- reading the files
@@ -190,10 +189,10 @@ def demo_ood(folder: str) -> dict[str, float]:
 
 
 def other_numbers() -> dict[str, str]:
-    """The demo, the LM table, speed, and the numbers only prose holds (`QUOTED`)."""
+    """The demo, the LM table and speed."""
     demo = demo_ood("demo_logic_cpu")
     xeon = demo_ood("demo_logic_cpu_xeon")["hyla"]
-    n = {name: f"{value:.2f}" for name, value in QUOTED.items()}
+    n = {}
     n["demo_xeon_hyla"], n["demo_xeon_hyla_1"] = f"{xeon:.2f}", f"{xeon:.1f}"
     for mixer in MIXERS:
         n[f"demo_{mixer}"], n[f"demo_{mixer}_2"] = f"{demo[mixer]:.1f}", f"{demo[mixer]:.2f}"
@@ -210,7 +209,7 @@ def language_model_numbers() -> dict[str, str]:
     """Final valid NLL per mixer, mean ± s.e. over the seeds recorded in lm_cpu/records."""
     losses: dict[str, list[float]] = defaultdict(list)
     for record in records_in("lm_cpu"):
-        losses[record["config"]["model"]["mixer"]].append(record["summary"]["final"]["valid"]["loss"])
+        losses[record["config"]["model"]["mixer"]].append(record["summary"]["final"]["valid"]["nll"])
     n = {f"lm_{mixer}": pm(losses[mixer], 3) for mixer in MIXERS}
     n["lm_seeds"] = str(min(len(values) for values in losses.values()))
     return n
@@ -275,6 +274,63 @@ def block(text: str, name: str) -> tuple[int, int]:
     return start, text.index(end, start)
 
 
+# ----------------------------------------------------------------------------- numbers in prose
+def prose(path: Path = TEMPLATES) -> list[tuple[Path, str]]:
+    """(FILE, phrase) of claims_tables.md: the lines after each `<!-- prose: FILE -->`, up to the
+    next blank line."""
+    facts, file = [], None
+    for line in path.read_text().splitlines():
+        if line.startswith("<!-- prose: "):
+            file = ROOT / line.removeprefix("<!-- prose: ").removesuffix(" -->")
+        elif file and line.strip():
+            facts.append((file, line))
+        else:
+            file = None
+    return facts
+
+
+def field(ref: str) -> str:
+    """`FILE KEY [FORMAT]`: the value at KEY of the JSON file FILE, formatted. FILE is a glob below
+    experiments/results/ (`benchmarks/…` below benchmarks/results/) that matches one file; KEY is
+    dotted, `[k=v,…]` picking the one item of a list whose fields match, `[i]` the i-th; FORMAT is a
+    Python format spec, `x100` before it scaling the value first; a minus sign prints as `−`."""
+    file, key, *spec = ref.split()
+    benchmarks = file.startswith("benchmarks/")
+    root = claims_sections.BENCHMARKS if benchmarks else claims_sections.RESULTS
+    file = file.removeprefix("benchmarks/")
+    [path] = sorted(root.glob(file)) or [root / file]  # several matches: ValueError
+    value = json.loads(path.read_text())
+    for name, pick in re.findall(r"(\w+)|\[([^\]]*)\]", key):
+        if name:
+            value = value[name]
+        elif pick.lstrip("-").isdigit():
+            value = value[int(pick)]
+        else:
+            want = dict(item.split("=") for item in pick.split(","))
+            [value] = [v for v in value if all(str(v.get(k)) == w for k, w in want.items())]
+    spec = spec[0] if spec else ""
+    if spec.startswith("x100"):
+        value, spec = 100 * value, spec.removeprefix("x100")
+    return format(value, spec).replace("-", "−")
+
+
+def render_phrase(phrase: str, values: dict[str, str]) -> str:
+    """The phrase with each `{name}` from `values` and each `{FILE KEY FORMAT}` from its file."""
+    return re.sub(r"\{([^{}]+)\}", lambda m: field(m[1]) if " " in m[1] else values[m[1]], phrase)
+
+
+def prose_differing(values: dict[str, str]) -> list[str]:
+    """The phrases of `prose()` that their files no longer hold as the committed results give them."""
+    texts: dict[Path, str] = {}
+    missing = []
+    for path, phrase in prose():
+        if path not in texts:
+            texts[path] = " ".join(path.read_text().split())
+        if " ".join(render_phrase(phrase, values).split()) not in texts[path]:
+            missing.append(f"{path.relative_to(ROOT)}: {render_phrase(phrase, values)!r} (from {phrase!r})")
+    return missing
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="rewrite the tables in README.md and RESULTS.md")
@@ -295,8 +351,10 @@ def main(argv: list[str] | None = None) -> int:
             path.write_text(text)
     if args.check and stale:
         print(f"out of date: {', '.join(stale)}; run python experiments/claims.py --write", file=sys.stderr)
-        return 1
-    return 0
+    differing = prose_differing(values) if args.check else []
+    for phrase in differing:
+        print(f"prose differs from its source, edit it by hand: {phrase}", file=sys.stderr)
+    return 1 if args.check and (stale or differing) else 0
 
 
 if __name__ == "__main__":

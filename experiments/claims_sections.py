@@ -637,10 +637,10 @@ CONDITIONS = ("patched", "random_task", "shuffled_heads")
 def other_sections() -> dict[str, str]:
     """Language modeling (`lmt_*`), the learning-quality gate (`gate_*`) and the speed ledger's CPU
     measurement (`ledger_*`)."""
-    n = run_numbers("lmt", records_in("lm_cpu"), {"nll": (final("valid", "loss", 1), 3, False)})
+    n = run_numbers("lmt", records_in("lm_cpu"), {"nll": (final("valid", "nll", 1), 3, False)})
     for mixer in MIXERS:
-        losses = [r["summary"]["final"]["valid"]["loss"] for r in records_in("lm_cpu") if mixer_row(r) == mixer]
-        n[f"lmt_{mixer}_ppl"] = f"{math.exp(min(losses)):.0f}–{math.exp(max(losses)):.0f}"
+        ppl = [r["summary"]["final"]["valid"]["ppl"] for r in records_in("lm_cpu") if mixer_row(r) == mixer]
+        n[f"lmt_{mixer}_ppl"] = f"{min(ppl):.0f}–{max(ppl):.0f}"
     gate = json.loads((ROOT / "tests" / "fixtures" / "learning_quality.json").read_text())
     for preset, measured in gate["presets"].items():
         for regression, outside in measured["groups_outside"].items():

@@ -42,6 +42,21 @@ def copy_of_the_tables(tmp_path: Path, monkeypatch) -> Path:
     return tmp_path
 
 
+def results_with_one_record_copied(tmp_path: Path, monkeypatch, record: str) -> Path:
+    """README.md and RESULTS.md under tmp_path, and experiments/results/ linked there but for the
+    records folder of `record` (`FOLDER/records/…`), copied: the path of the copy of `record`."""
+    copy_of_the_tables(tmp_path, monkeypatch)
+    results = tmp_path / "results"
+    folder = record.split("/")[0]
+    (results / folder).mkdir(parents=True)
+    for each in [*claims_sections.RESULTS.iterdir(), *(claims_sections.RESULTS / folder).iterdir()]:
+        if each.name not in (folder, "records"):
+            (results / each.relative_to(claims_sections.RESULTS)).symlink_to(each)
+    shutil.copytree(claims_sections.RESULTS / folder / "records", results / folder / "records")
+    monkeypatch.setattr(claims_sections, "RESULTS", results)
+    return results / record
+
+
 def test_a_changed_number_is_caught_and_rewritten(tmp_path, monkeypatch, capsys):
     readme = copy_of_the_tables(tmp_path, monkeypatch) / "README.md"
     text = readme.read_text()
@@ -55,25 +70,76 @@ def test_a_changed_number_is_caught_and_rewritten(tmp_path, monkeypatch, capsys)
 
 def test_a_changed_record_fails_the_check(tmp_path, monkeypatch, capsys):
     """The retrained SRAVEN 40k HYLA model's record feeds only RESULTS.md's section tables."""
-    copy_of_the_tables(tmp_path, monkeypatch)
-    results = tmp_path / "results"
-    results.mkdir()
-    for folder in claims_sections.RESULTS.iterdir():  # every results folder as it is, but one record
-        (results / folder.name).symlink_to(folder)
-    (results / "weights_sraven_40k_cpu").unlink()
-    shutil.copytree(
-        claims_sections.RESULTS / "weights_sraven_40k_cpu" / "records", results / "weights_sraven_40k_cpu" / "records"
-    )
-    record_file = results / RETRAINED_HYLA
+    record_file = results_with_one_record_copied(tmp_path, monkeypatch, RETRAINED_HYLA)
     record = json.loads(record_file.read_text())
     assert f"{record['summary']['final']['ood']['acc']:.3f}" == "0.403"
     record["summary"]["final"]["ood"]["acc"] += 0.1
     record_file.write_text(json.dumps(record))
-    monkeypatch.setattr(claims_sections, "RESULTS", results)
     assert claims.main(["--check"]) == 1
     stale = capsys.readouterr().err
     assert "results-sraven-retrained" in stale and "results-latent-sraven-40k" in stale
     assert "readme-results" not in stale
+
+
+SRAVEN_20M_HYLA = "table_a1_raven_20m_cpu/records/table_a1_raven_20m_cpu/mixer-hyla__s0.run.json"
+SRAVEN_40K_HYLA = "table_a1_raven_40k_cpu/records/table_a1_raven_40k/mixer-hyla__s0.run.json"
+LM_HYLA = "lm_cpu/records/lm_cpu/mixer-hyla__s0.run.json"
+
+
+def row(record: dict, step: int, split: str) -> dict:
+    [found] = [m for m in record["metrics"] if (m["step"], m["split"]) == (step, split)]
+    return found
+
+
+@pytest.mark.parametrize(
+    "record, change, stale",
+    [
+        # a final OOD accuracy that README's and RESULTS.md's tables give
+        (SRAVEN_40K_HYLA, lambda r: r["summary"]["final"]["ood"].update(acc=0.5), "readme-results"),
+        # a final valid accuracy quoted in prose only
+        (SRAVEN_20M_HYLA, lambda r: r["summary"]["final"]["valid"].update(acc=0.6), None),
+        # the last training loss, quoted in prose and in a table
+        (SRAVEN_20M_HYLA, lambda r: row(r, 156250, "train").update(loss=0.5), "results-sraven-20m"),
+        # an evaluation row quoted in prose only: the 60,000-step lead over linear
+        (SRAVEN_20M_HYLA, lambda r: row(r, 60000, "ood").update(acc=0.5), None),
+        # every field the LM table reads
+        (LM_HYLA, lambda r: r["summary"]["final"]["valid"].update(nll=5.3), "results-lm"),
+        (LM_HYLA, lambda r: r["summary"]["final"]["valid"].update(ppl=300.0), "results-lm"),
+    ],
+    ids=["final ood", "final valid", "training loss", "evaluation row", "lm nll", "lm ppl"],
+)
+def test_a_changed_field_behind_a_cited_number_fails_the_check(tmp_path, monkeypatch, capsys, record, change, stale):
+    path = results_with_one_record_copied(tmp_path, monkeypatch, record)
+    assert claims.main(["--check"]) == 0
+    record = json.loads(path.read_text())
+    change(record)
+    path.write_text(json.dumps(record))
+    assert claims.main(["--check"]) == 1
+    err = capsys.readouterr().err
+    assert (stale in err) if stale else ("out of date" not in err)
+    if "prose differs" not in err:  # a number only a table gives: --write brings it in line
+        assert claims.main(["--write"]) == 0 and claims.main(["--check"]) == 0
+
+
+def test_a_prose_phrase_names_its_file_and_source(tmp_path, monkeypatch, capsys):
+    results = copy_of_the_tables(tmp_path, monkeypatch) / "experiments" / "RESULTS.md"
+    phrases = [phrase for path, phrase in claims.prose() if path.name == "RESULTS.md"]
+    assert phrases and all("{" in phrase for phrase in phrases)  # every phrase reads a number from a file
+    text = results.read_text()
+    assert "HYLA 63.98 ± 0.21, linear" in text
+    results.write_text(text.replace("HYLA 63.98 ± 0.21, linear", "HYLA 64.98 ± 0.21, linear"))
+    assert claims.main(["--check"]) == 1
+    assert "prose differs from its source" in capsys.readouterr().err
+    assert claims.main(["--write"]) == 0 and claims.main(["--check"]) == 1  # prose is edited by hand
+
+
+def test_a_field_is_read_from_its_file_and_formatted():
+    record = "table_a1_raven_20m_cpu/records/*/mixer-hyla__s0.run.json"
+    assert claims.field(f"{record} summary.final.ood.acc x100.2f") == "63.98"
+    assert claims.field(f"{record} metrics[step=60000,split=ood].acc x100.1f") == "54.2"
+    assert claims.field(f"{record} metrics[-1].step ,") == "156,250"
+    with pytest.raises(ValueError):  # a glob matching several files, or a pick matching several rows
+        claims.field("table_a1_raven_20m_cpu/records/*/mixer-*__s0.run.json summary.final.ood.acc")
 
 
 def test_every_results_table_is_generated_or_listed_with_why():
