@@ -51,3 +51,28 @@ def test_a_readme_block_runs_as_pasted(line, code, monkeypatch, capsys):
         recorded = manifest["record"]["summary"]["final"]["ood"]["r2"]
         assert abs(namespace["r2"] - recorded) < SHIPPED_TOLERANCE
         assert capsys.readouterr().out.split() == [repr(namespace["r2"]), repr(recorded)]
+
+
+def anchors(markdown: str) -> set[str]:
+    """The anchors GitHub gives the headings of `markdown`: lower case, punctuation dropped, spaces as
+    hyphens, `-1`, `-2`, … after a repeated one."""
+    seen: dict[str, int] = {}
+    for heading in re.findall(
+        r"^#+ (.+)$", re.sub(r"^```.*?^```$", "", markdown, flags=re.DOTALL | re.MULTILINE), re.MULTILINE
+    ):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        seen[slug] = seen.get(slug, -1) + 1
+        yield slug if seen[slug] == 0 else f"{slug}-{seen[slug]}"
+
+
+def test_every_link_to_a_heading_of_the_docs_finds_it():
+    """Links such as RESULTS.md#a-section, from any tracked Markdown file, name a heading there."""
+    broken = []
+    for source in sorted(ROOT.glob("*.md")) + sorted(ROOT.glob("[!.]*/**/*.md")):
+        if ".venv" in source.parts or "results" in source.parts or source.name == "claims_tables.md":
+            continue  # claims_tables.md's links are templates
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", source.read_text()):
+            path = (source.parent / target).resolve() if target else source
+            if path.suffix == ".md" and path.is_file() and anchor not in set(anchors(path.read_text())):
+                broken.append(f"{source.relative_to(ROOT)} → {target}#{anchor}")
+    assert not broken, broken

@@ -34,8 +34,8 @@ def test_the_committed_table_is_the_one_the_files_give(numbers, name):
 
 
 def copy_of_the_tables(tmp_path: Path, monkeypatch) -> Path:
-    """README.md and RESULTS.md copied under tmp_path, where claims.py reads and writes them."""
-    for name in ("README.md", "experiments/RESULTS.md"):
+    """README.md, RESULTS.md and its archive copied under tmp_path, where claims.py reads and writes them."""
+    for name in ("README.md", "experiments/RESULTS.md", "experiments/RESULTS_ARCHIVE.md"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, tmp_path / name)
     monkeypatch.setattr(claims, "ROOT", tmp_path)
