@@ -298,7 +298,10 @@ def field(ref: str) -> str:
     benchmarks = file.startswith("benchmarks/")
     root = claims_sections.BENCHMARKS if benchmarks else claims_sections.RESULTS
     file = file.removeprefix("benchmarks/")
-    [path] = sorted(root.glob(file)) or [root / file]  # several matches: ValueError
+    paths = sorted(root.glob(file)) or [root / file]
+    if len(paths) != 1:
+        raise ValueError(f"{ref}: {file} matches {len(paths)} files, not one")
+    [path] = paths
     value = json.loads(path.read_text())
     for name, pick in re.findall(r"(\w+)|\[([^\]]*)\]", key):
         if name:
@@ -307,7 +310,10 @@ def field(ref: str) -> str:
             value = value[int(pick)]
         else:
             want = dict(item.split("=") for item in pick.split(","))
-            [value] = [v for v in value if all(str(v.get(k)) == w for k, w in want.items())]
+            matches = [v for v in value if all(str(v.get(k)) == w for k, w in want.items())]
+            if len(matches) != 1:
+                raise ValueError(f"{ref}: [{pick}] matches {len(matches)} items, not one")
+            [value] = matches
     spec = spec[0] if spec else ""
     if spec.startswith("x100"):
         value, spec = 100 * value, spec.removeprefix("x100")
