@@ -6,18 +6,25 @@ export`: manifest.json beside the weights). Outputs go into a run folder (RUN/an
 checkpoints do), never into an exported model: that may be a folder of the repository (the shipped
 models), which must stay as committed. An exported model's outputs go to `<command>-<model name>/`
 in the working folder, or under --out.
+
+An output folder outside its model (and the folder of `hyla eval --out` or `hyla results`) names the
+full paths of what it was written from in inputs.json; a command asked to write there from other
+inputs refuses, naming the folder, unless given --overwrite: two models whose folders share a name
+never write into one output folder unnoticed.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from hyla.utils import ConfigError
+from hyla.utils import ConfigError, write_json
 
 EXPORT_MANIFEST = "manifest.json"  # what marks an exported model (hyla.nn.transformer.PRETRAINED_MANIFEST)
 RUN_CONFIG = "config.json"  # what marks a run folder (hyla.train.run_dir.RunDir.config_file)
+INPUTS_RECORD = "inputs.json"  # the full paths an output folder was written from
 
 
 def is_export(folder: Path) -> bool:
@@ -65,3 +72,27 @@ def default_output(model: Path, label: str, command: str) -> Path:
     """Where `command` ("analysis" or "interventions") writes for `model` without --out: RUN/<command>
     for a run folder, ./<command>-<label> in the working folder for an exported model."""
     return Path(f"{command}-{label}") if is_export(model) else Path(model) / command
+
+
+def claim_folder(folder: Path, inputs: Sequence[Path], overwrite: bool = False, read: dict | None = None) -> None:
+    """Make `folder` the output folder of `inputs`, recording their full paths in its inputs.json
+    (and `read`, what was read from them, e.g. its sha256); ConfigError when an earlier command
+    wrote it from other inputs, unless `overwrite`. A folder inside the one input (RUN/analysis) is
+    that input's own: nothing to claim."""
+    paths = sorted(str(Path(path).resolve()) for path in inputs)
+    folder = Path(folder)
+    if len(paths) == 1 and folder.resolve().is_relative_to(paths[0]):
+        return
+    record = folder / INPUTS_RECORD
+    try:
+        earlier = json.loads(record.read_text())["inputs"]
+    except FileNotFoundError:
+        earlier = paths
+    except (ValueError, KeyError, TypeError, OSError):
+        raise ConfigError(f"{record} is damaged; pass --overwrite to write into {folder} anyway") from None
+    if earlier != paths and not overwrite:
+        raise ConfigError(
+            f"{folder} holds outputs of {', '.join(earlier)}, not of {', '.join(paths)}: "
+            "choose another --out, or pass --overwrite to write there"
+        )
+    write_json(record, {"inputs": paths, **({"read": read} if read else {})})

@@ -1,6 +1,10 @@
 """`hyla results DIR [DIR ...]`: aggregate run folders into tables (mean ± standard error over seeds),
 CSV/JSON exports and plots.
 
+The output folder names the full paths of the DIRs it was written from in inputs.json, with the
+sha256 of the runs read (their names, configs, summaries and metrics); results of other DIRs are
+refused there unless `--overwrite` (hyla.cli.folders.claim_folder).
+
 Runs are grouped by every config field that varies among them and changes what a run computes
 (model, task, optimization, steps, ...): seeds are aggregated, and bookkeeping fields (name,
 folders, progress bars, threads, logging, evaluation schedule, stop_at, ...) never split a group.
@@ -35,7 +39,9 @@ from typing import Annotated
 
 from tyro.conf import Positional, arg
 
+from hyla.cli.folders import claim_folder
 from hyla.cli.options import check_positive, parse_options
+from hyla.experiments.result_tables import find_runs, runs_sha256
 from hyla.experiments.results import default_out, latent_structure, summarize
 from hyla.train.configs import ConfigError
 
@@ -74,6 +80,8 @@ class ResultsOptions:
     seed: int = 0
     """seed of the task subset and permutations of each run's topographic similarity, and of the
     bootstrap (the samples are those `hyla analyze` uses: the run's task seed, batch of step 0)"""
+    overwrite: bool = False
+    """write into an output folder that holds the results of other folders (its inputs.json names them)"""
 
     def __post_init__(self):
         if not self.dirs:
@@ -88,7 +96,9 @@ class ResultsOptions:
 def main(argv: list[str]) -> int:
     """`hyla results DIR [DIR ...] [--out DIR] [--paper] [--only PATTERN ...] [--latent-structure ...]`"""
     args = parse_options(ResultsOptions, argv, "hyla results", __doc__)
+    out = args.out or default_out(args.dirs)
     if args.latent_structure:
+        claim_folder(out, args.dirs, args.overwrite)
         print(
             latent_structure(
                 args.dirs,
@@ -103,6 +113,8 @@ def main(argv: list[str]) -> int:
             )
         )
     else:
-        out = args.out or default_out(args.dirs)
+        runs = find_runs(list(args.dirs), args.only)
+        if runs:  # (else summarize says there are none)
+            claim_folder(out, args.dirs, args.overwrite, read={"runs": len(runs), "sha256": runs_sha256(runs)})
         print(summarize(args.dirs, out, args.paper, args.only, keep_records=args.out is not None))
     return 0

@@ -4,9 +4,10 @@ Safe: a checkpoint holds tensors and plain containers of numbers and strings onl
 plain dict; no RNG state: every random draw is seeded from (seed, step)), so it loads with
 `torch.load(weights_only=True)`, which never runs code from the file. `CheckpointError` refuses, each
 called by its name: an unsafe file, one that needs more (an arbitrary pickled object, or the format
-of hyla before commit `70d6945`, which pickled numpy's RNG state); a damaged one, no complete checkpoint (cut short or
-random bytes, or contents that do not match the sha256 stored with them); and a checkpoint of a run whose data came from hyla's earlier random stream (format
-2): resumed or evaluated now, it would see other batches and other held-out tasks.
+of hyla before commit `70d6945`, which pickled numpy's RNG state); a damaged one, no complete
+checkpoint (cut short or random bytes, or contents that do not match the sha256 stored with them);
+and a checkpoint of a run whose data came from hyla's earlier random stream (format 2): resumed or
+evaluated now, it would see other batches and other held-out tasks.
 
 Proven intact: `save` stores the sha256 of the checkpoint's contents (every tensor's dtype, shape and
 bytes, and every other value, keys and order included) in the checkpoint itself, so it is written
@@ -117,7 +118,8 @@ def _verified(state: dict, path: Path) -> dict:
     """`state` without its sha256, once its contents match it; CheckpointError when they do not."""
     stored = state.pop(CHECKSUM, None)
     if stored is None:
-        warnings.warn(f"{path} has no sha256 (written before hyla stored one): its contents cannot be verified")
+        unverified = f"{path} has no sha256 (written before hyla stored one): its contents cannot be verified"
+        warnings.warn(unverified, stacklevel=4)
     elif stored != content_sha256(state):
         raise CheckpointError(f"{path} is damaged (its contents do not match the sha256 stored with them)")
     return state

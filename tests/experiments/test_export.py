@@ -47,9 +47,13 @@ def test_manifest_lists_checksums_record_commit_and_step(exported):
 
 def test_an_export_loads_as_its_run(exported):
     run, out = exported
-    cfg, model, task, step = load_run_at_step(run)
-    cfg_e, model_e, task_e, step_e = load_run_at_step(out, task="fuzzy_logic")
+    cfg, model, task, step, source = load_run_at_step(run)
+    cfg_e, model_e, task_e, step_e, source_e = load_run_at_step(out, task="fuzzy_logic")
     assert (replace(cfg_e, out_dir=cfg.out_dir), step_e) == (cfg, step) and type(task_e) is type(task)
+    latest = run / "checkpoints" / "latest.pt"
+    assert source == {"path": str(run.resolve()), "file": "checkpoints/latest.pt", "sha256": sha256_of(latest)}
+    recorded = json.loads((out / "manifest.json").read_text())["files"]["model.safetensors"]
+    assert source_e == {"path": str(out.resolve()), "file": "model.safetensors", "sha256": recorded}
     x = task.batch("ood", 8, 0).x
     assert torch.equal(model(x), model_e(x)) and torch.equal(model(x), Transformer.from_pretrained(out)(x))
     with pytest.raises(RunError, match="is a fuzzy_logic run; this command needs a sraven run"):
