@@ -32,52 +32,57 @@ def refused(capsys, argv, folder: str) -> None:
     assert f"error: {folder} holds outputs of" in last and "--out" in last and "--overwrite" in last, last
 
 
+def snapshot(folder) -> dict:
+    return {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()}
+
+
 def inputs(folder) -> list[str]:
     return json.loads((folder / "inputs.json").read_text())["inputs"]
 
 
-def test_eval_of_a_same_named_model_is_refused_and_records_what_it_read(twins, tmp_path, capsys, monkeypatch):
+ANALYSIS = "step20-samples64-plot-samples64-permutations10"
+COMMANDS = {  # command: (options, default output folder, the source recorded in the output written)
+    "eval": (
+        ["--split", "ood", "--samples", "16"],
+        "eval-model",
+        lambda folder: json.loads((folder / "eval-step20-n16.json").read_text())["source"],
+    ),
+    "analyze": (
+        ["--samples", "64", "--permutations", "10", "--plot-samples", "64"],
+        "analysis-model",
+        lambda folder: json.loads((folder / ANALYSIS / "analysis.json").read_text())["run"]["source"],
+    ),
+    "interventions": (
+        ["--tasks", "2", "--samples", "4"],
+        "interventions-model",
+        lambda folder: json.loads((folder / "interventions_tasks2_samples4_seed0.json").read_text())["models"][0][
+            "model"
+        ]["source"],
+    ),
+}
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_same_named_model_is_refused_and_each_output_records_what_it_read(
+    twins, tmp_path, capsys, monkeypatch, command
+):
     (a, b), _ = twins
+    options, default, source = COMMANDS[command]
     monkeypatch.chdir(tmp_path)
-    options = ["--split", "ood", "--samples", "16"]
-    assert main(["eval", str(a), *options]) == 0
-    written = json.loads((tmp_path / "eval-model" / "eval-step20-n16.json").read_text())
-    assert written["source"] == {
-        "path": str(a),
-        "file": "model.safetensors",
-        "sha256": sha256_of(a / "model.safetensors"),
-    }
-    before = (tmp_path / "eval-model" / "eval-step20-n16.json").read_bytes()
-    refused(capsys, ["eval", str(b), *options], "eval-model")
-    assert (tmp_path / "eval-model" / "eval-step20-n16.json").read_bytes() == before
-    assert main(["eval", str(b), *options, "--out", "eval-b"]) == 0
-    assert inputs(tmp_path / "eval-b") == [str(b)]
-    assert main(["eval", str(b), *options, "--overwrite"]) == 0
-    assert inputs(tmp_path / "eval-model") == [str(b)]
-
-
-def test_analyze_of_a_same_named_model_is_refused(twins, tmp_path, capsys, monkeypatch):
-    (a, b), _ = twins
-    monkeypatch.chdir(tmp_path)
-    options = ["--samples", "64", "--permutations", "10", "--plot-samples", "64"]
-    assert main(["analyze", str(a), *options]) == 0
-    report = (tmp_path / "analysis-model" / "step20-samples64-plot-samples64-permutations10" / "report.md").read_text()
-    assert f"Read: `{a}/model.safetensors`, sha256 `{sha256_of(a / 'model.safetensors')}`" in report
-    refused(capsys, ["analyze", str(b), *options], "analysis-model")
-    assert inputs(tmp_path / "analysis-model") == [str(a)]
-    assert main(["analyze", str(a), *options]) == 0  # the same model again: its own folder
-
-
-def test_interventions_of_a_same_named_model_are_refused(twins, tmp_path, capsys, monkeypatch):
-    (a, b), _ = twins
-    monkeypatch.chdir(tmp_path)
-    options = ["--tasks", "2", "--samples", "4"]
-    assert main(["interventions", str(a), *options]) == 0
-    written = json.loads((tmp_path / "interventions-model" / "interventions_tasks2_samples4_seed0.json").read_text())
-    assert written["models"][0]["model"]["source"]["path"] == str(a)
-    refused(capsys, ["interventions", str(b), *options], "interventions-model")
-    assert main(["interventions", str(b), *options, "--overwrite"]) == 0
-    assert inputs(tmp_path / "interventions-model") == [str(b)]
+    assert main([command, str(a), *options]) == 0
+    weights = {"file": "model.safetensors", "sha256": sha256_of(a / "model.safetensors")}
+    assert source(tmp_path / default) == {"path": str(a), **weights}
+    if command == "analyze":  # the report, which named only the last model written there
+        report = (tmp_path / default / ANALYSIS / "report.md").read_text()
+        assert f"Read: `{a}/model.safetensors`, sha256 `{weights['sha256']}`" in report
+    before = snapshot(tmp_path / default)
+    refused(capsys, [command, str(b), *options], default)
+    assert snapshot(tmp_path / default) == before
+    assert main([command, str(b), *options, "--out", "elsewhere"]) == 0
+    beneath = "model" if command == "analyze" else ""  # analyze --out DIR: DIR/<model>/, beside their summary
+    assert inputs(tmp_path / "elsewhere") == [str(b)] and source(tmp_path / "elsewhere" / beneath)["path"] == str(b)
+    assert main([command, str(b), *options, "--overwrite"]) == 0
+    assert inputs(tmp_path / default) == [str(b)] and source(tmp_path / default)["path"] == str(b)
 
 
 def test_results_of_same_named_folders_are_refused(twins, tmp_path, capsys, monkeypatch):
@@ -88,3 +93,21 @@ def test_results_of_same_named_folders_are_refused(twins, tmp_path, capsys, monk
     assert record["inputs"] == [str(a)] and record["read"]["runs"] == 1 and len(record["read"]["sha256"]) == 64
     refused(capsys, ["results", str(b)], "results/runs")
     assert main(["results", str(b), "--out", "results/runs-b"]) == 0
+
+
+def test_a_folder_is_claimed_by_its_inputs_and_a_folder_inside_the_input_is_its_own(tmp_path):
+    from hyla.cli.folders import claim_folder
+    from hyla.utils import ConfigError
+
+    first, second, out = tmp_path / "a" / "m", tmp_path / "b" / "m", tmp_path / "out"
+    claim_folder(out, [first])
+    claim_folder(out, [first])  # the same input again
+    with pytest.raises(ConfigError, match=f"{out} holds outputs of {first}, not of {second}"):
+        claim_folder(out, [second])
+    claim_folder(out, [second], overwrite=True)
+    assert inputs(out) == [str(second)]
+    claim_folder(first / "analysis", [first])
+    assert not (first / "analysis").exists()
+    (out / "inputs.json").write_text("{")
+    with pytest.raises(ConfigError, match="inputs.json is damaged"):
+        claim_folder(out, [second])
