@@ -12,7 +12,7 @@ from typing import Annotated
 
 from tyro.conf import Positional, arg
 
-from hyla.cli.folders import claim_folder, is_export
+from hyla.cli.folders import is_export, record_inputs, refuse_other_inputs
 from hyla.cli.options import check_positive, parse_options
 from hyla.cli.train_args import parse_overrides, parse_train_args
 from hyla.train.configs import ConfigError, ExperimentConfig, config_to_dict, describe_mixers, task_names
@@ -142,10 +142,11 @@ def eval_main(argv: list[str]) -> int:
     samples = args.samples or cfg.train.final_eval_samples
     batch_size = args.batch_size or cfg.train.eval_batch_size
     folder = args.out or (Path(f"eval-{args.run.resolve().name}") if is_export(args.run) else args.run)
-    claim_folder(folder, [args.run], args.overwrite)
+    refuse_other_inputs(folder, [args.run], args.overwrite)
     out = folder / eval_file_name(step, samples, batch_size, cfg.train.eval_batch_size, args.device)
     options = {"run": str(args.run), "step": step, "samples": samples, "batch_size": batch_size, "device": args.device}
     previous = _earlier_evaluation(out, options)
+    record_inputs(folder, [args.run])
     model = model.to(torch.device(args.device))
     results = {}
     for split in splits:

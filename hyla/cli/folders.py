@@ -74,25 +74,38 @@ def default_output(model: Path, label: str, command: str) -> Path:
     return Path(f"{command}-{label}") if is_export(model) else Path(model) / command
 
 
-def claim_folder(folder: Path, inputs: Sequence[Path], overwrite: bool = False, read: dict | None = None) -> None:
-    """Make `folder` the output folder of `inputs`, recording their full paths in its inputs.json
-    (and `read`, what was read from them, e.g. its sha256); ConfigError when an earlier command
-    wrote it from other inputs, unless `overwrite`. A folder inside the one input (RUN/analysis) is
-    that input's own: nothing to claim."""
-    paths = sorted(str(Path(path).resolve()) for path in inputs)
-    folder = Path(folder)
-    if len(paths) == 1 and folder.resolve().is_relative_to(paths[0]):
+def refuse_other_inputs(folder: Path, inputs: Sequence[Path], overwrite: bool = False) -> None:
+    """ConfigError when an earlier command wrote `folder` from other inputs than `inputs` (its
+    inputs.json names them), unless `overwrite`; reads only (`record_inputs` writes, once the
+    inputs are read)."""
+    record = _inputs_record(folder, inputs)
+    if record is None or overwrite or not record.exists():
         return
-    record = folder / INPUTS_RECORD
     try:
         earlier = json.loads(record.read_text())["inputs"]
-    except FileNotFoundError:
-        earlier = paths
     except (ValueError, KeyError, TypeError, OSError):
         raise ConfigError(f"{record} is damaged; pass --overwrite to write into {folder} anyway") from None
-    if earlier != paths and not overwrite:
+    if earlier != _full_paths(inputs):
         raise ConfigError(
-            f"{folder} holds outputs of {', '.join(earlier)}, not of {', '.join(paths)}: "
+            f"{folder} holds outputs of {', '.join(earlier)}, not of {', '.join(_full_paths(inputs))}: "
             "choose another --out, or pass --overwrite to write there"
         )
-    write_json(record, {"inputs": paths, **({"read": read} if read else {})})
+
+
+def record_inputs(folder: Path, inputs: Sequence[Path], read: dict | None = None) -> None:
+    """Name the full paths of `inputs` in `folder`/inputs.json (and `read`, what was read from them,
+    e.g. its sha256), unless `folder` lies inside the one input (RUN/analysis: that input's own)."""
+    record = _inputs_record(folder, inputs)
+    if record is not None:
+        write_json(record, {"inputs": _full_paths(inputs), **({"read": read} if read else {})})
+
+
+def _inputs_record(folder: Path, inputs: Sequence[Path]) -> Path | None:
+    """`folder`/inputs.json, or None for a folder inside the one input."""
+    paths = _full_paths(inputs)
+    inside = len(paths) == 1 and Path(folder).resolve().is_relative_to(paths[0])
+    return None if inside else Path(folder) / INPUTS_RECORD
+
+
+def _full_paths(inputs: Sequence[Path]) -> list[str]:
+    return sorted(str(Path(path).resolve()) for path in inputs)

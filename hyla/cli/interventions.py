@@ -11,7 +11,7 @@ from typing import Annotated
 
 from tyro.conf import Positional, arg
 
-from hyla.cli.folders import check_models, claim_folder, default_output, model_labels
+from hyla.cli.folders import check_models, default_output, model_labels, record_inputs, refuse_other_inputs
 from hyla.cli.options import check_positive, parse_options
 from hyla.utils import ConfigError, portable_path
 
@@ -52,7 +52,7 @@ def main(argv: list[str]) -> int:
     args = parse_options(InterventionsOptions, argv, "hyla interventions")
     check_models(args.runs, args.out)  # here, not in tyro: its error box would wrap a long path
     out = args.out or default_output(args.runs[0], model_labels(args.runs)[0], "interventions")
-    claim_folder(out, args.runs, args.overwrite)
+    refuse_other_inputs(out, args.runs, args.overwrite)
     stem = out / f"interventions_tasks{args.tasks}_samples{args.samples}_seed{args.seed}"
     print(
         f"interventions: {len(args.runs)} model(s), {args.tasks} task pairs x {args.samples} sequences per split, "
@@ -74,6 +74,7 @@ def main(argv: list[str]) -> int:
     with Stages(True, prefix="interventions") as stage:
         stage(f"loading {len(args.runs)} model(s)")
         loaded = [load_run_at_step(path, task=(FUZZY_LOGIC, SRAVEN)) for path in args.runs]  # a bad one fails first
+        record_inputs(out, args.runs)
         per_model, start = [], time.perf_counter()
         for i, (path, label, (cfg, model, task, step, source)) in enumerate(
             zip(args.runs, model_labels(args.runs), loaded)

@@ -3,7 +3,7 @@ CSV/JSON exports and plots.
 
 The output folder names the full paths of the DIRs it was written from in inputs.json, with the
 sha256 of the runs read (their names, configs, summaries and metrics); results of other DIRs are
-refused there unless `--overwrite` (hyla.cli.folders.claim_folder).
+refused there unless `--overwrite` (hyla.cli.folders.refuse_other_inputs).
 
 Runs are grouped by every config field that varies among them and changes what a run computes
 (model, task, optimization, steps, ...): seeds are aggregated, and bookkeeping fields (name,
@@ -39,7 +39,7 @@ from typing import Annotated
 
 from tyro.conf import Positional, arg
 
-from hyla.cli.folders import claim_folder
+from hyla.cli.folders import record_inputs, refuse_other_inputs
 from hyla.cli.options import check_positive, parse_options
 from hyla.experiments.result_tables import find_runs, runs_sha256
 from hyla.experiments.results import default_out, latent_structure, summarize
@@ -97,24 +97,23 @@ def main(argv: list[str]) -> int:
     """`hyla results DIR [DIR ...] [--out DIR] [--paper] [--only PATTERN ...] [--latent-structure ...]`"""
     args = parse_options(ResultsOptions, argv, "hyla results", __doc__)
     out = args.out or default_out(args.dirs)
+    refuse_other_inputs(out, args.dirs, args.overwrite)
     if args.latent_structure:
-        claim_folder(out, args.dirs, args.overwrite)
-        print(
-            latent_structure(
-                args.dirs,
-                args.out,
-                args.latent_split,
-                args.latent_layer,
-                args.latent_samples,
-                args.latent_permutations,
-                args.bootstrap,
-                args.only,
-                args.seed,
-            )
+        text = latent_structure(
+            args.dirs,
+            args.out,
+            args.latent_split,
+            args.latent_layer,
+            args.latent_samples,
+            args.latent_permutations,
+            args.bootstrap,
+            args.only,
+            args.seed,
         )
+        record_inputs(out, args.dirs)
     else:
+        text = summarize(args.dirs, out, args.paper, args.only, keep_records=args.out is not None)
         runs = find_runs(list(args.dirs), args.only)
-        if runs:  # (else summarize says there are none)
-            claim_folder(out, args.dirs, args.overwrite, read={"runs": len(runs), "sha256": runs_sha256(runs)})
-        print(summarize(args.dirs, out, args.paper, args.only, keep_records=args.out is not None))
+        record_inputs(out, args.dirs, read={"runs": len(runs), "sha256": runs_sha256(runs)})
+    print(text)
     return 0

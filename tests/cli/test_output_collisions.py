@@ -95,19 +95,35 @@ def test_results_of_same_named_folders_are_refused(twins, tmp_path, capsys, monk
     assert main(["results", str(b), "--out", "results/runs-b"]) == 0
 
 
-def test_a_folder_is_claimed_by_its_inputs_and_a_folder_inside_the_input_is_its_own(tmp_path):
-    from hyla.cli.folders import claim_folder
+def test_a_folder_is_refused_to_other_inputs_and_a_folder_inside_the_input_is_its_own(tmp_path):
+    from hyla.cli.folders import record_inputs, refuse_other_inputs
     from hyla.utils import ConfigError
 
     first, second, out = tmp_path / "a" / "m", tmp_path / "b" / "m", tmp_path / "out"
-    claim_folder(out, [first])
-    claim_folder(out, [first])  # the same input again
+    refuse_other_inputs(out, [second])  # no folder yet: anything may write there
+    record_inputs(out, [first])
+    refuse_other_inputs(out, [first])  # the same input again
     with pytest.raises(ConfigError, match=f"{out} holds outputs of {first}, not of {second}"):
-        claim_folder(out, [second])
-    claim_folder(out, [second], overwrite=True)
-    assert inputs(out) == [str(second)]
-    claim_folder(first / "analysis", [first])
+        refuse_other_inputs(out, [second])
+    refuse_other_inputs(out, [second], overwrite=True)
+    record_inputs(first / "analysis", [first])
     assert not (first / "analysis").exists()
     (out / "inputs.json").write_text("{")
     with pytest.raises(ConfigError, match="inputs.json is damaged"):
-        claim_folder(out, [second])
+        refuse_other_inputs(out, [second])
+
+
+def test_a_command_that_fails_leaves_no_output_folder(twins, tmp_path, capsys, monkeypatch):
+    (a, _), (runs, _) = twins
+    monkeypatch.chdir(tmp_path)
+    changed = tmp_path / "changed"
+    changed.mkdir()
+    for path in a.iterdir():
+        (changed / path.name).write_bytes(path.read_bytes())
+    weights = (changed / "model.safetensors").read_bytes()
+    (changed / "model.safetensors").write_bytes(weights[:-1] + bytes([weights[-1] ^ 1]))  # not its sha256
+    for command in (["analyze", str(changed)], ["interventions", str(changed)], ["eval", str(changed)]):
+        assert main(command) == 2, command
+    assert main(["results", str(runs), "--only", "nothing*"]) == 2
+    assert main(["results", str(runs), "--latent-structure", "--latent-split", "nope"]) == 2
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["changed"], capsys.readouterr().err

@@ -161,8 +161,10 @@ def test_eval_analyze_and_interventions_take_an_exported_folder(exported, tmp_pa
     assert "writes interventions-model/interventions_" in capsys.readouterr().err
     assert sorted(p.name for p in model.iterdir()) == ["config.json", "manifest.json", "model.safetensors"]
     # (the layout of the interventions JSON is interventions.py's; here: it ran on the export's step)
-    [text] = [f.read_text() for f in Path("interventions-model").glob("*.json")]
-    assert '"checkpoint_step": 20' in text and str(tmp_path) not in text  # no absolute path either
+    [written] = [json.loads(f.read_text()) for f in Path("interventions-model").glob("interventions_*.json")]
+    [about] = [m["model"] for m in written["models"]]
+    assert about["checkpoint_step"] == 20 and about["path"] == f"{tmp_path.name}/model"  # the path as portable
+    assert about["source"]["path"] == str(model.resolve())  # and what was read, in full (issue 78)
     assert main(["eval", str(model), "--split", "ood", "--samples", "16"]) == 0
     assert set(json.loads(Path("eval-model/eval-step20-n16.json").read_text())["splits"]) == {"ood"}
     assert main(["eval", str(model), "--split", "valid", "--samples", "16", "--out", "elsewhere"]) == 0
