@@ -112,8 +112,8 @@ def main(argv: list[str]) -> int:
         )
         record_inputs(out, args.dirs)
     else:
-        text = summarize(args.dirs, out, args.paper, args.only, keep_records=args.out is not None)
-        runs = find_runs(list(args.dirs), args.only)
+        runs = find_runs(list(args.dirs), args.only)  # read once: for the tables and their sha256
+        text = summarize(args.dirs, out, args.paper, args.only, keep_records=args.out is not None, runs=runs)
         record_inputs(out, args.dirs, read={"runs": len(runs), "sha256": runs_sha256(runs)})
     print(text)
     return 0
