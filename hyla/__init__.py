@@ -14,7 +14,7 @@ _EXPORTS = {
     "evaluate": "hyla.tasks",
 }
 
-__all__ = [*_EXPORTS, "load"]
+__all__ = [*_EXPORTS, "load", "__version__"]
 
 
 def load(path):
@@ -33,7 +33,19 @@ def load(path):
     return model, task
 
 
+def _version() -> str:
+    """The installed distribution's version (from its metadata: one source, pyproject.toml)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("hyla")
+    except PackageNotFoundError:
+        return "unknown (not installed; pip install -e .)"
+
+
 def __getattr__(name: str):
+    if name == "__version__":  # read from the metadata when asked for, not at import
+        return _version()
     if name not in _EXPORTS:
         raise AttributeError(f"module 'hyla' has no attribute {name!r}")
     module = importlib.import_module(_EXPORTS[name])
@@ -41,4 +53,4 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+    return sorted([*globals(), *_EXPORTS, "__version__"])

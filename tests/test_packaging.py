@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from hyla.cli import WORKFLOW_EXTRA, WORKFLOW_PACKAGES, main, version
+import hyla
+from hyla.cli import WORKFLOW_EXTRA, WORKFLOW_PACKAGES, main
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = (ROOT / "pyproject.toml").read_text()
@@ -22,9 +23,12 @@ PYPROJECT = (ROOT / "pyproject.toml").read_text()
 MODULE_NAMES = {"pyyaml": "yaml", "scikit-learn": "sklearn"}
 
 
-def test_version_flag(capsys):
+def test_version_flag_and_attribute_are_the_installed_version(capsys):
+    from importlib.metadata import version
+
     assert main(["--version"]) == 0
-    assert capsys.readouterr().out.strip() == f"hyla {version()}"
+    assert hyla.__version__ == version("hyla") == PYPROJECT.split('version = "')[1].split('"')[0]
+    assert capsys.readouterr().out.strip() == f"hyla {hyla.__version__}"
 
 
 def test_the_quick_start_installs_the_cpu_build_the_cpu_extra_pins():

@@ -337,7 +337,7 @@ def analyze_run(
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    cfg, model, task, step = load_run_at_step(run_dir, task=("fuzzy_logic", "sraven"))
+    cfg, model, task, step, source = load_run_at_step(run_dir, task=("fuzzy_logic", "sraven"))
     given = {"num_samples": num_samples, "device": device, **kwargs}
     options = {"splits": list(splits or []), **{key: given.get(key, default) for key, default in _defaults().items()}}
     out_dir = Path(out_root) / output_name(step, options)
@@ -346,6 +346,7 @@ def analyze_run(
         print(f"analyze: {run_dir} (step {step}): writing into {out_dir}/", file=sys.stderr, flush=True)
     metadata = {
         "path": portable_path(run_dir),
+        "source": source,
         "task": cfg.task,
         "mixer": cfg.model.mixer,
         "seed": cfg.seed,

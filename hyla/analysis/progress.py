@@ -1,5 +1,6 @@
 """Progress lines of a long analysis (`analyze`, `interventions`) on stderr: tqdm bars on a terminal;
-elsewhere (a log file, `tail -f`) plain lines, one per item done and more during a long item."""
+elsewhere (a log file, `tail -f`) plain lines: one as each stage starts, and one with the ETA every
+30 seconds."""
 
 from __future__ import annotations
 
@@ -17,11 +18,11 @@ class Stages:
 
     `stage(name)` prints `analyze: NAME (12 s elapsed)` as a stage starts; `stage.counter(what,
     total)` returns a `tick()` to call after each of the stage's `total` items. On a terminal the
-    items advance a tqdm bar; elsewhere (a log file) each item done prints a line,
-    `analyze: WHAT 3/9 (1 min 05 s elapsed, ETA 2 min 10 s)`: the ETA is the stage's measured pace
-    (its time so far per item done) times the items left. A background thread prints the same line
-    whenever none was printed for `every` seconds, so a long item (a t-SNE embedding) never looks
-    hung. Use as a context manager: the thread stops on exit.
+    items advance a tqdm bar; elsewhere (a log file) a background thread prints
+    `analyze: WHAT 3/9 (1 min 05 s elapsed, ETA 2 min 10 s)` whenever no line was printed for `every`
+    seconds (30 by default), so a log gets one line per stage and an ETA line every 30 s: the ETA is
+    the stage's measured pace (its time so far per item done) times the items left. Use as a
+    context manager: the thread stops on exit.
     """
 
     def __init__(self, enabled: bool, every: float | None = None, prefix: str = "analyze"):
@@ -65,8 +66,6 @@ class Stages:
             self.done += 1
             if self.bar is not None:
                 self.bar.update(1)
-            elif self.done < self.total:  # the last item: the next stage's line follows
-                self._print(self.status())
 
     def status(self) -> str:
         """`WHAT i/N (elapsed, ETA)` while counting, else `NAME (elapsed)`."""

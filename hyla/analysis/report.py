@@ -51,6 +51,11 @@ def write_report(results: dict, path: str | Path) -> Path:
     return path
 
 
+def _read_line(source: dict) -> str:
+    """What the weights were read from: full path and sha256 (hyla.train.load_run_at_step)."""
+    return f"Read: `{source['path']}/{source['file']}`, sha256 `{source['sha256']}`"
+
+
 def _intro_lines(kind: str, run: dict) -> list[str]:
     """The title, the run, and what a latent code is for this task."""
     title = f"# Latent-code analysis ({kind}" + (f", {run['mixer']}" if "mixer" in run else "") + ")"
@@ -58,6 +63,7 @@ def _intro_lines(kind: str, run: dict) -> list[str]:
         title,
         "",
         *([f"Run: `{run['path']}` (checkpoint step {run.get('checkpoint_step')})", ""] if "path" in run else []),
+        *([_read_line(run["source"]), ""] if "source" in run else []),
         "Latent code z_qk = a[b, :, q, k] (attention scores after normalization, across heads). "
         + (
             "Position: the last token attending to itself, per layer."

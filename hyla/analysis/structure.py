@@ -130,7 +130,7 @@ def measure_run(run_dir: Path, options: dict) -> dict:
     from hyla.analysis.topographic import topographic_similarity
     from hyla.train import load_run_at_step
 
-    cfg, model, task, step = load_run_at_step(run_dir, task=("fuzzy_logic", "sraven"))
+    cfg, model, task, step, _ = load_run_at_step(run_dir, task=("fuzzy_logic", "sraven"))
     if options["split"] not in task.splits:
         from hyla.train.configs import ConfigError
 

@@ -68,24 +68,15 @@ def usage() -> str:
     )
 
 
-def version() -> str:
-    """The installed distribution's version (from its metadata: one source, pyproject.toml)."""
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as distribution_version
-
-    try:
-        return distribution_version("hyla")
-    except PackageNotFoundError:
-        return "unknown (not installed; pip install -e .)"
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage())
         return 0
     if argv[0] == "--version":
-        print(f"hyla {version()}")
+        from hyla import __version__
+
+        print(f"hyla {__version__}")
         return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:

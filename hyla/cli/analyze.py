@@ -12,7 +12,7 @@ from typing import Annotated
 
 from tyro.conf import Positional, UseAppendAction, arg
 
-from hyla.cli.folders import check_models, default_output, model_labels
+from hyla.cli.folders import check_models, default_output, model_labels, record_inputs, refuse_other_inputs
 from hyla.cli.options import check_positive, parse_options
 
 
@@ -47,6 +47,8 @@ class AnalyzeOptions:
     """cpu | cuda | cuda:N | auto (where the codes are collected)"""
     feature: Annotated[int | None, arg(help_behavior_hint="(default: all)")] = None
     """SRAVEN: probe only this underlying feature (the paper: the last)"""
+    overwrite: bool = False
+    """write into an output folder that holds the outputs of another model (its inputs.json names it)"""
 
     def __post_init__(self):
         check_positive(
@@ -66,6 +68,7 @@ def main(argv: list[str]) -> int:
         args.out / label if args.out else default_output(run, label, "analysis")
         for run, label in zip(args.runs, labels)
     ]
+    refuse_other_inputs(args.out or roots[0], args.runs, args.overwrite)  # several models need --out
     print(first_line(args, roots), file=sys.stderr, flush=True)
     from hyla.analysis.latent_report import write_report
     from hyla.analysis.pipeline import analyze_run
@@ -87,6 +90,7 @@ def main(argv: list[str]) -> int:
         )
         print(f"wrote {Path(results['out_dir']) / 'report.md'} ({len(results['figures'])} figures)")
         analyses.append(results)
+    record_inputs(args.out or roots[0], args.runs)
     if args.out:
         print(write_report(analyses, args.out / "latent_summary"))
         print(f"wrote {args.out / 'latent_summary.md'}, .json and .png")

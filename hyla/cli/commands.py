@@ -12,7 +12,7 @@ from typing import Annotated
 
 from tyro.conf import Positional, arg
 
-from hyla.cli.folders import is_export
+from hyla.cli.folders import is_export, record_inputs, refuse_other_inputs
 from hyla.cli.options import check_positive, parse_options
 from hyla.cli.train_args import parse_overrides, parse_train_args
 from hyla.train.configs import ConfigError, ExperimentConfig, config_to_dict, describe_mixers, task_names
@@ -124,6 +124,8 @@ class EvalOptions:
     """cpu | cuda | cuda:N"""
     out: Annotated[Path | None, arg(help_behavior_hint="(default: see above)")] = None
     """folder for the JSON"""
+    overwrite: bool = False
+    """write into an output folder that holds the outputs of another model (its inputs.json names it)"""
 
     def __post_init__(self):
         check_positive(samples=self.samples, batch_size=self.batch_size)
@@ -139,7 +141,7 @@ def eval_main(argv: list[str]) -> int:
     from hyla.train import evaluate, load_run_at_step
     from hyla.train.run_dir import write_json
 
-    cfg, model, task, step = load_run_at_step(args.run)
+    cfg, model, task, step, source = load_run_at_step(args.run)
     splits = args.split or list(task.eval_splits)
     for split in splits:
         try:
@@ -152,6 +154,7 @@ def eval_main(argv: list[str]) -> int:
         fresh = fresh_offset(args.offset, batch_size)
         raise ConfigError(f"--offset {args.offset} is not a multiple of the batch size {batch_size}; try {fresh}")
     folder = args.out or (Path(f"eval-{args.run.resolve().name}") if is_export(args.run) else args.run)
+    refuse_other_inputs(folder, [args.run], args.overwrite)
     name = eval_file_name(step, samples, batch_size, cfg.train.eval_batch_size, args.device, args.offset)
     out = folder / name
     options = {
@@ -163,6 +166,7 @@ def eval_main(argv: list[str]) -> int:
         "device": args.device,
     }
     previous = _earlier_evaluation(out, options)
+    record_inputs(folder, [args.run])
     model = model.to(torch.device(args.device))
     results = {}
     for split in splits:
@@ -170,7 +174,7 @@ def eval_main(argv: list[str]) -> int:
         results[split] = evaluate(model, task, split, samples, batch_size, progress=True, offset=args.offset)
         print(f"  {split}: {time.perf_counter() - start:.1f}s", file=sys.stderr)
     print(format_table(results, task.metric_name))
-    write_json(out, {**options, "splits": {**previous, **results}})
+    write_json(out, {**options, "source": source, "splits": {**previous, **results}})
     print(f"wrote {out}")
     return 0
 

@@ -6,18 +6,25 @@ export`: manifest.json beside the weights). Outputs go into a run folder (RUN/an
 checkpoints do), never into an exported model: that may be a folder of the repository (the shipped
 models), which must stay as committed. An exported model's outputs go to `<command>-<model name>/`
 in the working folder, or under --out.
+
+An output folder outside its model (and the folder of `hyla eval --out` or `hyla results`) names the
+full paths of what it was written from in inputs.json; a command asked to write there from other
+inputs refuses, naming the folder, unless given --overwrite: two models whose folders share a name
+never write into one output folder unnoticed.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from hyla.utils import ConfigError
+from hyla.utils import ConfigError, write_json
 
 EXPORT_MANIFEST = "manifest.json"  # what marks an exported model (hyla.nn.transformer.PRETRAINED_MANIFEST)
 RUN_CONFIG = "config.json"  # what marks a run folder (hyla.train.run_dir.RunDir.config_file)
+INPUTS_RECORD = "inputs.json"  # the full paths an output folder was written from
 
 
 def is_export(folder: Path) -> bool:
@@ -65,3 +72,40 @@ def default_output(model: Path, label: str, command: str) -> Path:
     """Where `command` ("analysis" or "interventions") writes for `model` without --out: RUN/<command>
     for a run folder, ./<command>-<label> in the working folder for an exported model."""
     return Path(f"{command}-{label}") if is_export(model) else Path(model) / command
+
+
+def refuse_other_inputs(folder: Path, inputs: Sequence[Path], overwrite: bool = False) -> None:
+    """ConfigError when an earlier command wrote `folder` from other inputs than `inputs` (its
+    inputs.json names them), unless `overwrite`; reads only (`record_inputs` writes, once the
+    inputs are read)."""
+    record = _inputs_record(folder, inputs)
+    if record is None or overwrite or not record.exists():
+        return
+    try:
+        earlier = json.loads(record.read_text())["inputs"]
+    except (ValueError, KeyError, TypeError, OSError):
+        raise ConfigError(f"{record} is damaged; pass --overwrite to write into {folder} anyway") from None
+    if earlier != _full_paths(inputs):
+        raise ConfigError(
+            f"{folder} holds outputs of {', '.join(earlier)}, not of {', '.join(_full_paths(inputs))}: "
+            "choose another --out, or pass --overwrite to write there"
+        )
+
+
+def record_inputs(folder: Path, inputs: Sequence[Path], read: dict | None = None) -> None:
+    """Name the full paths of `inputs` in `folder`/inputs.json (and `read`, what was read from them,
+    e.g. its sha256), unless `folder` lies inside the one input (RUN/analysis: that input's own)."""
+    record = _inputs_record(folder, inputs)
+    if record is not None:
+        write_json(record, {"inputs": _full_paths(inputs), **({"read": read} if read else {})})
+
+
+def _inputs_record(folder: Path, inputs: Sequence[Path]) -> Path | None:
+    """`folder`/inputs.json, or None for a folder inside the one input."""
+    paths = _full_paths(inputs)
+    inside = len(paths) == 1 and Path(folder).resolve().is_relative_to(paths[0])
+    return None if inside else Path(folder) / INPUTS_RECORD
+
+
+def _full_paths(inputs: Sequence[Path]) -> list[str]:
+    return sorted(str(Path(path).resolve()) for path in inputs)

@@ -11,7 +11,7 @@ from typing import Annotated
 
 from tyro.conf import Positional, arg
 
-from hyla.cli.folders import check_models, default_output, model_labels
+from hyla.cli.folders import check_models, default_output, model_labels, record_inputs, refuse_other_inputs
 from hyla.cli.options import check_positive, parse_options
 from hyla.utils import ConfigError, portable_path
 
@@ -38,6 +38,8 @@ class InterventionsOptions:
     batch_size: int = 512
     device: str = "cpu"
     """cpu | cuda | cuda:N | auto"""
+    overwrite: bool = False
+    """write into an output folder that holds the outputs of another model (its inputs.json names it)"""
 
     def __post_init__(self):
         check_positive(tasks=self.tasks, samples=self.samples, batch_size=self.batch_size)
@@ -45,15 +47,12 @@ class InterventionsOptions:
             raise ConfigError(f"--seed={self.seed} must be >= 0")
 
 
-PROGRESS_EVERY = 10.0
-"""seconds between progress lines outside a terminal (a stage takes about half a minute per model)"""
-
-
 def main(argv: list[str]) -> int:
     """`hyla interventions RUN [RUN ...] [--out DIR] [--tasks N] [--samples M] [--seed S]`"""
     args = parse_options(InterventionsOptions, argv, "hyla interventions")
     check_models(args.runs, args.out)  # here, not in tyro: its error box would wrap a long path
     out = args.out or default_output(args.runs[0], model_labels(args.runs)[0], "interventions")
+    refuse_other_inputs(out, args.runs, args.overwrite)
     stem = out / f"interventions_tasks{args.tasks}_samples{args.samples}_seed{args.seed}"
     print(
         f"interventions: {len(args.runs)} model(s), {args.tasks} task pairs x {args.samples} sequences per split, "
@@ -72,16 +71,20 @@ def main(argv: list[str]) -> int:
 
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
 
-    with Stages(True, every=PROGRESS_EVERY, prefix="interventions") as stage:
+    with Stages(True, prefix="interventions") as stage:
         stage(f"loading {len(args.runs)} model(s)")
         loaded = [load_run_at_step(path, task=(FUZZY_LOGIC, SRAVEN)) for path in args.runs]  # a bad one fails first
+        record_inputs(out, args.runs)
         per_model, start = [], time.perf_counter()
-        for i, (path, label, (cfg, model, task, step)) in enumerate(zip(args.runs, model_labels(args.runs), loaded)):
+        for i, (path, label, (cfg, model, task, step, source)) in enumerate(
+            zip(args.runs, model_labels(args.runs), loaded)
+        ):
             about = f"{label} ({cfg.task}, {cfg.model.mixer}, seed {cfg.seed})"
             stage(f"model {i + 1}/{len(loaded)}: {about}{models_eta(start, i, len(loaded))}")
             metadata = {
                 "label": label,
                 "path": portable_path(path),
+                "source": source,
                 "task": cfg.task,
                 "mixer": cfg.model.mixer,
                 "seed": cfg.seed,

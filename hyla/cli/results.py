@@ -1,6 +1,10 @@
 """`hyla results DIR [DIR ...]`: aggregate run folders into tables (mean ± standard error over seeds),
 CSV/JSON exports and plots.
 
+The output folder names the full paths of the DIRs it was written from in inputs.json, with the
+sha256 of the runs read (their names, configs, summaries and metrics); results of other DIRs are
+refused there unless `--overwrite` (hyla.cli.folders.refuse_other_inputs).
+
 Runs are grouped by every config field that varies among them and changes what a run computes
 (model, task, optimization, steps, ...): seeds are aggregated, and bookkeeping fields (name,
 folders, progress bars, threads, logging, evaluation schedule, stop_at, ...) never split a group.
@@ -35,7 +39,9 @@ from typing import Annotated
 
 from tyro.conf import Positional, arg
 
+from hyla.cli.folders import record_inputs, refuse_other_inputs
 from hyla.cli.options import check_positive, parse_options
+from hyla.experiments.result_tables import find_runs, runs_sha256
 from hyla.experiments.results import default_out, latent_structure, summarize
 from hyla.train.configs import ConfigError
 
@@ -74,6 +80,8 @@ class ResultsOptions:
     seed: int = 0
     """seed of the task subset and permutations of each run's topographic similarity, and of the
     bootstrap (the samples are those `hyla analyze` uses: the run's task seed, batch of step 0)"""
+    overwrite: bool = False
+    """write into an output folder that holds the results of other folders (its inputs.json names them)"""
 
     def __post_init__(self):
         if not self.dirs:
@@ -88,21 +96,24 @@ class ResultsOptions:
 def main(argv: list[str]) -> int:
     """`hyla results DIR [DIR ...] [--out DIR] [--paper] [--only PATTERN ...] [--latent-structure ...]`"""
     args = parse_options(ResultsOptions, argv, "hyla results", __doc__)
+    out = args.out or default_out(args.dirs)
+    refuse_other_inputs(out, args.dirs, args.overwrite)
     if args.latent_structure:
-        print(
-            latent_structure(
-                args.dirs,
-                args.out,
-                args.latent_split,
-                args.latent_layer,
-                args.latent_samples,
-                args.latent_permutations,
-                args.bootstrap,
-                args.only,
-                args.seed,
-            )
+        text = latent_structure(
+            args.dirs,
+            args.out,
+            args.latent_split,
+            args.latent_layer,
+            args.latent_samples,
+            args.latent_permutations,
+            args.bootstrap,
+            args.only,
+            args.seed,
         )
+        record_inputs(out, args.dirs)
     else:
-        out = args.out or default_out(args.dirs)
-        print(summarize(args.dirs, out, args.paper, args.only, keep_records=args.out is not None))
+        runs = find_runs(list(args.dirs), args.only)  # read once: for the tables and their sha256
+        text = summarize(args.dirs, out, args.paper, args.only, keep_records=args.out is not None, runs=runs)
+        record_inputs(out, args.dirs, read={"runs": len(runs), "sha256": runs_sha256(runs)})
+    print(text)
     return 0

@@ -45,7 +45,7 @@ def write_outputs(spec: SweepSpec, out: Path, preset: str, steps: int, seed: int
     run_names = {run.overrides["model.mixer"]: run.name for run in spec.runs()}
     rows = collect_rows(out, run_names)
     metric = rows[0]["metric_name"] if rows else "r2"
-    table = comparison_table(rows, metric)
+    table = comparison_table(rows, metric) + "\n\n" + split_legend(shown_splits(rows, metric))
     reading = describe_ordering(rows, metric)
     note = (
         f"{spec.parallel} runs trained at a time; steps/s is each run's own rate under that sharing."
@@ -126,9 +126,28 @@ def _value(row: dict, split: str, metric: str) -> float | None:
     return row["final"].get(split, {}).get(metric)
 
 
+SPLITS = {
+    "valid": "new samples of the training tasks",
+    "ood": "held-out combinations of terms seen in training (the paper's out-of-distribution split)",
+    "novel_terms": "tasks of terms never seen in training: no mixer learns them, so R² far below 0 "
+    "(worse than always predicting the mean) is expected there",
+}
+"""the evaluation splits of a demo's table, in order, and what each is (hyla.tasks.fuzzy_logic)"""
+
+
+def shown_splits(rows: list[dict], metric: str) -> list[str]:
+    """The splits of `SPLITS` that some row has `metric` for."""
+    return [s for s in SPLITS if any(_value(r, s, metric) is not None for r in rows)]
+
+
+def split_legend(splits: list[str]) -> str:
+    """One line per split: what it evaluates."""
+    return "\n".join(f"{split}: {SPLITS[split]}" for split in splits)
+
+
 def comparison_table(rows: list[dict], metric: str) -> str:
     """One row per mixer: the final metric per split, training loss, speed, wall time and status."""
-    splits = [s for s in ("valid", "ood", "novel_terms") if any(_value(r, s, metric) is not None for r in rows)]
+    splits = shown_splits(rows, metric)
     scale = 100 if metric in PERCENT_METRICS else 1
     unit = " ×100" if scale == 100 else ""
     header = ["mixer"] + [f"{s} {metric}{unit}" for s in splits] + ["final train loss", "steps/s", "wall s", "status"]

@@ -43,7 +43,7 @@ def export_run(run_dir: str | Path, out: str | Path, replace: bool = False) -> d
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not (replace and is_export(out)):
         raise FileExistsError(f"{out} exists (an earlier export?); remove it or choose another --out")
-    _, model, _, step = load_run_at_step(run_dir)
+    _, model, _, step, _ = load_run_at_step(run_dir)
     record = records.from_folder(run_dir)
     staging = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)

@@ -98,8 +98,8 @@ def run_sweep(spec: SweepSpec, dry_run: bool = False, progress: bool = True) -> 
     `hyla` subprocess); returns {run name: exit code}. Progress is read from the runs' metrics.jsonl."""
     threads = spec.local_threads()
     out = Path(spec.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    if not dry_run:
+    if not dry_run:  # a dry run writes nothing
+        out.mkdir(parents=True, exist_ok=True)
         settle_markers(spec)
     runs, todo = spec.runs(), runs_to_launch(spec)
     print(
@@ -222,8 +222,8 @@ def run_packed_sweep(
 
     threads = spec.local_threads()
     out = Path(spec.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    if not dry_run:
+    if not dry_run:  # a dry run writes nothing
+        out.mkdir(parents=True, exist_ok=True)
         settle_markers(spec)
     runs, todo = spec.runs(), {run.name: run for run in runs_to_launch(spec)}
     print(
@@ -330,13 +330,13 @@ def submit_sweep(spec: SweepSpec, executor, dry_run: bool = False) -> dict[str, 
     """Submit every run that is not complete, running or queued as a job of `executor` (a submitit
     executor: Slurm, or the local one in tests), all in one array; returns {run name: job}."""
     threads = int(spec.slurm.get("cpus_per_task", 0))  # 0: torch's default
-    Path(spec.out_dir).mkdir(parents=True, exist_ok=True)
     todo = runs_to_launch(spec)
     print(f"sweep {spec.name}: {len(spec.runs())} runs, {len(todo)} to submit")
     if dry_run or not todo:
         for r in todo if dry_run else []:
             print(" ".join(run_command(spec, r, threads)))
         return {}
+    Path(spec.out_dir).mkdir(parents=True, exist_ok=True)
     with executor.batch():
         jobs = {r.name: executor.submit(RunJob(spec, r, threads)) for r in todo}
     for run in todo:

@@ -5,6 +5,7 @@ the seeds of each group (Markdown, CSV; `hyla results`, hyla.experiments.results
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import math
 from collections import defaultdict
@@ -13,6 +14,7 @@ from pathlib import Path
 from hyla.analysis import tables
 from hyla.analysis.tables import mean_se
 from hyla.experiments.sweep import name_matches, unmatched_pattern
+from hyla.utils import dumps
 
 
 def bookkeeping_fields() -> frozenset[str]:
@@ -72,6 +74,13 @@ def find_runs(roots: list[Path], only: tuple[str, ...] = ()) -> list[dict]:
     for path, record in unshadowed_records(roots, seen, only):
         runs.append(_run(record["run"], path, record["config"], record["summary"], record["metrics"], record))
     return runs
+
+
+def runs_sha256(runs: list[dict]) -> str:
+    """sha256 of what the tables of `runs` (`find_runs`) are made of: each run's name, config,
+    summary and metrics."""
+    keys = ("key", "config", "summary", "metrics")
+    return hashlib.sha256(dumps([{key: run[key] for key in keys} for run in runs]).encode()).hexdigest()
 
 
 def unshadowed_records(roots: list[Path], seen: set[str], only: tuple[str, ...] = ()):

@@ -39,16 +39,18 @@ def summarize(
     paper: bool = False,
     only: tuple[str, ...] = (),
     keep_records: bool | None = None,
+    runs: list[dict] | None = None,
 ) -> str:
     """Aggregate the runs (folders and records) below one or several roots, those whose names match
     one of the glob patterns `only` if given; write the tables and plots into `out` (default: the
     first root) and, with `keep_records` (default: when `out` is given), the record of each completed
-    run into `out/records/`. paper: the paper's Table A1 values beside the rows it has."""
+    run into `out/records/`. paper: the paper's Table A1 values beside the rows it has. runs: those
+    runs as the caller read them already (`find_runs(roots, only)`), else read here."""
     from hyla.analysis.plots import plot_curves, save_figure
     from hyla.train.run_dir import RunError
 
     roots = [roots] if isinstance(roots, (str, Path)) else list(roots)
-    runs = find_runs(roots, only)
+    runs = find_runs(roots, only) if runs is None else runs
     where = ", ".join(map(str, roots))
     check_only([run["key"] for run in runs], only, where)
     if not runs:

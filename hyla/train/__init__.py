@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from hyla.nn.pretrained import is_export
+from hyla.nn.transformer import PRETRAINED_WEIGHTS, sha256_of
 from hyla.train.checkpoint import CheckpointError
 from hyla.train.evaluate import evaluate
 from hyla.train.loop import train
@@ -27,28 +28,35 @@ def load_run(run_dir: str | Path, task: str | tuple[str, ...] | None = None):
 
 
 def load_run_at_step(run_dir: str | Path, task: str | tuple[str, ...] | None = None):
-    """(config, model, task, step) of a run folder: the model on the CPU, in eval mode, with the
+    """(config, model, task, step, source) of a run folder: the model on the CPU, in eval mode, with the
     weights of its latest readable checkpoint (a one-line warning on stderr, naming the step, when it
     falls back to the previous one). An exported model (`hyla export`: a folder with manifest.json)
     serves as its run: the config of the run's record, the exported weights (checked against their
-    sha256) and the exported step. `task`: the task(s) the caller can use; RunError for a run of
-    another task."""
+    sha256) and the exported step. `source`: what the weights were read from, for the outputs to
+    record: {"path": the folder's full path, "file": the file in it, "sha256": the file's}. `task`:
+    the task(s) the caller can use; RunError for a run of another task."""
     from hyla.train.configs import build_task
 
     if is_export(run_dir):
         cfg, model, step = _load_export(Path(run_dir))
         _check_task(run_dir, cfg, task)
-        return cfg, model, build_task(cfg), step
+        return cfg, model, build_task(cfg), step, _source(Path(run_dir) / PRETRAINED_WEIGHTS)
     run = RunDir(run_dir)
     cfg = run.read_config()
     _check_task(run.path, cfg, task)
-    state, _, note = run.load_checkpoint()
+    state, file, note = run.load_checkpoint()
     step = state["progress"]["step"]
     if note:
         print(f"warning: {note}, whose weights are older: of step {step}{_reached(run, step)}", file=sys.stderr)
     model = build_model(cfg)
     model.load_state_dict(state["model"])
-    return cfg, model.eval(), build_task(cfg), step
+    return cfg, model.eval(), build_task(cfg), step, _source(file, run.path)
+
+
+def _source(file: Path, folder: Path | None = None) -> dict:
+    """{"path", "file", "sha256"} of a model's weights `file` in `folder` (default: the file's own)."""
+    folder = (folder or file.parent).resolve()
+    return {"path": str(folder), "file": str(file.resolve().relative_to(folder)), "sha256": sha256_of(file)}
 
 
 def _check_task(path, cfg, task: str | tuple[str, ...] | None) -> None:

@@ -4,9 +4,16 @@ Safe: a checkpoint holds tensors and plain containers of numbers and strings onl
 plain dict; no RNG state: every random draw is seeded from (seed, step)), so it loads with
 `torch.load(weights_only=True)`, which never runs code from the file. `CheckpointError` refuses, each
 called by its name: an unsafe file, one that needs more (an arbitrary pickled object, or the format
-of hyla before commit `70d6945`, which pickled numpy's RNG state); a damaged one, no complete checkpoint (cut short or
-random bytes); and a checkpoint of a run whose data came from hyla's earlier random stream (format
-2): resumed or evaluated now, it would see other batches and other held-out tasks.
+of hyla before commit `70d6945`, which pickled numpy's RNG state); a damaged one, no complete
+checkpoint (cut short or random bytes, or contents that do not match the sha256 stored with them);
+and a checkpoint of a run whose data came from hyla's earlier random stream (format 2): resumed or
+evaluated now, it would see other batches and other held-out tasks.
+
+Proven intact: `save` stores the sha256 of the checkpoint's contents (every tensor's dtype, shape and
+bytes, and every other value, keys and order included) in the checkpoint itself, so it is written
+atomically with them; `load` recomputes it, and contents that differ are damage, wherever the bytes
+changed (the optimizer's moments, say, which torch's reader does not check). A checkpoint written
+before hyla stored the sha256 still loads, with a warning that it cannot be verified.
 
 Durable: `save` writes a temporary file, flushes it to disk, renames the current `latest.pt` to
 `previous.pt` and the new file to `latest.pt`. A crash at any moment leaves at least one complete
@@ -15,8 +22,10 @@ checkpoint; `load_latest` falls back to `previous.pt` when `latest.pt` is missin
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +35,8 @@ import torch
 # generator; 3: batches from the counter-based stream (hyla.tasks.random).
 FORMAT = 3
 EARLIER_STREAM_FORMAT = 2
+CHECKSUM = "sha256"
+"""the key of the contents' sha256 (`content_sha256` of the rest of the checkpoint)"""
 
 
 class CheckpointError(RuntimeError):
@@ -39,7 +50,8 @@ def save(state: dict[str, Any], latest: Path, previous: Path) -> None:
     tmp = latest.with_name(f".{latest.name}.tmp-{os.getpid()}")
     try:
         with open(tmp, "wb") as f:
-            torch.save({**state, "format": FORMAT}, f)
+            contents = {**state, "format": FORMAT}
+            torch.save({**contents, CHECKSUM: content_sha256(contents)}, f)
             f.flush()
             os.fsync(f.fileno())
         if latest.exists():
@@ -73,6 +85,43 @@ def load(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]
         )
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not a hyla checkpoint of format {FORMAT}")
+    return _verified(state, path)
+
+
+def content_sha256(value) -> str:
+    """sha256 of a checkpoint's contents: tensors by dtype, shape and bytes (wherever they are), the
+    rest by type and value, containers in order."""
+    digest = hashlib.sha256()
+    _hash_into(digest, value)
+    return digest.hexdigest()
+
+
+def _hash_into(digest, value) -> None:
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach().cpu().contiguous().reshape(-1)
+        digest.update(f"tensor {tensor.dtype} {tuple(value.shape)};".encode())
+        digest.update(tensor.view(torch.uint8).numpy())
+    elif isinstance(value, dict):
+        digest.update(f"dict {len(value)};".encode())
+        for key, item in value.items():
+            _hash_into(digest, key)
+            _hash_into(digest, item)
+    elif isinstance(value, (list, tuple)):
+        digest.update(f"{type(value).__name__} {len(value)};".encode())
+        for item in value:
+            _hash_into(digest, item)
+    else:
+        digest.update(f"{type(value).__name__} {value!r};".encode())
+
+
+def _verified(state: dict, path: Path) -> dict:
+    """`state` without its sha256, once its contents match it; CheckpointError when they do not."""
+    stored = state.pop(CHECKSUM, None)
+    if stored is None:
+        unverified = f"{path} has no sha256 (written before hyla stored one): its contents cannot be verified"
+        warnings.warn(unverified, stacklevel=4)
+    elif stored != content_sha256(state):
+        raise CheckpointError(f"{path} is damaged (its contents do not match the sha256 stored with them)")
     return state
 
 

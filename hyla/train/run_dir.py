@@ -6,10 +6,11 @@
     <run>/metrics.jsonl          one {"step", "split", ...metrics} object per line
     <run>/summary.json           final metrics per split, final training loss, speed, status
     <run>/checkpoints/latest.pt  model, optimizer, scheduler, step, loop progress, config (tensors and
-    <run>/checkpoints/previous.pt   plain data only); the one before, kept as a fallback
+    <run>/checkpoints/previous.pt   plain data only) and the sha256 of them; the one before, kept as a fallback
 
 Every file is written atomically. Opening a run never executes anything from it: JSON files are
-data, and checkpoints load with `torch.load(weights_only=True)` (see `hyla.train.checkpoint`).
+data, and checkpoints load with `torch.load(weights_only=True)` and are checked against their sha256
+(see `hyla.train.checkpoint`).
 """
 
 from __future__ import annotations

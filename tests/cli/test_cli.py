@@ -168,10 +168,11 @@ def test_demo_end_to_end(tmp_path, capsys):
     assert code == 0
     text = capsys.readouterr().out
     assert "| softmax |" in text and "| linear |" in text and "| hyla |" in text and "ood r2" in text
+    assert "novel_terms r2" in text and "\nnovel_terms: tasks of terms never seen in training" in text  # explained
     report = json.loads((out / "demo.json").read_text())
     assert [r["mixer"] for r in report["rows"]] == ["softmax", "linear", "hyla"]
     assert all(r["status"] == "completed" for r in report["rows"])
-    assert (out / "demo.md").read_text().count("|") > 20
+    assert (out / "demo.md").read_text().count("|") > 20 and "R² far below 0" in (out / "demo.md").read_text()
     assert (out / "curves.png").stat().st_size > 10_000
 
 

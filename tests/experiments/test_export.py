@@ -47,9 +47,13 @@ def test_manifest_lists_checksums_record_commit_and_step(exported):
 
 def test_an_export_loads_as_its_run(exported):
     run, out = exported
-    cfg, model, task, step = load_run_at_step(run)
-    cfg_e, model_e, task_e, step_e = load_run_at_step(out, task="fuzzy_logic")
+    cfg, model, task, step, source = load_run_at_step(run)
+    cfg_e, model_e, task_e, step_e, source_e = load_run_at_step(out, task="fuzzy_logic")
     assert (replace(cfg_e, out_dir=cfg.out_dir), step_e) == (cfg, step) and type(task_e) is type(task)
+    latest = run / "checkpoints" / "latest.pt"
+    assert source == {"path": str(run.resolve()), "file": "checkpoints/latest.pt", "sha256": sha256_of(latest)}
+    recorded = json.loads((out / "manifest.json").read_text())["files"]["model.safetensors"]
+    assert source_e == {"path": str(out.resolve()), "file": "model.safetensors", "sha256": recorded}
     x = task.batch("ood", 8, 0).x
     assert torch.equal(model(x), model_e(x)) and torch.equal(model(x), Transformer.from_pretrained(out)(x))
     with pytest.raises(RunError, match="is a fuzzy_logic run; this command needs a sraven run"):
@@ -157,8 +161,10 @@ def test_eval_analyze_and_interventions_take_an_exported_folder(exported, tmp_pa
     assert "writes interventions-model/interventions_" in capsys.readouterr().err
     assert sorted(p.name for p in model.iterdir()) == ["config.json", "manifest.json", "model.safetensors"]
     # (the layout of the interventions JSON is interventions.py's; here: it ran on the export's step)
-    [text] = [f.read_text() for f in Path("interventions-model").glob("*.json")]
-    assert '"checkpoint_step": 20' in text and str(tmp_path) not in text  # no absolute path either
+    [written] = [json.loads(f.read_text()) for f in Path("interventions-model").glob("interventions_*.json")]
+    [about] = [m["model"] for m in written["models"]]
+    assert about["checkpoint_step"] == 20 and about["path"] == f"{tmp_path.name}/model"  # the path as portable
+    assert about["source"]["path"] == str(model.resolve())  # and what was read, in full (issue 78)
     assert main(["eval", str(model), "--split", "ood", "--samples", "16"]) == 0
     assert set(json.loads(Path("eval-model/eval-step20-n16.json").read_text())["splits"]) == {"ood"}
     assert main(["eval", str(model), "--split", "valid", "--samples", "16", "--out", "elsewhere"]) == 0

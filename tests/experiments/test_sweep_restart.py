@@ -55,6 +55,16 @@ def test_a_bad_entry_is_one_line_before_anything_launches(tmp_path, capsys, grid
     assert captured.out == "" and not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("options", [[], ["--pack", "2"]])
+def test_a_dry_run_of_a_valid_file_prints_the_runs_and_writes_nothing(tmp_path, capsys, options):
+    path = write_sweep(tmp_path, "{model.mixer: [hyla, softmax]}")
+    before = sorted(tmp_path.rglob("*"))
+    assert main(["sweep", str(path), "--dry-run", *options]) == 0
+    out = capsys.readouterr().out
+    assert "2 to run" in out and "mixer-hyla" in out and "mixer-softmax" in out, out
+    assert sorted(tmp_path.rglob("*")) == before and not (tmp_path / "runs").exists()
+
+
 def start_sweep(path) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "hyla.cli", "sweep", str(path)],

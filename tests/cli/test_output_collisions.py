@@ -1,0 +1,129 @@
+"""Outputs that cannot collide: two different models in folders of the same name never write into
+one output folder unnoticed (`analyze`, `interventions`, `eval`, `results`), and every output
+records the full path and sha256 of what it read."""
+
+import json
+
+import pytest
+from helpers_cli import tiny_run
+
+from hyla.cli import main
+from hyla.experiments.export import export_run
+from hyla.nn.transformer import sha256_of
+
+
+@pytest.fixture(scope="module")
+def twins(tmp_path_factory):
+    """Two exported models of different runs (mixers), each in a folder named `model`, and the
+    folders of their runs, each named `runs`."""
+    tmp = tmp_path_factory.mktemp("twins")
+    models, runs = [], []
+    for place, mixer in (("a", "hyla"), ("b", "softmax")):
+        run = tiny_run(tmp / place / "runs", mixer=mixer)
+        export_run(run, tmp / place / "model")
+        models.append(tmp / place / "model")
+        runs.append(tmp / place / "runs")
+    return models, runs
+
+
+def refused(capsys, argv, folder: str) -> None:
+    assert main(argv) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"error: {folder} holds outputs of" in last and "--out" in last and "--overwrite" in last, last
+
+
+def snapshot(folder) -> dict:
+    return {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()}
+
+
+def inputs(folder) -> list[str]:
+    return json.loads((folder / "inputs.json").read_text())["inputs"]
+
+
+ANALYSIS = "step20-samples64-plot-samples64-permutations10"
+COMMANDS = {  # command: (options, default output folder, the source recorded in the output written)
+    "eval": (
+        ["--split", "ood", "--samples", "16"],
+        "eval-model",
+        lambda folder: json.loads((folder / "eval-step20-n16.json").read_text())["source"],
+    ),
+    "analyze": (
+        ["--samples", "64", "--permutations", "10", "--plot-samples", "64"],
+        "analysis-model",
+        lambda folder: json.loads((folder / ANALYSIS / "analysis.json").read_text())["run"]["source"],
+    ),
+    "interventions": (
+        ["--tasks", "2", "--samples", "4"],
+        "interventions-model",
+        lambda folder: json.loads((folder / "interventions_tasks2_samples4_seed0.json").read_text())["models"][0][
+            "model"
+        ]["source"],
+    ),
+}
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_same_named_model_is_refused_and_each_output_records_what_it_read(
+    twins, tmp_path, capsys, monkeypatch, command
+):
+    (a, b), _ = twins
+    options, default, source = COMMANDS[command]
+    monkeypatch.chdir(tmp_path)
+    assert main([command, str(a), *options]) == 0
+    weights = {"file": "model.safetensors", "sha256": sha256_of(a / "model.safetensors")}
+    assert source(tmp_path / default) == {"path": str(a), **weights}
+    if command == "analyze":  # the report, which named only the last model written there
+        report = (tmp_path / default / ANALYSIS / "report.md").read_text()
+        assert f"Read: `{a}/model.safetensors`, sha256 `{weights['sha256']}`" in report
+    before = snapshot(tmp_path / default)
+    refused(capsys, [command, str(b), *options], default)
+    assert snapshot(tmp_path / default) == before
+    assert main([command, str(b), *options, "--out", "elsewhere"]) == 0
+    beneath = "model" if command == "analyze" else ""  # analyze --out DIR: DIR/<model>/, beside their summary
+    assert inputs(tmp_path / "elsewhere") == [str(b)] and source(tmp_path / "elsewhere" / beneath)["path"] == str(b)
+    assert main([command, str(b), *options, "--overwrite"]) == 0
+    assert inputs(tmp_path / default) == [str(b)] and source(tmp_path / default)["path"] == str(b)
+
+
+def test_results_of_same_named_folders_are_refused(twins, tmp_path, capsys, monkeypatch):
+    _, (a, b) = twins
+    monkeypatch.chdir(tmp_path)
+    assert main(["results", str(a)]) == 0
+    record = json.loads((tmp_path / "results" / "runs" / "inputs.json").read_text())
+    assert record["inputs"] == [str(a)] and record["read"]["runs"] == 1 and len(record["read"]["sha256"]) == 64
+    refused(capsys, ["results", str(b)], "results/runs")
+    assert main(["results", str(b), "--out", "results/runs-b"]) == 0
+
+
+def test_a_folder_is_refused_to_other_inputs_and_a_folder_inside_the_input_is_its_own(tmp_path):
+    from hyla.cli.folders import record_inputs, refuse_other_inputs
+    from hyla.utils import ConfigError
+
+    first, second, out = tmp_path / "a" / "m", tmp_path / "b" / "m", tmp_path / "out"
+    refuse_other_inputs(out, [second])  # no folder yet: anything may write there
+    record_inputs(out, [first])
+    refuse_other_inputs(out, [first])  # the same input again
+    with pytest.raises(ConfigError, match=f"{out} holds outputs of {first}, not of {second}"):
+        refuse_other_inputs(out, [second])
+    refuse_other_inputs(out, [second], overwrite=True)
+    record_inputs(first / "analysis", [first])
+    assert not (first / "analysis").exists()
+    (out / "inputs.json").write_text("{")
+    with pytest.raises(ConfigError, match="inputs.json is damaged"):
+        refuse_other_inputs(out, [second])
+
+
+def test_a_command_that_fails_leaves_no_output_folder(twins, tmp_path, capsys, monkeypatch):
+    (a, _), (runs, _) = twins
+    monkeypatch.chdir(tmp_path)
+    changed = tmp_path / "changed"
+    changed.mkdir()
+    for path in a.iterdir():
+        (changed / path.name).write_bytes(path.read_bytes())
+    weights = (changed / "model.safetensors").read_bytes()
+    (changed / "model.safetensors").write_bytes(weights[:-1] + bytes([weights[-1] ^ 1]))  # not its sha256
+    for command in (["analyze", str(changed)], ["interventions", str(changed)], ["eval", str(changed)]):
+        assert main(command) == 2, command
+    assert main(["results", str(runs), "--only", "nothing*"]) == 2
+    assert main(["results", str(runs), "--latent-structure", "--latent-split", "nope"]) == 2
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["changed"], capsys.readouterr().err
