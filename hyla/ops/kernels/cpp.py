@@ -3,7 +3,8 @@
 The paper's models have per-head dimensions of 2 and 4, so every PyTorch form of HYLA spends its
 time on tiny matrix products or on passes over the [B, H, Tq, Tk] scores, not on arithmetic. The
 kernel instead takes one batch element per thread and, for each query, 16 keys at a time, one
-per vector lane (an AVX-512 register of float32). Per query q and key j, all in registers:
+per vector lane (an AVX-512 register of float32; 8 keys, an AVX2 register, on a CPU without
+AVX-512). Per query q and key j, all in registers:
 
     s[h] = <q[q, h, :], k[j, h, :]> / sqrt(Dk) + bias[h, q, j]     the latent code, all heads
     c    = rsqrt(mean_h s[h]^2 + eps) * f[q, j]                    (rms_head; c = f for none)
@@ -50,7 +51,7 @@ from hyla.utils import switches
 SOURCE = Path(__file__).with_name("hyla_cpu.cpp")
 # Tried in turn: the first set that compiles is used (OpenMP or -march=native may be missing).
 FLAG_SETS = (("-march=native", "-fopenmp"), ("-fopenmp",), ("-march=native",), ())
-BASE_FLAGS = ("-O3", "-fno-math-errno", "-std=c++17", "-shared", "-fPIC")  # (no errno: sqrt vectorizes)
+BASE_FLAGS = ("-O3", "-fno-math-errno", "-Wno-psabi", "-std=c++17", "-shared", "-fPIC")  # (no errno: sqrt vectorizes)
 NORMALIZATIONS = ("rms_head", "none")
 ACTIVATIONS = ("relu", "identity")
 DTYPES = (torch.float32, torch.float64)
