@@ -1,6 +1,7 @@
-// HYLA (the `mlp` value network) forward and backward on the CPU. hyla/ops/kernels/cpp.py
-// compiles this file, states the math and checks the inputs; tests/ops/test_cpp_attention.py compares
-// it with attention_naive.
+// HYLA (the `mlp` value network) forward and backward on the CPU, and multi-head attention (the
+// `linear` value network, `linear` set) with the same scores. hyla/ops/kernels/cpp.py compiles this
+// file, states the math and checks the inputs; tests/ops/test_cpp_attention.py and
+// tests/ops/test_attention.py compare it with attention_naive.
 //
 // One batch element per OpenMP thread at a time. For each query, the keys are taken L at a time,
 // one key per vector lane, so that every sum over the heads (the RMS norm, layer 1) and every
@@ -38,6 +39,7 @@ struct HylaArgs {
   const void *grad_y;  // backward: in
   void *grad_q, *grad_k, *grad_v, *grad_bias;  // backward: out (grad_bias [Gb, H, Tq, Tk])
   int64_t bias_stride_b, bias_stride_h, bias_stride_q, bias_stride_k;  // in elements
+  int64_t linear;  // the linear value network: y[q, h, :] = sum_j c s[h] v[j, h, :]
 };
 
 }  // extern "C"
@@ -64,11 +66,12 @@ struct Kernel {
   const HylaArgs& a;
   const int64_t B, Tq, Tk, Tp;
   const T scale, eps;
-  const bool rms, relu;
+  const bool rms, relu, linear;
 
   explicit Kernel(const HylaArgs& args)
       : a(args), B(args.batch), Tq(args.q_len), Tk(args.k_len), Tp((args.k_len + L - 1) / L * L),
-        scale(T(args.scale)), eps(T(args.eps)), rms(args.rms_head), relu(args.relu) {}
+        scale(T(args.scale)), eps(T(args.eps)), rms(args.rms_head), relu(args.relu),
+        linear(args.linear) {}
 
   const T* in(const void* p) const { return static_cast<const T*>(p); }
 
@@ -115,7 +118,7 @@ struct Kernel {
   static void st(T* p, const V& x) { std::memcpy(p, &x, sizeof(V)); }
 
   // The L pairs (query i, keys j0..j0+L-1): scores s [H] (0 where the factor is 0), the per-pair
-  // factor c = rsqrt(mean_h s^2 + eps) * factor, inv, z0 [Dv] = sum_h s v, u = act(c z0),
+  // factor c = rsqrt(mean_h s^2 + eps) * factor, inv; for HYLA z0 [Dv] = sum_h s v, u = act(c z0),
   // w = c u. Returns false when every factor is 0 (nothing to do).
   struct Block {
     V s[HC ? HC : 256], z0[DC ? DC : 64], u[DC ? DC : 64], w[DC ? DC : 64];
@@ -123,7 +126,7 @@ struct Kernel {
   };
 
   bool block(Block& r, const Scratch& m, const T* q, int64_t i, int64_t j0) const {
-    const int64_t H = HC ? HC : a.heads, E = EC ? EC : a.qk_dim, Dv = DC ? DC : a.v_dim;
+    const int64_t H = HC ? HC : a.heads, E = EC ? EC : a.qk_dim;
     const V zero = {};
     r.f = ld(&m.factor[i * Tp + j0]);
     bool any = false;
@@ -141,6 +144,13 @@ struct Kernel {
       for (int64_t l = 0; l < L; ++l) r.inv[l] = T(1) / std::sqrt(sum[l] / T(H) + eps);
     }
     r.c = r.inv * r.f;
+    if (!linear) hidden(r, m, j0);
+    return true;
+  }
+
+  void hidden(Block& r, const Scratch& m, int64_t j0) const {
+    const int64_t H = HC ? HC : a.heads, Dv = DC ? DC : a.v_dim;
+    const V zero = {};
     for (int64_t d = 0; d < Dv; ++d) {
       V z0 = zero;
       for (int64_t h = 0; h < H; ++h) z0 += r.s[h] * ld(&m.vt[(h * Dv + d) * Tp + j0]);
@@ -149,7 +159,6 @@ struct Kernel {
       r.u[d] = relu ? (z < zero ? zero : z) : z;
       r.w[d] = r.c * r.u[d];
     }
-    return true;
   }
 
   static T lane_sum(const V& x) {
@@ -173,11 +182,11 @@ struct Kernel {
           std::fill(acc.begin(), acc.end(), T(0));
           for (int64_t j0 = 0; j0 < Tp; j0 += L) {
             if (!block(r, m, q, i, j0)) continue;
-            // layer 2: y[h, d] += sum_l s[h][l] w[d][l]
+            // HYLA's layer 2: y[h, d] += sum_l s[h][l] w[d][l]; linear: y[h, d] += sum_l c[l] s[h][l] v[h, d][l]
             for (int64_t h = 0; h < H; ++h)
               for (int64_t d = 0; d < Dv; ++d) {
                 T* y = &acc[(h * Dv + d) * L];
-                st(y, ld(y) + r.s[h] * r.w[d]);
+                st(y, ld(y) + r.s[h] * (linear ? r.c * ld(&m.vt[(h * Dv + d) * Tp + j0]) : r.w[d]));
               }
           }
           T* y = static_cast<T*>(a.out) + (b * Tq + i) * H * Dv;
@@ -219,7 +228,8 @@ struct Kernel {
           std::fill(acc.begin(), acc.end(), T(0));
           for (int64_t j0 = 0; j0 < Tp; j0 += L) {
             if (!block(r, m, q, i, j0)) continue;
-            backward_block(r, m, q, gy, i, j0, gs, gz0, acc.data(), gbias);
+            linear ? linear_backward(r, m, gy, j0, gs) : hyla_backward(r, m, gy, j0, gs, gz0);
+            scores_backward(r, m, q, i, j0, gs, acc.data(), gbias);
           }
           T* gq = grad_q + (b * Tq + i) * H * E;
           for (int64_t he = 0; he < H * E; ++he) gq[he] = lane_sum(ld(&acc[he * L])) * scale;
@@ -243,11 +253,10 @@ struct Kernel {
     }
   }
 
-  // The gradients of the L pairs of `block`: into the key, value and bias gradients, and the query
-  // gradient's lanes gq_acc [H * E][L] (reduced once per query).
-  void backward_block(const Block& r, Scratch& m, const T* q, const T* gy, int64_t i, int64_t j0, V* gs, V* gz0,
-                      T* gq_acc, std::vector<T>* gbias) const {
-    const int64_t H = HC ? HC : a.heads, E = EC ? EC : a.qk_dim, Dv = DC ? DC : a.v_dim;
+  // HYLA's backward through the L pairs of `block`: into the value gradient, and the scores'
+  // gradient gs [H].
+  void hyla_backward(const Block& r, Scratch& m, const T* gy, int64_t j0, V* gs, V* gz0) const {
+    const int64_t H = HC ? HC : a.heads, Dv = DC ? DC : a.v_dim;
     const V zero = {};
     // layer 2 (y[h, d] = sum s[h] w[d]): gs[h] = sum_d gy[h, d] w[d], gw[d] = sum_h s[h] gy[h, d];
     // w = c u: gc = sum_d gw u, gu = c gw; relu; z = c z0: gc += gz z0, gz0 = c gz
@@ -275,11 +284,42 @@ struct Kernel {
       }
       gs[h] = g;
     }
-    // c = inv * factor, inv = (mean_h s^2 + eps)^(-1/2): gs[h] += -inv^3 s[h] / H * gc * factor
-    if (rms) {
-      const V coeff = -r.inv * r.inv * r.inv * gc * r.f / T(H);
-      for (int64_t h = 0; h < H; ++h) gs[h] += coeff * r.s[h];
+    normalization_backward(r, gc, gs);
+  }
+
+  // The linear value network's backward (y[h, d] = sum c s[h] v[h, d]): ga[h] = sum_d gy[h, d] v[h, d],
+  // gv[h, d] += c s[h] gy[h, d], gs[h] = c ga[h], gc = sum_h ga[h] s[h].
+  void linear_backward(const Block& r, Scratch& m, const T* gy, int64_t j0, V* gs) const {
+    const int64_t H = HC ? HC : a.heads, Dv = DC ? DC : a.v_dim;
+    const V zero = {};
+    V gc = zero;
+    for (int64_t h = 0; h < H; ++h) {
+      const V weight = r.c * r.s[h];
+      V ga = zero;
+      for (int64_t d = 0; d < Dv; ++d) {
+        const int64_t at = (h * Dv + d) * Tp + j0;
+        ga += gy[h * Dv + d] * ld(&m.vt[at]);
+        st(&m.gvt[at], ld(&m.gvt[at]) + weight * gy[h * Dv + d]);
+      }
+      gs[h] = r.c * ga;
+      gc += ga * r.s[h];
     }
+    normalization_backward(r, gc, gs);
+  }
+
+  // c = inv * factor, inv = (mean_h s^2 + eps)^(-1/2): gs[h] += -inv^3 s[h] / H * gc * factor
+  void normalization_backward(const Block& r, const V& gc, V* gs) const {
+    const int64_t H = HC ? HC : a.heads;
+    if (!rms) return;
+    const V coeff = -r.inv * r.inv * r.inv * gc * r.f / T(H);
+    for (int64_t h = 0; h < H; ++h) gs[h] += coeff * r.s[h];
+  }
+
+  // The scores' backward: into the key and bias gradients, and the query gradient's lanes gq_acc
+  // [H * E][L] (reduced once per query).
+  void scores_backward(const Block& r, Scratch& m, const T* q, int64_t i, int64_t j0, const V* gs, T* gq_acc,
+                       std::vector<T>* gbias) const {
+    const int64_t H = HC ? HC : a.heads, E = EC ? EC : a.qk_dim;
     // s[h] = scale <q[h], k[h]> + bias[h] (lanes where the factor is 0 have gs = 0)
     for (int64_t h = 0; h < H; ++h) {
       if (gbias) {
