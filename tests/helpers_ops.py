@@ -176,10 +176,8 @@ def axes_of(mixer_name: str) -> dict:
 def why_not(implementation: str, case: Case, normalization: str, value_network: str, activation: str) -> str | None:
     """Why `implementation` does not take this call (None: it does)."""
     q, v = case.q, case.v
-    if implementation in dispatch.MLP_ONLY and value_network != "mlp":
-        return "HYLA only"
-    if implementation in dispatch.LINEAR_ONLY and value_network != "linear":
-        return "multi-head attention only"
+    if dispatch.ONLY_FOR.get(implementation, value_network) != value_network:
+        return "for the other value network only"
     if implementation in ("cpp", "cpp_linear"):
         if not cpp.covers(q, v, normalization, activation, case.bias, case.mask, case.dropout_mask, value_network):
             return "inputs the C++ kernel does not take"

@@ -233,10 +233,10 @@ BACKENDS = [
     Backend("naive_eager", attention_naive_eager, _verify_naive_eager),
     Backend("naive", attention_naive, lambda call: None),
 ]
-# Implementations of HYLA only (value_network="mlp").
+# Implementations of HYLA only (value_network="mlp"), of multi-head attention only ("linear").
 MLP_ONLY = ("triton", "cpp", "streamed")
-# Implementations of multi-head attention only (value_network="linear").
 LINEAR_ONLY = ("cpp_linear",)
+ONLY_FOR = dict.fromkeys(MLP_ONLY, "mlp") | dict.fromkeys(LINEAR_ONLY, "linear")  # implementation -> value network
 IMPLEMENTATIONS = ("auto", "naive", "naive_eager", "cpp", "cpp_linear", "streamed", "triton")
 
 
@@ -268,10 +268,9 @@ def attention(
         return_latents: also return the latent codes a [B, H, Tq, Tk] (normalized, no dropout).
         dropout_mask: multiplies a after normalization (attention dropout: keep-mask / keep).
         implementation: "auto" | "naive" | "naive_eager" | "cpp" | "cpp_linear" | "streamed" | "triton"
-            (cpp, streamed, triton: mlp only; cpp_linear: linear only; cpp, cpp_linear: CPU, see
-            `cpp.covers`; triton:
-            normalization none or rms_head, CUDA or Triton's interpreter); `auto` takes the first
-            of BACKENDS that applies.
+            (ONLY_FOR: the value network of each that takes one; cpp, cpp_linear: CPU, see
+            `cpp.covers`; triton: normalization none or rms_head, CUDA or Triton's interpreter);
+            `auto` takes the first of BACKENDS that applies.
         return_scores: the same as return_latents (its name in SPEC §9).
 
     Returns: out [B, Tq, H, Dv], and a [B, H, Tq, Tk] when return_latents.
@@ -281,10 +280,8 @@ def attention(
         raise ValueError(f"unknown implementation {implementation!r}; valid: {', '.join(IMPLEMENTATIONS)}")
     if mask is not None and mask.dtype != torch.bool:
         raise TypeError(f"mask must be a bool tensor (True = attend), got {mask.dtype}")
-    if implementation in MLP_ONLY and value_network != "mlp":
-        raise ValueError(f"implementation={implementation!r} exists for value_network='mlp' only")
-    if implementation in LINEAR_ONLY and value_network != "linear":
-        raise ValueError(f"implementation={implementation!r} exists for value_network='linear' only")
+    if (only := ONLY_FOR.get(implementation, value_network)) != value_network:
+        raise ValueError(f"implementation={implementation!r} exists for value_network={only!r} only")
     call = Call(q, v, k.shape[1], normalization, value_network, activation, bias, mask, dropout_mask)
     backend = choose(call) if implementation == "auto" else _BY_NAME[implementation]
     record_ran(backend.name)
