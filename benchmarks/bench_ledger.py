@@ -58,6 +58,9 @@ class Mechanism:
 
 MECHANISMS = {
     "cpp_kernel": Mechanism("the C++ HYLA kernel", off_env={"HYLA_CPP_KERNEL": "0"}),
+    "cpp_linear": Mechanism(
+        "the C++ kernel for multi-head attention", mixer="linear", off_env={"HYLA_CPP_LINEAR": "0"}, compiled=False
+    ),
     "adamw_kernel": Mechanism("hyla's AdamW step calling torch's fused kernel", off_env={"HYLA_ADAMW_KERNEL": "0"}),
     "allocator": Mechanism("glibc malloc thresholds", off_env={"HYLA_MALLOC_TUNING": "0"}),
     # a memory mechanism, taken only above STREAM_THRESHOLD (B*T*T*Dv > 2^24): fuzzy logic (Dv = 2) at T = 320
@@ -71,6 +74,9 @@ MECHANISMS = {
     ),
     "gelu_tanh": Mechanism(
         "gelu_tanh as x*sigmoid(2z) under torch.compile", off_env={"HYLA_GELU_SIGMOID": "0"}, compiled=True
+    ),
+    "gelu_kernel": Mechanism(
+        "eager GELU (tanh) as hyla's C++ kernel", off_env={"HYLA_GELU_KERNEL": "0"}, compiled=False
     ),
     "query_pruning": Mechanism(
         "the last block computes the read-out positions only", off_env={"HYLA_QUERY_PRUNING": "0"}

@@ -8,10 +8,13 @@ takes the Triton kernels on a GPU architecture not validated for them); any othe
 error. What each mechanism buys: docs/speed.md, the speed ledger, which has a row for each.
 
     HYLA_CPP_KERNEL=0      `auto` never takes the C++ HYLA kernel (hyla.ops.kernels.cpp)
+    HYLA_CPP_LINEAR=0      `auto` never takes it for multi-head attention (`cpp_linear`)
     HYLA_TRITON=0 | 1      `auto` never takes the Triton HYLA kernels | takes them on any GPU
     HYLA_ADAMW_KERNEL=0    every AdamW step is torch.optim.AdamW's (hyla.train.optim)
     HYLA_MALLOC_TUNING=0   glibc's malloc keeps its defaults (hyla.train.allocator)
     HYLA_GELU_SIGMOID=0    GELU (tanh) stays aten's kernel under torch.compile (hyla.nn.feedforward)
+    HYLA_GELU_KERNEL=0     eager GELU (tanh) on the CPU is aten's kernel, not hyla's C++ one
+                           (hyla.ops.kernels.gelu)
     HYLA_QUERY_PRUNING=0   the last block computes every position, not only those read out
                            (hyla.nn.transformer)
     HYLA_CACHE=DIR         where compiled kernels and tokenized corpora are kept (default ~/.cache/hyla)
@@ -43,10 +46,12 @@ class Switches:
 
     cache: Path
     cpp_kernel: bool | None = None
+    cpp_linear: bool | None = None
     triton: bool | None = None
     adamw_kernel: bool | None = None
     malloc_tuning: bool | None = None
     gelu_sigmoid: bool | None = None
+    gelu_kernel: bool | None = None
     query_pruning: bool | None = None
 
     def off(self, switch: str) -> bool:

@@ -151,6 +151,7 @@ AXES = [(n, "linear", "relu") for n in NORMALIZATIONS] + [
 # The axes each implementation takes (the rest raise: tested in test_attention.py's input errors).
 TAKES = {
     "cpp": lambda n, vn, a: vn == "mlp" and n in cpp.NORMALIZATIONS and a in cpp.ACTIVATIONS,
+    "cpp_linear": lambda n, vn, a: vn == "linear" and n in cpp.NORMALIZATIONS,
     "triton": lambda n, vn, a: vn == "mlp" and n in TRITON_NORMALIZATIONS,
     "streamed": lambda n, vn, a: vn == "mlp",
 }
@@ -175,10 +176,10 @@ def axes_of(mixer_name: str) -> dict:
 def why_not(implementation: str, case: Case, normalization: str, value_network: str, activation: str) -> str | None:
     """Why `implementation` does not take this call (None: it does)."""
     q, v = case.q, case.v
-    if implementation in dispatch.MLP_ONLY and value_network != "mlp":
-        return "HYLA only"
-    if implementation == "cpp":
-        if not cpp.covers(q, v, normalization, activation, case.bias, case.mask, case.dropout_mask):
+    if dispatch.ONLY_FOR.get(implementation, value_network) != value_network:
+        return "for the other value network only"
+    if implementation in ("cpp", "cpp_linear"):
+        if not cpp.covers(q, v, normalization, activation, case.bias, case.mask, case.dropout_mask, value_network):
             return "inputs the C++ kernel does not take"
         return None if cpp.available() else "the C++ kernel did not build on this machine"
     if implementation == "triton":

@@ -8,32 +8,41 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from hyla.ops.kernels import gelu
 from hyla.ops.torch_internals import switched_off
 
 FEEDFORWARDS = ("gelu_mlp", "swiglu")
 
 
-def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+def gelu_tanh(x: torch.Tensor, kernel: bool = True) -> torch.Tensor:
     """GELU, tanh approximation: 0.5 x (1 + tanh(z)), z = sqrt(2/pi) (x + 0.044715 x^3).
 
     Under torch.compile it is written as the identical x * sigmoid(2z): inductor's CPU code for
     tanh is several times slower than for sigmoid (docs/speed.md; HYLA_GELU_SIGMOID=0 keeps
-    aten's kernel). Eagerly it is aten's fused kernel.
+    aten's kernel). Eagerly, on a float32 CPU tensor, it is hyla's C++ GELU kernel
+    (hyla.ops.kernels.gelu; HYLA_GELU_KERNEL=0 or kernel=False: aten's); else aten's kernel.
     """
-    if torch.compiler.is_compiling() and not switched_off("gelu_sigmoid"):
+    if torch.compiler.is_compiling():
+        if switched_off("gelu_sigmoid"):
+            return F.gelu(x, approximate="tanh")
         return x * torch.sigmoid(math.sqrt(8 / math.pi) * (x + 0.044715 * x * x * x))
+    if kernel and gelu.takes(x):
+        return gelu.gelu_tanh_cpp(x)
     return F.gelu(x, approximate="tanh")
 
 
 class GeluMLP(nn.Module):
-    """Linear(D -> mlp_dim) -> GELU (tanh approximation) -> Linear(mlp_dim -> D)."""
+    """Linear(D -> mlp_dim) -> GELU (tanh approximation) -> Linear(mlp_dim -> D).
+    `gelu_kernel = False`: GELU is never the C++ kernel (an autograd Function that
+    `torch.func.vmap` cannot batch; packed training sets it)."""
 
     def __init__(self, dim: int, mlp_dim: int):
         super().__init__()
         self.up, self.down = nn.Linear(dim, mlp_dim), nn.Linear(mlp_dim, dim)
+        self.gelu_kernel = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(gelu_tanh(self.up(x)))
+        return self.down(gelu_tanh(self.up(x), self.gelu_kernel))
 
 
 class SwiGLU(nn.Module):

@@ -20,13 +20,14 @@ to a call (None: it does); the first that applies runs, `naive` always does. Why
 
     triton       memory linear in T on CUDA, and faster than `streamed` (docs/speed.md)
     cpp          one C++ kernel on the CPU, each query-key pair in registers
+    cpp_linear   the same kernel for multi-head attention (the linear value network), eager only
     streamed     memory: HYLA's [B, Tq, Tk, Dv] hidden tensor exists one key block at a time
     naive_eager  correctness: inductor has compiled wrong gradients of HYLA on CUDA (docs/gpu.md),
                  so HYLA stays out of compiled graphs off the CPU
     naive        the reference
 
 Switches (hyla.utils, read once per process): `=0` keeps `auto` from taking a fast path
-(HYLA_CPP_KERNEL, HYLA_TRITON); HYLA_TRITON=1 also lets it take the Triton kernels on a GPU
+(HYLA_CPP_KERNEL, HYLA_CPP_LINEAR, HYLA_TRITON); HYLA_TRITON=1 also lets it take the Triton kernels on a GPU
 architecture not in TRITON_VALIDATED. An explicit `implementation=` runs what it names either way.
 A fast path that `auto` passes over logs its reason once (logger `hyla.ops`, level INFO); one that
 fails at run time warns once and records it. `implementations_ran()` lists what ran; training
@@ -42,6 +43,7 @@ training run and an eager analysis of its checkpoint agree to float rounding, no
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import logging
 from collections.abc import Callable
@@ -183,6 +185,18 @@ def _verify_cpp(call: Call) -> str | None:
     return None if cpp.available() else "the kernel is not available (see its warning)"
 
 
+def _verify_cpp_linear(call: Call) -> str | None:
+    if call.value_network != "linear":
+        return "multi-head attention (value_network='linear') only"
+    if torch.compiler.is_compiling():
+        return "eager only (under torch.compile inductor compiles the reference; not measured against it)"
+    if not cpp.covers(
+        call.q, call.v, call.normalization, call.activation, call.bias, call.mask, call.dropout_mask, "linear"
+    ):
+        return "inputs the kernel does not take (device, dtype, normalization, masks per head)"
+    return None if cpp.available() else "the kernel is not available (see its warning)"
+
+
 def _verify_streamed(call: Call) -> str | None:
     return _hyla_only(call) or _above_stream_threshold(call)
 
@@ -209,13 +223,21 @@ def _codes_beside(kernel: Callable) -> Callable:
 BACKENDS = [
     Backend("triton", _codes_beside(hyla_triton), _verify_triton, switch="triton"),
     Backend("cpp", _codes_beside(cpp.hyla_cpp), _verify_cpp, switch="cpp_kernel"),
+    Backend(
+        "cpp_linear",
+        _codes_beside(functools.partial(cpp.hyla_cpp, value_network="linear")),
+        _verify_cpp_linear,
+        switch="cpp_linear",
+    ),
     Backend("streamed", _codes_beside(hyla_streamed), _verify_streamed),
     Backend("naive_eager", attention_naive_eager, _verify_naive_eager),
     Backend("naive", attention_naive, lambda call: None),
 ]
-# Implementations of HYLA only (value_network="mlp").
+# Implementations of HYLA only (value_network="mlp"), of multi-head attention only ("linear").
 MLP_ONLY = ("triton", "cpp", "streamed")
-IMPLEMENTATIONS = ("auto", "naive", "naive_eager", "cpp", "streamed", "triton")
+LINEAR_ONLY = ("cpp_linear",)
+ONLY_FOR = dict.fromkeys(MLP_ONLY, "mlp") | dict.fromkeys(LINEAR_ONLY, "linear")  # implementation -> value network
+IMPLEMENTATIONS = ("auto", "naive", "naive_eager", "cpp", "cpp_linear", "streamed", "triton")
 
 
 def attention(
@@ -245,10 +267,10 @@ def attention(
         mask: bool, broadcastable to [B, H, Tq, Tk], True = attend. Fully masked rows give 0.
         return_latents: also return the latent codes a [B, H, Tq, Tk] (normalized, no dropout).
         dropout_mask: multiplies a after normalization (attention dropout: keep-mask / keep).
-        implementation: "auto" | "naive" | "naive_eager" | "cpp" | "streamed" | "triton"
-            (cpp, streamed, triton: mlp only; cpp: CPU, see `cpp.covers`; triton:
-            normalization none or rms_head, CUDA or Triton's interpreter); `auto` takes the first
-            of BACKENDS that applies.
+        implementation: "auto" | "naive" | "naive_eager" | "cpp" | "cpp_linear" | "streamed" | "triton"
+            (ONLY_FOR: the value network of each that takes one; cpp, cpp_linear: CPU, see
+            `cpp.covers`; triton: normalization none or rms_head, CUDA or Triton's interpreter);
+            `auto` takes the first of BACKENDS that applies.
         return_scores: the same as return_latents (its name in SPEC §9).
 
     Returns: out [B, Tq, H, Dv], and a [B, H, Tq, Tk] when return_latents.
@@ -258,8 +280,8 @@ def attention(
         raise ValueError(f"unknown implementation {implementation!r}; valid: {', '.join(IMPLEMENTATIONS)}")
     if mask is not None and mask.dtype != torch.bool:
         raise TypeError(f"mask must be a bool tensor (True = attend), got {mask.dtype}")
-    if implementation in MLP_ONLY and value_network != "mlp":
-        raise ValueError(f"implementation={implementation!r} exists for value_network='mlp' only")
+    if (only := ONLY_FOR.get(implementation, value_network)) != value_network:
+        raise ValueError(f"implementation={implementation!r} exists for value_network={only!r} only")
     call = Call(q, v, k.shape[1], normalization, value_network, activation, bias, mask, dropout_mask)
     backend = choose(call) if implementation == "auto" else _BY_NAME[implementation]
     record_ran(backend.name)

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from hyla.ops import resolve_mixer
 from hyla.ops.kernels import cpp
 from hyla.train.allocator import keep_freed_memory
 from hyla.train.configs import ExperimentConfig
@@ -53,10 +54,35 @@ def numerics(cfg: ExperimentConfig, ctx: DistContext, update_kind: dict[str, Any
     }
     if update_kind.get("compile"):
         settings["gelu_sigmoid"] = not switches().off("gelu_sigmoid")  # GELU's form under torch.compile
+    elif not settings.get("packed") and ctx.device.type == "cpu" and gelu_mlp_in_float32(cfg):
+        # eager GELU (tanh): hyla's C++ kernel, or aten's (HYLA_GELU_KERNEL=0, or without a compiler).
+        # Not in RECORDED_LATER: a checkpoint without it trained with aten's, and resuming warns.
+        settings["gelu_kernel"] = not switches().off("gelu_kernel") and cpp.available()
     if not settings.get("packed") and ctx.device.type == "cpu" and generates_value_network(cfg):
         # HYLA's C++ kernel, or PyTorch forms (without a compiler, or with HYLA_CPP_KERNEL=0)
         settings["cpp_kernel"] = not switches().off("cpp_kernel") and cpp.available()
+    elif (
+        not settings.get("packed")
+        and ctx.device.type == "cpu"
+        and not update_kind.get("compile")
+        and linear_in_cpp(cfg)
+    ):
+        # multi-head attention: the C++ kernel (normalization none or rms_head), or the reference.
+        # Not in RECORDED_LATER: a checkpoint without it trained with the reference, and resuming warns.
+        settings["cpp_linear"] = not switches().off("cpp_linear") and cpp.available()
     return settings
+
+
+def gelu_mlp_in_float32(cfg: ExperimentConfig) -> bool:
+    """Whether the model's GELU (tanh) runs on float32 tensors (the C++ GELU kernel's case)."""
+    return cfg.model.feedforward == "gelu_mlp" and cfg.train.precision != "bf16"
+
+
+def linear_in_cpp(cfg: ExperimentConfig) -> bool:
+    """Whether the model's mixer is multi-head attention of a normalization the C++ kernel takes."""
+    m = cfg.model
+    mixer = resolve_mixer(m.mixer, normalization=m.normalization, value_network=m.value_network)
+    return mixer.value_network == "linear" and mixer.normalization in cpp.NORMALIZATIONS
 
 
 RECORDED_LATER = ("query_pruning", "gelu_sigmoid")  # since 0.2.1: older checkpoints lack them

@@ -63,7 +63,7 @@ import torch
 from torch.func import functional_call, vmap
 
 from hyla.nn.attention import MultiHeadAttention
-from hyla.nn.feedforward import MixtureOfExperts
+from hyla.nn.feedforward import GeluMLP, MixtureOfExperts
 from hyla.nn.transformer import Transformer
 from hyla.train import distributed, graphed
 from hyla.train.configs import ConfigError, ExperimentConfig, build_task, resolve_model, validate
@@ -167,7 +167,8 @@ def vmappable_copy(model: Transformer) -> Transformer:
 
     The fast attention paths are autograd Functions without batching rules, so the copy computes
     with the plain path they are tested against: the reference ("naive") attention instead of the
-    C++ HYLA kernel; and mixtures of experts in their dense form (static shapes).
+    C++ HYLA kernel, torch's GELU instead of the C++ GELU kernel; and mixtures of experts in their
+    dense form (static shapes).
     """
     skeleton = copy.deepcopy(model)
     for module in skeleton.modules():
@@ -175,6 +176,8 @@ def vmappable_copy(model: Transformer) -> Transformer:
             module.implementation = "naive"
         elif isinstance(module, MixtureOfExperts):
             module.routed = False
+        elif isinstance(module, GeluMLP):
+            module.gelu_kernel = False
     return skeleton
 
 

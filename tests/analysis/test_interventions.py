@@ -41,13 +41,15 @@ def inputs(batch: int = 6, seed: int = 1, dtype=torch.float32) -> torch.Tensor:
 # ----------------------------------------------------------------------------- (a) own codes: nothing changes
 @pytest.mark.parametrize("mixer", MIXERS)
 @torch.no_grad()
-def test_own_codes_change_nothing_bit_for_bit(mixer):
+def test_own_codes_change_nothing_bit_for_bit(mixer, set_switch):
     """ "Nothing" = the same model under the same patch with codes=None (no code replaced; the patched
     layers compute their output from their own codes with the reference formula). Compared bit for
     bit: outputs and returned latents. Against the unpatched model: equal to float rounding (bit for
-    bit where the unpatched layer runs the naive implementation, as the linear value network on CPU).
+    bit where the unpatched layer runs the naive implementation, as the linear value network on CPU
+    does with HYLA_CPP_LINEAR=0).
     Outputs at every position (return_latents=True) throughout: a plain `model(x)` computes its last
     layer for the last query only, and products of that shape may round differently (AVX2 CPUs)."""
+    set_switch("HYLA_CPP_LINEAR", "0")
     model, x = tiny_model(mixer), inputs()
     plain, codes = model(x, return_latents=True)
     where = patching.pair_mask(torch.full((len(x),), SEQ_LEN - 1), SEQ_LEN)

@@ -164,14 +164,18 @@ def test_auto_streams_hyla_above_the_threshold(monkeypatch, set_switch):
         (dict(name="hyla", no_cpp=True, threshold=0), "streamed"),
         (dict(name="hyla", per_head=True), "naive"),  # cpp folds a mask shared by the heads
         (dict(name="softmax_hyla"), "naive"),  # softmax: not in the kernel
-        (dict(name="linear_rms_head"), "naive"),
+        (dict(name="linear_rms_head"), "cpp_linear"),  # CPU multi-head attention with the kernel built
+        (dict(name="linear_rms_head", no_cpp_linear=True), "naive"),
+        (dict(name="softmax"), "naive"),  # softmax: not in the kernel
     ],
 )
 def test_return_scores_never_changes_the_implementation(case, expected, monkeypatch, set_switch):
     """Analysis (return_scores=True) runs what training runs, so it sees the same numbers."""
     if case.get("no_cpp"):
         set_switch("HYLA_CPP_KERNEL", "0")
-    elif expected == "cpp" and not cpp.available():
+    elif case.get("no_cpp_linear"):
+        set_switch("HYLA_CPP_LINEAR", "0")
+    elif expected in ("cpp", "cpp_linear") and not cpp.available():
         pytest.skip("the C++ kernel did not build on this machine")
     if "threshold" in case:
         monkeypatch.setattr(dispatch, "STREAM_THRESHOLD", case["threshold"])
@@ -388,9 +392,23 @@ def test_streamed_needs_the_mlp_value_network():
         attention(*qkv(), normalization="softmax", value_network="linear", implementation="streamed")
 
 
+def test_cpp_linear_needs_the_linear_value_network():
+    with pytest.raises(ValueError, match="value_network='linear'"):
+        attention(*qkv(), normalization="none", value_network="mlp", implementation="cpp_linear")
+
+
+def test_cpp_linear_is_eager_only(monkeypatch):
+    """Under torch.compile `auto` leaves multi-head attention to the reference, which inductor compiles."""
+    case = make_case(2, 5, 6, dtype=torch.float32)
+    call = dispatch.Call(case.q, case.v, 6, "none", "linear", "relu", None, None, None)
+    assert dispatch.choose(call).name == ("cpp_linear" if cpp.available() else "naive")
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    assert dispatch._verify_cpp_linear(call).startswith("eager only")
+
+
 @pytest.mark.parametrize("implementation", ["flash", "fused", "pointwise"])  # the last two: removed
 def test_unknown_implementation_lists_valid_choices(implementation):
-    valid = "auto, naive, naive_eager, cpp, streamed, triton"
+    valid = "auto, naive, naive_eager, cpp, cpp_linear, streamed, triton"
     with pytest.raises(ValueError, match=f"^unknown implementation '{implementation}'; valid: {valid}$"):
         attention(*qkv(), normalization="softmax", value_network="mlp", implementation=implementation)
 

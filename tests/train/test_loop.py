@@ -58,6 +58,7 @@ def test_run_folder_contents(tmp_path):
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"),
         "query_pruning": True,
+        "gelu_kernel": cpp.available(),  # (eager, a GELU MLP in float32 on a CPU)
         "cpp_kernel": cpp.available(),  # (a HYLA model on a CPU)
         "attention": ["cpp" if cpp.available() else "naive"],
     }  # what ran

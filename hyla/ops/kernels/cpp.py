@@ -1,9 +1,11 @@
-"""HYLA on the CPU as one C++ kernel (`hyla_cpu.cpp`), forward and backward.
+"""HYLA on the CPU as one C++ kernel (`hyla_cpu.cpp`), forward and backward; multi-head attention
+(the linear value network) too.
 
 The paper's models have per-head dimensions of 2 and 4, so every PyTorch form of HYLA spends its
 time on tiny matrix products or on passes over the [B, H, Tq, Tk] scores, not on arithmetic. The
 kernel instead takes one batch element per thread and, for each query, 16 keys at a time, one
-per vector lane (an AVX-512 register of float32). Per query q and key j, all in registers:
+per vector lane (an AVX-512 register of float32; 8 keys, an AVX2 register, on a CPU without
+AVX-512). Per query q and key j, all in registers:
 
     s[h] = <q[q, h, :], k[j, h, :]> / sqrt(Dk) + bias[h, q, j]     the latent code, all heads
     c    = rsqrt(mean_h s[h]^2 + eps) * f[q, j]                    (rms_head; c = f for none)
@@ -11,13 +13,18 @@ per vector lane (an AVX-512 register of float32). Per query q and key j, all in 
     y[q, h, d] += s[h] * c * u[d]                                  layer 2: a sum over the keys
 
 f is the attention-dropout scale and 0 where the mask is False (a masked or dropped pair
-contributes nothing, as in the reference). The backward recomputes each pair from q, k and v
+contributes nothing, as in the reference). With the linear value network (`value_network="linear"`,
+`auto` takes it as `cpp_linear`, HYLA_CPP_LINEAR=0 turns that off) the same scores and c give
+
+    y[q, h, d] += c * s[h] * v[j, h, d]                            a sum over the keys
+ The backward recomputes each pair from q, k and v
 instead of storing anything of size [B, H, Tq, Tk]. Same values as `attention_naive` up to float
 rounding; tests/ops/test_attention.py compares outputs and gradients in float64 and float32.
 What it gains in training steps/s is in the speed ledger, docs/speed.md.
 
 The kernel is compiled on first use with the system C++ compiler (`$CXX`, else `c++`) for this
-CPU (`-march=native`, OpenMP) and cached under `$HYLA_CACHE/kernels` by a key of the source, the
+CPU (`-march=native`, OpenMP), in one library with the GELU kernel (`gelu_cpu.cpp`,
+hyla/ops/kernels/gelu.py), and cached under `$HYLA_CACHE/kernels` by a key of the sources, the
 compiler and the CPU, so a machine compiles it once. Without a working compiler, when the build
 fails or the cached library does not load (it is rebuilt once), it is unavailable: hyla warns
 once with the reason and `attention(implementation="auto")` takes the PyTorch paths, as it does
@@ -47,12 +54,13 @@ from hyla.ops.registration import register_operator
 from hyla.ops.torch_internals import constant_under_compile
 from hyla.utils import switches
 
-SOURCE = Path(__file__).with_name("hyla_cpu.cpp")
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("hyla_cpu.cpp", "gelu_cpu.cpp"))
 # Tried in turn: the first set that compiles is used (OpenMP or -march=native may be missing).
 FLAG_SETS = (("-march=native", "-fopenmp"), ("-fopenmp",), ("-march=native",), ())
-BASE_FLAGS = ("-O3", "-fno-math-errno", "-std=c++17", "-shared", "-fPIC")  # (no errno: sqrt vectorizes)
+BASE_FLAGS = ("-O3", "-fno-math-errno", "-Wno-psabi", "-std=c++17", "-shared", "-fPIC")  # (no errno: sqrt vectorizes)
 NORMALIZATIONS = ("rms_head", "none")
 ACTIVATIONS = ("relu", "identity")
+VALUE_NETWORKS = ("mlp", "linear")
 DTYPES = (torch.float32, torch.float64)
 MAX_HEADS, MAX_V_DIM = 256, 64  # the kernel's stack arrays (hyla_cpu.cpp)
 
@@ -68,6 +76,7 @@ class _Args(ctypes.Structure):
         + [(name, ctypes.c_int64) for name in ("rms_head", "relu", "threads")]
         + [(name, ctypes.c_void_p) for name in ("out", "grad_y", "grad_q", "grad_k", "grad_v", "grad_bias")]
         + [(f"bias_stride_{axis}", ctypes.c_int64) for axis in "bhqk"]
+        + [("linear", ctypes.c_int64)]
     )
 
 
@@ -87,12 +96,12 @@ def _cpu_identity() -> str:
 
 
 def _build(compiler: str, target: Path) -> str | None:
-    """Compile SOURCE into `target`; None on success, else the compiler's last error line."""
+    """Compile SOURCES into `target`; None on success, else the compiler's last error line."""
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
     error = "no flag set compiled"
     for flags in FLAG_SETS:
-        command = [compiler, *BASE_FLAGS, *flags, str(SOURCE), "-o", str(partial)]
+        command = [compiler, *BASE_FLAGS, *flags, *map(str, SOURCES), "-o", str(partial)]
         result = subprocess.run(command, capture_output=True, text=True, check=False)
         if result.returncode == 0:
             os.replace(partial, target)  # atomic: concurrent builders each write their own partial
@@ -111,7 +120,7 @@ def _unavailable(reason: str) -> None:
 
 
 def _cache_key(compiler: str) -> str | None:
-    """What the built library depends on: source, compiler, its version, the CPU, the flags."""
+    """What the built library depends on: sources, compiler, its version, the CPU, the flags."""
     try:
         version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=False).stdout
     except OSError as error:  # CXX names nothing runnable
@@ -119,17 +128,29 @@ def _cache_key(compiler: str) -> str | None:
         return None
     return hashlib.sha256(
         b"\0".join(
-            x.encode() for x in (SOURCE.read_text(), compiler, version, _cpu_identity(), repr((BASE_FLAGS, FLAG_SETS)))
+            x.encode()
+            for x in (
+                *(source.read_text() for source in SOURCES),
+                compiler,
+                version,
+                _cpu_identity(),
+                repr((BASE_FLAGS, FLAG_SETS)),
+            )
         )
     ).hexdigest()[:16]
 
 
 def _load(target: Path) -> ctypes.CDLL:
-    """The built library with its four entry points typed; OSError or AttributeError if damaged."""
+    """The built library with its entry points typed; OSError or AttributeError if damaged."""
     library = ctypes.CDLL(str(target))
     for name in ("hyla_forward_f32", "hyla_forward_f64", "hyla_backward_f32", "hyla_backward_f64"):
         getattr(library, name).argtypes = [ctypes.POINTER(_Args)]
         getattr(library, name).restype = ctypes.c_int
+    pointer, count = ctypes.c_void_p, ctypes.c_int64
+    library.gelu_tanh_forward_f32.argtypes = [pointer, pointer, count, count]  # x, y, n, threads
+    library.gelu_tanh_backward_f32.argtypes = [pointer, pointer, pointer, count, count]  # x, grad_y, grad_x, ...
+    for name in ("gelu_tanh_forward_f32", "gelu_tanh_backward_f32"):
+        getattr(library, name).restype = None
     return library
 
 
@@ -182,6 +203,11 @@ def _library() -> ctypes.CDLL | None:
         return library
 
 
+def library() -> ctypes.CDLL | None:
+    """The built library (compiling it on the first call), None where it is unavailable."""
+    return _library()
+
+
 @constant_under_compile  # torch.compile calls it once while tracing (it may run the compiler)
 def available() -> bool:
     """Whether the kernel can run here (compiling it on the first call)."""
@@ -196,15 +222,18 @@ def covers(
     bias: torch.Tensor | None,
     mask: torch.Tensor | None,
     dropout_mask: torch.Tensor | None,
+    value_network: str = "mlp",
 ) -> bool:
-    """Whether `hyla_cpp` takes these inputs (without compiling anything)."""
+    """Whether `hyla_cpp` takes these inputs (without compiling anything); the activation matters
+    for the mlp value network only."""
     batch = q.shape[0]
     return (
         q.device.type == "cpu"
         and q.dtype in DTYPES
         and v.dtype == q.dtype
         and normalization in NORMALIZATIONS
-        and activation in ACTIVATIONS
+        and value_network in VALUE_NETWORKS
+        and (activation in ACTIVATIONS or value_network == "linear")
         and q.shape[2] <= MAX_HEADS
         and v.shape[-1] <= MAX_V_DIM
         and (bias is None or bias.dtype == q.dtype and _batch_axis_fits(bias, batch))
@@ -234,18 +263,20 @@ def hyla_cpp(
     bias: torch.Tensor | None = None,
     mask: torch.Tensor | None = None,
     dropout_mask: torch.Tensor | None = None,
+    value_network: str = "mlp",
 ) -> torch.Tensor:
-    """HYLA output [B, Tq, H, Dv] (the `mlp` value network), equal to the naive form up to rounding.
+    """HYLA output [B, Tq, H, Dv] (the `mlp` value network), or multi-head attention's (`linear`),
+    equal to the naive form up to rounding.
 
     q [B, Tq, H, Dk], k [B, Tk, H, Dk], v [B, Tk, H, Dv]: float32 or float64 CPU tensors;
-    normalization rms_head | none; activation relu | identity; bias broadcastable to
+    normalization rms_head | none; activation relu | identity (mlp only); bias broadcastable to
     [B, H, Tq, Tk]; mask and dropout_mask broadcastable to [B, 1, Tq, Tk] (shared by the heads).
     """
-    if k.dtype != q.dtype or not covers(q, v, normalization, activation, bias, mask, dropout_mask):
+    if k.dtype != q.dtype or not covers(q, v, normalization, activation, bias, mask, dropout_mask, value_network):
         raise ValueError(
-            "hyla_cpp takes float32/float64 CPU inputs of one dtype, normalization rms_head or none, activation "
-            f"relu or identity, at most {MAX_HEADS} heads and value dimension {MAX_V_DIM}, and a "
-            "mask and dropout mask shared by the heads"
+            "hyla_cpp takes float32/float64 CPU inputs of one dtype, normalization rms_head or none, value network "
+            f"mlp (activation relu or identity) or linear, at most {MAX_HEADS} heads and value dimension "
+            f"{MAX_V_DIM}, and a mask and dropout mask shared by the heads"
         )
     if not available():
         raise RuntimeError("the C++ HYLA kernel is not available here (see the warning)")
@@ -268,11 +299,12 @@ def hyla_cpp(
         None if factor is None else factor.contiguous(),
         1.0 / math.sqrt(qk_dim),
         normalization == "rms_head",
-        activation == "relu",
+        activation == "relu" and value_network == "mlp",
+        value_network == "linear",
     )
 
 
-def _arguments(q, k, v, bias, factor, scale, rms_head, relu) -> _Args:
+def _arguments(q, k, v, bias, factor, scale, rms_head, relu, linear) -> _Args:
     batch, q_len, heads, qk_dim = q.shape
 
     def pointer(t):
@@ -301,6 +333,7 @@ def _arguments(q, k, v, bias, factor, scale, rms_head, relu) -> _Args:
         int(relu),
         torch.get_num_threads(),
     )
+    args.linear = int(linear)
     if bias is not None:
         args.bias_stride_b, args.bias_stride_h, args.bias_stride_q, args.bias_stride_k = bias.stride()
     return args
@@ -321,10 +354,11 @@ def _forward(
     scale: float,
     rms_head: bool,
     relu: bool,
+    linear: bool,
 ) -> torch.Tensor:
     """q [B, Tq, H, Dk], k [B, Tk, H, Dk], v [B, Tk, H, Dv] (contiguous) -> y [B, Tq, H, Dv]."""
-    out = _forward_shape(q, k, v, bias, factor, scale, rms_head, relu)
-    args = _arguments(q, k, v, bias, factor, scale, rms_head, relu)
+    out = _forward_shape(q, k, v, bias, factor, scale, rms_head, relu, linear)
+    args = _arguments(q, k, v, bias, factor, scale, rms_head, relu, linear)
     args.out = out.data_ptr()
     _run("forward", args, q.dtype)
     return out
@@ -340,23 +374,24 @@ def _backward(
     scale: float,
     rms_head: bool,
     relu: bool,
+    linear: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients of q, k, v and bias (an empty tensor without a bias)."""
     grad_y = grad_y.contiguous()
-    grad_q, grad_k, grad_v, grad_bias = _backward_shape(grad_y, q, k, v, bias, factor, scale, rms_head, relu)
-    args = _arguments(q, k, v, bias, factor, scale, rms_head, relu)
+    grad_q, grad_k, grad_v, grad_bias = _backward_shape(grad_y, q, k, v, bias, factor, scale, rms_head, relu, linear)
+    args = _arguments(q, k, v, bias, factor, scale, rms_head, relu, linear)
     args.grad_y, args.grad_q, args.grad_k, args.grad_v = (t.data_ptr() for t in (grad_y, grad_q, grad_k, grad_v))
     args.grad_bias = None if bias is None else grad_bias.data_ptr()
     _run("backward", args, q.dtype)
     return grad_q, grad_k, grad_v, grad_bias
 
 
-def _forward_shape(q, k, v, bias, factor, scale, rms_head, relu):
+def _forward_shape(q, k, v, bias, factor, scale, rms_head, relu, linear):
     """The output, allocated (the real call fills it; torch.compile traces with it)."""
     return q.new_empty(q.shape[0], q.shape[1], q.shape[2], v.shape[-1])
 
 
-def _backward_shape(grad_y, q, k, v, bias, factor, scale, rms_head, relu):
+def _backward_shape(grad_y, q, k, v, bias, factor, scale, rms_head, relu, linear):
     return (
         torch.empty_like(q),
         torch.empty_like(k),
@@ -367,7 +402,9 @@ def _backward_shape(grad_y, q, k, v, bias, factor, scale, rms_head, relu):
 
 # Both as opaque operators for torch.compile, which cannot trace a ctypes call (see
 # hyla.ops.registration). Registered when the library first loads, once per process.
-_SIGNATURE = "Tensor q, Tensor k, Tensor v, Tensor? bias, Tensor? factor, float scale, bool rms_head, bool relu"
+_SIGNATURE = (
+    "Tensor q, Tensor k, Tensor v, Tensor? bias, Tensor? factor, float scale, bool rms_head, bool relu, bool linear"
+)
 
 
 def _register_compiled_operators() -> None:
@@ -386,13 +423,13 @@ def _operator(name: str):
 
 class _CppHyla(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, bias, factor, scale, rms_head, relu):
+    def forward(ctx, q, k, v, bias, factor, scale, rms_head, relu, linear):
         ctx.save_for_backward(q, k, v, bias, factor)
-        ctx.config = (scale, rms_head, relu)
-        return _operator("forward")(q, k, v, bias, factor, scale, rms_head, relu)
+        ctx.config = (scale, rms_head, relu, linear)
+        return _operator("forward")(q, k, v, bias, factor, scale, rms_head, relu, linear)
 
     @staticmethod
     def backward(ctx, grad_y):
         q, k, v, bias, factor = ctx.saved_tensors
         grad_q, grad_k, grad_v, grad_bias = _operator("backward")(grad_y, q, k, v, bias, factor, *ctx.config)
-        return grad_q, grad_k, grad_v, None if bias is None else grad_bias, None, None, None, None
+        return grad_q, grad_k, grad_v, None if bias is None else grad_bias, None, None, None, None, None

@@ -1,12 +1,16 @@
-// HYLA (the `mlp` value network) forward and backward on the CPU. hyla/ops/kernels/cpp.py
-// compiles this file, states the math and checks the inputs; tests/ops/test_cpp_attention.py compares
-// it with attention_naive.
+// HYLA (the `mlp` value network) forward and backward on the CPU, and multi-head attention (the
+// `linear` value network, `linear` set) with the same scores. hyla/ops/kernels/cpp.py compiles this
+// file, states the math and checks the inputs; tests/ops/test_cpp_attention.py and
+// tests/ops/test_attention.py compare it with attention_naive.
 //
 // One batch element per OpenMP thread at a time. For each query, the keys are taken L at a time,
 // one key per vector lane, so that every sum over the heads (the RMS norm, layer 1) and every
 // product with a query value is a plain vector operation; the sums over the keys (layer 2, the
 // query gradient) accumulate in lanes and are reduced once per query. Nothing of size
-// [B, H, Tq, Tk] is written to memory: the backward recomputes each pair's scores.
+// [B, H, Tq, Tk] is written to memory: the backward recomputes each pair's scores. The lanes are
+// a GCC/Clang vector type (`V`), so that every sum stays in a register: written as loops over the
+// lanes, GCC kept some sums in memory (a store and a load at every term) and left some loops
+// scalar.
 //
 // Layouts (contiguous): q [B, Tq, H, E], k [B, Tk, H, E], v [B, Tk, H, Dv], y [B, Tq, H, Dv];
 // factor [Gf, Tq, Tk] (attention-dropout scale, 0 where masked); bias [Gb, H, Tq, Tk] read
@@ -17,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 #ifdef _OPENMP
 #include <omp.h>
@@ -34,13 +39,18 @@ struct HylaArgs {
   const void *grad_y;  // backward: in
   void *grad_q, *grad_k, *grad_v, *grad_bias;  // backward: out (grad_bias [Gb, H, Tq, Tk])
   int64_t bias_stride_b, bias_stride_h, bias_stride_q, bias_stride_k;  // in elements
+  int64_t linear;  // the linear value network: y[q, h, :] = sum_j c s[h] v[j, h, :]
 };
 
 }  // extern "C"
 
 namespace {
 
+#ifdef __AVX512F__
 constexpr int64_t L = 16;  // keys per step: one AVX-512 register of float32
+#else
+constexpr int64_t L = 8;  // keys per step: one AVX2 register of float32
+#endif
 
 int thread_id() {
 #ifdef _OPENMP
@@ -56,18 +66,19 @@ struct Kernel {
   const HylaArgs& a;
   const int64_t B, Tq, Tk, Tp;
   const T scale, eps;
-  const bool rms, relu;
+  const bool rms, relu, linear;
 
   explicit Kernel(const HylaArgs& args)
       : a(args), B(args.batch), Tq(args.q_len), Tk(args.k_len), Tp((args.k_len + L - 1) / L * L),
-        scale(T(args.scale)), eps(T(args.eps)), rms(args.rms_head), relu(args.relu) {}
+        scale(T(args.scale)), eps(T(args.eps)), rms(args.rms_head), relu(args.relu),
+        linear(args.linear) {}
 
   const T* in(const void* p) const { return static_cast<const T*>(p); }
 
   // Per batch element: keys and values transposed to [H, E or Dv, Tp] (zero padded), the pair
   // factor to [Tq, Tp] (0 in the padding), the bias to [Tq, H, Tp].
   struct Scratch {
-    std::vector<T> kt, vt, factor, bias, gkt, gvt, acc, gbias;
+    std::vector<T> kt, vt, factor, bias, gkt, gvt, gbias;
   };
 
   void load(Scratch& m, int64_t b, bool with_bias_rows) const {
@@ -97,65 +108,63 @@ struct Kernel {
     }
   }
 
-  // The L pairs (query i, keys j0..j0+L-1): scores s [H][L] (0 where the factor is 0), the
-  // per-pair factor c = rsqrt(mean_h s^2 + eps) * factor, inv, z0 [Dv][L] = sum_h s v,
-  // u = act(c z0), w = c u. Returns false when every factor is 0 (nothing to do).
+  // L lanes of T, one key per lane; ld and st move them from and to memory at any alignment.
+  typedef T V __attribute__((vector_size(L * sizeof(T))));
+  static V ld(const T* p) {
+    V x;
+    std::memcpy(&x, p, sizeof(V));
+    return x;
+  }
+  static void st(T* p, const V& x) { std::memcpy(p, &x, sizeof(V)); }
+
+  // The L pairs (query i, keys j0..j0+L-1): scores s [H] (0 where the factor is 0), the per-pair
+  // factor c = rsqrt(mean_h s^2 + eps) * factor, inv; for HYLA z0 [Dv] = sum_h s v, u = act(c z0),
+  // w = c u. Returns false when every factor is 0 (nothing to do).
   struct Block {
-    T s[HC ? HC : 256][L], z0[DC ? DC : 64][L], u[DC ? DC : 64][L], w[DC ? DC : 64][L];
-    T f[L], inv[L], c[L];
+    V s[HC ? HC : 256], z0[DC ? DC : 64], u[DC ? DC : 64], w[DC ? DC : 64];
+    V f, inv, c;
   };
 
   bool block(Block& r, const Scratch& m, const T* q, int64_t i, int64_t j0) const {
-    const int64_t H = HC ? HC : a.heads, E = EC ? EC : a.qk_dim, Dv = DC ? DC : a.v_dim;
+    const int64_t H = HC ? HC : a.heads, E = EC ? EC : a.qk_dim;
+    const V zero = {};
+    r.f = ld(&m.factor[i * Tp + j0]);
     bool any = false;
-    for (int64_t l = 0; l < L; ++l) {
-      r.f[l] = m.factor[i * Tp + j0 + l];
-      any |= r.f[l] != T(0);
-    }
+    for (int64_t l = 0; l < L; ++l) any |= r.f[l] != T(0);
     if (!any) return false;
     for (int64_t h = 0; h < H; ++h) {
-      T* s = r.s[h];
-      const T* bias = a.bias ? &m.bias[(i * H + h) * Tp + j0] : nullptr;
-#pragma omp simd
-      for (int64_t l = 0; l < L; ++l) s[l] = bias ? bias[l] : T(0);
-      for (int64_t e = 0; e < E; ++e) {
-        const T qe = q[h * E + e] * scale;
-        const T* k = &m.kt[(h * E + e) * Tp + j0];
-#pragma omp simd
-        for (int64_t l = 0; l < L; ++l) s[l] += qe * k[l];
-      }
-#pragma omp simd
-      for (int64_t l = 0; l < L; ++l) s[l] = r.f[l] != T(0) ? s[l] : T(0);
+      V s = a.bias ? ld(&m.bias[(i * H + h) * Tp + j0]) : zero;
+      for (int64_t e = 0; e < E; ++e) s += (q[h * E + e] * scale) * ld(&m.kt[(h * E + e) * Tp + j0]);
+      r.s[h] = r.f != zero ? s : zero;
     }
-    for (int64_t l = 0; l < L; ++l) r.inv[l] = T(0);
+    r.inv = zero + T(1);
     if (rms) {
-      for (int64_t h = 0; h < H; ++h)
-#pragma omp simd
-        for (int64_t l = 0; l < L; ++l) r.inv[l] += r.s[h][l] * r.s[h][l];
-#pragma omp simd
-      for (int64_t l = 0; l < L; ++l) r.inv[l] = T(1) / std::sqrt(r.inv[l] / T(H) + eps);
-    } else {
-      for (int64_t l = 0; l < L; ++l) r.inv[l] = T(1);
+      V sum = zero;
+      for (int64_t h = 0; h < H; ++h) sum += r.s[h] * r.s[h];
+      for (int64_t l = 0; l < L; ++l) r.inv[l] = T(1) / std::sqrt(sum[l] / T(H) + eps);
     }
-#pragma omp simd
-    for (int64_t l = 0; l < L; ++l) r.c[l] = r.inv[l] * r.f[l];
-    for (int64_t d = 0; d < Dv; ++d) {
-      T* z0 = r.z0[d];
-#pragma omp simd
-      for (int64_t l = 0; l < L; ++l) z0[l] = T(0);
-      for (int64_t h = 0; h < H; ++h) {
-        const T* v = &m.vt[(h * Dv + d) * Tp + j0];
-#pragma omp simd
-        for (int64_t l = 0; l < L; ++l) z0[l] += r.s[h][l] * v[l];
-      }
-#pragma omp simd
-      for (int64_t l = 0; l < L; ++l) {
-        const T z = r.c[l] * z0[l];
-        r.u[d][l] = relu && z < T(0) ? T(0) : z;
-        r.w[d][l] = r.c[l] * r.u[d][l];
-      }
-    }
+    r.c = r.inv * r.f;
+    if (!linear) hidden(r, m, j0);
     return true;
+  }
+
+  void hidden(Block& r, const Scratch& m, int64_t j0) const {
+    const int64_t H = HC ? HC : a.heads, Dv = DC ? DC : a.v_dim;
+    const V zero = {};
+    for (int64_t d = 0; d < Dv; ++d) {
+      V z0 = zero;
+      for (int64_t h = 0; h < H; ++h) z0 += r.s[h] * ld(&m.vt[(h * Dv + d) * Tp + j0]);
+      const V z = r.c * z0;
+      r.z0[d] = z0;
+      r.u[d] = relu ? (z < zero ? zero : z) : z;
+      r.w[d] = r.c * r.u[d];
+    }
+  }
+
+  static T lane_sum(const V& x) {
+    T sum = 0;
+    for (int64_t l = 0; l < L; ++l) sum += x[l];
+    return sum;
   }
 
   void forward() const {
@@ -164,29 +173,24 @@ struct Kernel {
     {
       Scratch m;
       Block r;
-      m.acc.resize(H * Dv * L);
+      std::vector<T> acc(H * Dv * L);  // [H * Dv][L]
 #pragma omp for schedule(static)
       for (int64_t b = 0; b < B; ++b) {
         load(m, b, true);
         for (int64_t i = 0; i < Tq; ++i) {
           const T* q = in(a.q) + (b * Tq + i) * H * E;
-          std::fill(m.acc.begin(), m.acc.end(), T(0));
+          std::fill(acc.begin(), acc.end(), T(0));
           for (int64_t j0 = 0; j0 < Tp; j0 += L) {
             if (!block(r, m, q, i, j0)) continue;
-            // layer 2: y[h, d] += sum_l s[h][l] w[d][l]
+            // HYLA's layer 2: y[h, d] += sum_l s[h][l] w[d][l]; linear: y[h, d] += sum_l c[l] s[h][l] v[h, d][l]
             for (int64_t h = 0; h < H; ++h)
               for (int64_t d = 0; d < Dv; ++d) {
-                T* acc = &m.acc[(h * Dv + d) * L];
-#pragma omp simd
-                for (int64_t l = 0; l < L; ++l) acc[l] += r.s[h][l] * r.w[d][l];
+                T* y = &acc[(h * Dv + d) * L];
+                st(y, ld(y) + r.s[h] * (linear ? r.c * ld(&m.vt[(h * Dv + d) * Tp + j0]) : r.w[d]));
               }
           }
           T* y = static_cast<T*>(a.out) + (b * Tq + i) * H * Dv;
-          for (int64_t hd = 0; hd < H * Dv; ++hd) {
-            T sum = 0;
-            for (int64_t l = 0; l < L; ++l) sum += m.acc[hd * L + l];
-            y[hd] = sum;
-          }
+          for (int64_t hd = 0; hd < H * Dv; ++hd) y[hd] = lane_sum(ld(&acc[hd * L]));
         }
       }
     }
@@ -205,8 +209,8 @@ struct Kernel {
     {
       Scratch m;
       Block r;
-      T gs[HC ? HC : 256][L], gz0[DC ? DC : 64][L], gc[L];
-      m.acc.resize(H * E * L);
+      V gs[HC ? HC : 256], gz0[DC ? DC : 64];
+      std::vector<T> acc(H * E * L);  // [H * E][L]
       std::vector<T>* gbias = nullptr;
       if (grad_bias) {
         gbias = bias_parts.empty() ? &m.gbias : &bias_parts[thread_id()];
@@ -221,79 +225,14 @@ struct Kernel {
         for (int64_t i = 0; i < Tq; ++i) {
           const T* q = in(a.q) + (b * Tq + i) * H * E;
           const T* gy = in(a.grad_y) + (b * Tq + i) * H * Dv;
-          std::fill(m.acc.begin(), m.acc.end(), T(0));
+          std::fill(acc.begin(), acc.end(), T(0));
           for (int64_t j0 = 0; j0 < Tp; j0 += L) {
             if (!block(r, m, q, i, j0)) continue;
-            // layer 2 (y[h, d] = sum s[h] w[d]): gs[h] = sum_d gy[h, d] w[d], gw[d] = sum_h s[h] gy[h, d];
-            // w = c u: gc = sum_d gw u, gu = c gw; relu; z = c z0: gc += gz z0, gz0 = c gz
-            for (int64_t l = 0; l < L; ++l) gc[l] = T(0);
-            for (int64_t h = 0; h < H; ++h)
-              for (int64_t l = 0; l < L; ++l) gs[h][l] = T(0);
-            for (int64_t d = 0; d < Dv; ++d) {
-              T gw[L];
-              for (int64_t l = 0; l < L; ++l) gw[l] = T(0);
-              for (int64_t h = 0; h < H; ++h) {
-                const T g = gy[h * Dv + d];
-#pragma omp simd
-                for (int64_t l = 0; l < L; ++l) {
-                  gw[l] += r.s[h][l] * g;
-                  gs[h][l] += g * r.w[d][l];
-                }
-              }
-#pragma omp simd
-              for (int64_t l = 0; l < L; ++l) {
-                const T z = r.c[l] * r.z0[d][l];
-                const T gz = relu && z <= T(0) ? T(0) : r.c[l] * gw[l];
-                gc[l] += gw[l] * r.u[d][l] + gz * r.z0[d][l];
-                gz0[d][l] = r.c[l] * gz;
-              }
-            }
-            // layer 1 (z0[d] = sum_h s[h] v[h, d])
-            for (int64_t h = 0; h < H; ++h)
-              for (int64_t d = 0; d < Dv; ++d) {
-                const T* v = &m.vt[(h * Dv + d) * Tp + j0];
-                T* gv = &m.gvt[(h * Dv + d) * Tp + j0];
-#pragma omp simd
-                for (int64_t l = 0; l < L; ++l) {
-                  gs[h][l] += gz0[d][l] * v[l];
-                  gv[l] += r.s[h][l] * gz0[d][l];
-                }
-              }
-            // c = inv * factor, inv = (mean_h s^2 + eps)^(-1/2): gs[h] += -inv^3 s[h] / H * gc * factor
-            if (rms) {
-              T coeff[L];
-#pragma omp simd
-              for (int64_t l = 0; l < L; ++l) coeff[l] = -r.inv[l] * r.inv[l] * r.inv[l] * gc[l] * r.f[l] / T(H);
-              for (int64_t h = 0; h < H; ++h)
-#pragma omp simd
-                for (int64_t l = 0; l < L; ++l) gs[h][l] += coeff[l] * r.s[h][l];
-            }
-            // s[h] = scale <q[h], k[h]> + bias[h] (lanes where the factor is 0 have gs = 0)
-            for (int64_t h = 0; h < H; ++h) {
-              if (gbias) {
-                T* gb = &(*gbias)[(i * H + h) * Tp + j0];
-#pragma omp simd
-                for (int64_t l = 0; l < L; ++l) gb[l] += gs[h][l];
-              }
-              for (int64_t e = 0; e < E; ++e) {
-                const T* k = &m.kt[(h * E + e) * Tp + j0];
-                T* gk = &m.gkt[(h * E + e) * Tp + j0];
-                T* gq = &m.acc[(h * E + e) * L];
-                const T qe = q[h * E + e] * scale;
-#pragma omp simd
-                for (int64_t l = 0; l < L; ++l) {
-                  gq[l] += gs[h][l] * k[l];
-                  gk[l] += gs[h][l] * qe;
-                }
-              }
-            }
+            linear ? linear_backward(r, m, gy, j0, gs) : hyla_backward(r, m, gy, j0, gs, gz0);
+            scores_backward(r, m, q, i, j0, gs, acc.data(), gbias);
           }
           T* gq = grad_q + (b * Tq + i) * H * E;
-          for (int64_t he = 0; he < H * E; ++he) {
-            T sum = 0;
-            for (int64_t l = 0; l < L; ++l) sum += m.acc[he * L + l];
-            gq[he] = sum * scale;
-          }
+          for (int64_t he = 0; he < H * E; ++he) gq[he] = lane_sum(ld(&acc[he * L])) * scale;
         }
         // back to the caller's layouts
         T* gk = grad_k + b * Tk * H * E;
@@ -311,6 +250,88 @@ struct Kernel {
         if (!bias_parts[t].empty())
           for (size_t x = 0; x < bias_parts[0].size(); ++x) bias_parts[0][x] += bias_parts[t][x];
       store_bias(grad_bias, bias_parts[0]);
+    }
+  }
+
+  // HYLA's backward through the L pairs of `block`: into the value gradient, and the scores'
+  // gradient gs [H].
+  void hyla_backward(const Block& r, Scratch& m, const T* gy, int64_t j0, V* gs, V* gz0) const {
+    const int64_t H = HC ? HC : a.heads, Dv = DC ? DC : a.v_dim;
+    const V zero = {};
+    // layer 2 (y[h, d] = sum s[h] w[d]): gs[h] = sum_d gy[h, d] w[d], gw[d] = sum_h s[h] gy[h, d];
+    // w = c u: gc = sum_d gw u, gu = c gw; relu; z = c z0: gc += gz z0, gz0 = c gz
+    for (int64_t h = 0; h < H; ++h) {
+      V g = zero;
+      for (int64_t d = 0; d < Dv; ++d) g += gy[h * Dv + d] * r.w[d];
+      gs[h] = g;
+    }
+    V gc = zero;
+    for (int64_t d = 0; d < Dv; ++d) {
+      V gw = zero;
+      for (int64_t h = 0; h < H; ++h) gw += r.s[h] * gy[h * Dv + d];
+      const V z = r.c * r.z0[d];
+      const V gz = relu ? (z <= zero ? zero : r.c * gw) : r.c * gw;
+      gc += gw * r.u[d] + gz * r.z0[d];
+      gz0[d] = r.c * gz;
+    }
+    // layer 1 (z0[d] = sum_h s[h] v[h, d])
+    for (int64_t h = 0; h < H; ++h) {
+      V g = gs[h];
+      for (int64_t d = 0; d < Dv; ++d) {
+        const int64_t at = (h * Dv + d) * Tp + j0;
+        g += gz0[d] * ld(&m.vt[at]);
+        st(&m.gvt[at], ld(&m.gvt[at]) + r.s[h] * gz0[d]);
+      }
+      gs[h] = g;
+    }
+    normalization_backward(r, gc, gs);
+  }
+
+  // The linear value network's backward (y[h, d] = sum c s[h] v[h, d]): ga[h] = sum_d gy[h, d] v[h, d],
+  // gv[h, d] += c s[h] gy[h, d], gs[h] = c ga[h], gc = sum_h ga[h] s[h].
+  void linear_backward(const Block& r, Scratch& m, const T* gy, int64_t j0, V* gs) const {
+    const int64_t H = HC ? HC : a.heads, Dv = DC ? DC : a.v_dim;
+    const V zero = {};
+    V gc = zero;
+    for (int64_t h = 0; h < H; ++h) {
+      const V weight = r.c * r.s[h];
+      V ga = zero;
+      for (int64_t d = 0; d < Dv; ++d) {
+        const int64_t at = (h * Dv + d) * Tp + j0;
+        ga += gy[h * Dv + d] * ld(&m.vt[at]);
+        st(&m.gvt[at], ld(&m.gvt[at]) + weight * gy[h * Dv + d]);
+      }
+      gs[h] = r.c * ga;
+      gc += ga * r.s[h];
+    }
+    normalization_backward(r, gc, gs);
+  }
+
+  // c = inv * factor, inv = (mean_h s^2 + eps)^(-1/2): gs[h] += -inv^3 s[h] / H * gc * factor
+  void normalization_backward(const Block& r, const V& gc, V* gs) const {
+    const int64_t H = HC ? HC : a.heads;
+    if (!rms) return;
+    const V coeff = -r.inv * r.inv * r.inv * gc * r.f / T(H);
+    for (int64_t h = 0; h < H; ++h) gs[h] += coeff * r.s[h];
+  }
+
+  // The scores' backward: into the key and bias gradients, and the query gradient's lanes gq_acc
+  // [H * E][L] (reduced once per query).
+  void scores_backward(const Block& r, Scratch& m, const T* q, int64_t i, int64_t j0, const V* gs, T* gq_acc,
+                       std::vector<T>* gbias) const {
+    const int64_t H = HC ? HC : a.heads, E = EC ? EC : a.qk_dim;
+    // s[h] = scale <q[h], k[h]> + bias[h] (lanes where the factor is 0 have gs = 0)
+    for (int64_t h = 0; h < H; ++h) {
+      if (gbias) {
+        T* gb = &(*gbias)[(i * H + h) * Tp + j0];
+        st(gb, ld(gb) + gs[h]);
+      }
+      for (int64_t e = 0; e < E; ++e) {
+        const int64_t at = (h * E + e) * Tp + j0;
+        T* gq = &gq_acc[(h * E + e) * L];
+        st(gq, ld(gq) + gs[h] * ld(&m.kt[at]));
+        st(&m.gkt[at], ld(&m.gkt[at]) + gs[h] * (q[h * E + e] * scale));
+      }
     }
   }
 
