@@ -204,7 +204,10 @@ def timing_key(key: str) -> bool:
     return bool(TIMING.search(key.rsplit(".", 1)[-1]))
 
 
-def compare_runs(run_b: Path, run_a: Path) -> dict:
+def compare_checkpoints(run_b: Path, run_a: Path) -> dict:
+    """The two final checkpoints compared entry by entry (`compare_leaves`; the run's description and
+    timings aside): how many tensors, those on one side only, and whether the model's weights are
+    identical, with their largest difference."""
     ckpt_b = torch.load(run_b / "checkpoints" / "latest.pt", map_location="cpu", weights_only=True)
     ckpt_a = torch.load(run_a / "checkpoints" / "latest.pt", map_location="cpu", weights_only=True)
     flat_b, flat_a = flatten(ckpt_b), flatten(ckpt_a)
@@ -218,9 +221,28 @@ def compare_runs(run_b: Path, run_a: Path) -> dict:
     missing_tensors = [k for k in checkpoint["only_before"] + checkpoint["only_after"] if k in tensors]
     model_diffs = [v for k, v in checkpoint["max_abs_diff"].items() if k.startswith("model.")]
     weights_differ = [k for k in checkpoint["differing"] if k.startswith("model.")]
+    return {
+        "weights_identical": not weights_differ and not [k for k in missing_tensors if k.startswith("model.")],
+        "tensors_compared": len([k for k in tensors if k in flat_b and k in flat_a]),
+        "max_abs_diff_params": max(model_diffs) if model_diffs else (0.0 if not weights_differ else None),
+        "checkpoint": {
+            **checkpoint,
+            "differing_count": len(checkpoint["differing"]),
+            "differing": checkpoint["differing"][:50],
+            "tensors_on_one_side": missing_tensors,
+        },
+    }
 
-    rows_b = [json.loads(line) for line in (run_b / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    rows_a = [json.loads(line) for line in (run_a / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+def metric_rows(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def compare_runs(run_b: Path, run_a: Path) -> dict:
+    """The two runs compared: the final checkpoints, every metrics row (the training losses apart) and
+    the summaries, timings aside."""
+    checkpoints = compare_checkpoints(run_b, run_a)
+    rows_b, rows_a = metric_rows(run_b), metric_rows(run_a)
     metrics = compare_leaves(flatten(rows_b), flatten(rows_a), timing_key)
     metrics["rows"] = [len(rows_b), len(rows_a)]
     loss_b = [r["loss"] for r in rows_b if r.get("split") == "train" and "loss" in r]
@@ -230,18 +252,17 @@ def compare_runs(run_b: Path, run_a: Path) -> dict:
         flatten(json.loads((run_a / "summary.json").read_text())),
         timing_key,
     )
+    checkpoint = checkpoints["checkpoint"]
     identical = (
-        not checkpoint["differing"]
-        and not missing_tensors
+        not checkpoint["differing_count"]
+        and not checkpoint["tensors_on_one_side"]
         and not metrics["differing"]
         and len(rows_b) == len(rows_a)
         and not summary["differing"]
     )
     return {
         "identical": identical,
-        "weights_identical": not weights_differ and not [k for k in missing_tensors if k.startswith("model.")],
-        "tensors_compared": len([k for k in tensors if k in flat_b and k in flat_a]),
-        "max_abs_diff_params": max(model_diffs) if model_diffs else (0.0 if not weights_differ else None),
+        **{key: checkpoints[key] for key in ("weights_identical", "tensors_compared", "max_abs_diff_params")},
         "train_losses": [len(loss_b), len(loss_a)],
         "train_losses_identical": loss_b == loss_a,
         "first_differing_train_step": next(
@@ -249,12 +270,7 @@ def compare_runs(run_b: Path, run_a: Path) -> dict:
             None,
         ),
         "final_train_loss": [loss_b[-1] if loss_b else None, loss_a[-1] if loss_a else None],
-        "checkpoint": {
-            **checkpoint,
-            "differing_count": len(checkpoint["differing"]),
-            "differing": checkpoint["differing"][:50],
-            "tensors_on_one_side": missing_tensors,
-        },
+        "checkpoint": checkpoint,
         "metrics": {**metrics, "differing_count": len(metrics["differing"]), "differing": metrics["differing"][:50]},
         "summary": summary,
     }
@@ -273,7 +289,8 @@ def command_without_paths(sides: list[Side], out: Path) -> str:
     return " ".join(["python experiments/bit_identical.py", *(names.get(os.path.abspath(a), a) for a in sys.argv[1:])])
 
 
-def main() -> int:
+def arguments() -> argparse.Namespace:
+    """The command line, with `cases`: those --only picks (all by default)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="See the module docstring.")
     parser.add_argument("--before", type=Path, help="the checkout before the change")
     parser.add_argument("--after", type=Path, help="the checkout after the change")
@@ -287,59 +304,57 @@ def main() -> int:
     parser.add_argument("--list", action="store_true", help="list the cases and exit")
     args = parser.parse_args()
     if args.list:
-        for name, (family, preset, mixer, extra) in CASES.items():
-            print(f"{name:24} {family:26} {preset} {mixer} {' '.join(extra)}")
-        return 0
+        return args
     if args.before is None or args.after is None:
         parser.error("--before and --after are required")
-    cases = {n: c for n, c in CASES.items() if not args.only or n in args.only or c[1] in args.only}
-    if not cases:
+    args.cases = {n: c for n, c in CASES.items() if not args.only or n in args.only or c[1] in args.only}
+    if not args.cases:
         parser.error(f"--only matches no case; the cases: {', '.join(CASES)}")
+    return args
 
-    def python_for(root: Path, given: str | None) -> str:
-        venv = root / ".venv" / "bin" / "python"
-        python = given or (str(venv) if venv.exists() else sys.executable)
-        return os.path.abspath(python) if os.sep in python else python  # the runs' cwd is elsewhere
 
-    sides = [
-        Side("before", args.before.resolve(), python_for(args.before, args.before_python)),
-        Side("after", args.after.resolve(), python_for(args.after, args.after_python)),
-    ]
-    tmp = Path(args.keep or tempfile.mkdtemp(prefix="bit_identical_")).resolve()
-    tmp.mkdir(parents=True, exist_ok=True)
-    started = time.time()
+def python_for(root: Path, given: str | None) -> str:
+    """The python a checkout runs with: `given`, else DIR/.venv/bin/python where it exists, else this one."""
+    venv = root / ".venv" / "bin" / "python"
+    python = given or (str(venv) if venv.exists() else sys.executable)
+    return os.path.abspath(python) if os.sep in python else python  # the runs' cwd is elsewhere
+
+
+def train_side(side: Side, name: str, options: list[str], tmp: Path, timeout: float) -> tuple[dict, Path]:
+    """Train case `name` in one checkout: (its command, return code, seconds and, where it failed, the
+    tail of its log; its run folder)."""
+    folder = tmp / side.label / name.replace(":", "_").replace("+", "_")
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    cmd = [side.python, "-m", "hyla.cli", "train", *options]
+    t0 = time.time()
+    env = environment(side, tmp / f"cache_{side.label}")
+    rc = run(cmd, cwd=folder, env=env, log=folder / "train.log", timeout=timeout)
+    command = "python -m hyla.cli train " + " ".join(options)
+    outcome = {"command": command, "returncode": rc, "seconds": round(time.time() - t0, 1)}
+    if rc != 0:
+        outcome["log_tail"] = tail(folder / "train.log")
+    print(f"  {name} {side.label}: rc {rc}, {time.time() - t0:.0f} s", flush=True)
+    return outcome, folder / "runs" / "run"
+
+
+def run_case(name: str, sides: list[Side], tmp: Path, args: argparse.Namespace) -> dict:
+    """One case trained in both checkouts and compared (`identical` None where a run failed)."""
+    family, preset, mixer, extra = CASES[name]
+    options = train_command(preset, mixer, extra, args.steps)
+    result = {"case": name, "family": family, "preset": preset, "mixer": mixer, "extra": extra, "sides": {}}
+    runs = {}
     for side in sides:
-        probe(side, tmp)
-        print(f"{side.label}: {side.root} at {side.info['commit'][:10] or '?'} with {side.python}", flush=True)
+        result["sides"][side.label], runs[side.label] = train_side(side, name, options, tmp, args.timeout)
+    if all(s["returncode"] == 0 for s in result["sides"].values()):
+        result.update(compare_runs(runs["before"], runs["after"]))
+    else:
+        result["identical"] = None
+    return result
 
-    results, failed = [], False
-    for name, (family, preset, mixer, extra) in cases.items():
-        options = train_command(preset, mixer, extra, args.steps)
-        result = {"case": name, "family": family, "preset": preset, "mixer": mixer, "extra": extra, "sides": {}}
-        runs = {}
-        for side in sides:
-            folder = tmp / side.label / name.replace(":", "_").replace("+", "_")
-            shutil.rmtree(folder, ignore_errors=True)
-            folder.mkdir(parents=True)
-            cmd = [side.python, "-m", "hyla.cli", "train", *options]
-            t0 = time.time()
-            env = environment(side, tmp / f"cache_{side.label}")
-            rc = run(cmd, cwd=folder, env=env, log=folder / "train.log", timeout=args.timeout)
-            result["sides"][side.label] = {
-                "command": "python -m hyla.cli train " + " ".join(options),
-                "returncode": rc,
-                "seconds": round(time.time() - t0, 1),
-            }
-            if rc != 0:
-                result["sides"][side.label]["log_tail"] = tail(folder / "train.log")
-            runs[side.label] = folder / "runs" / "run"
-            print(f"  {name} {side.label}: rc {rc}, {time.time() - t0:.0f} s", flush=True)
-        if all(s["returncode"] == 0 for s in result["sides"].values()):
-            result.update(compare_runs(runs["before"], runs["after"]))
-        else:
-            result["identical"], failed = None, True
-        results.append(result)
 
+def table(results: list[dict], wall: float) -> list[str]:
+    """The lines of the printed table: a case a line, then the wall time."""
     header = f"{'preset':10} {'mixer':8} {'variant':14} {'identical':9}  {'max |dparam|':12}  notes"
     lines = [header, "-" * len(header)]
     for r in results:
@@ -355,28 +370,53 @@ def main() -> int:
                 ckpt = r["checkpoint"]
                 note += f"; {ckpt['differing_count']} of {ckpt['compared']} checkpoint entries differ"
         lines.append(f"{r['preset']:10} {r['mixer']:8} {variant:14} {verdict:9}  {diff:12}  {note}")
-    wall = time.time() - started
     lines.append(f"wall time {wall / 60:.1f} min")
-    print("\n".join(lines))
+    return lines
 
+
+def write_report(args: argparse.Namespace, sides: list[Side], results: list[dict], lines: list[str], wall: float):
+    """The JSON of --out: the command, the settings, each side's commit and versions, the table and every case."""
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    report = {
+        "command": command_without_paths(sides, args.out),
+        "steps": args.steps,
+        "seed": 0,
+        "threads": 1,
+        "sides": {s.label: s.info for s in sides},
+        "wall_time_s": round(wall, 1),
+        "all_identical": all(r["identical"] for r in results),
+        "table": lines,
+        "cases": results,
+    }
+    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"wrote {args.out}")
+
+
+def main() -> int:
+    args = arguments()
+    if args.list:
+        for name, (family, preset, mixer, extra) in CASES.items():
+            print(f"{name:24} {family:26} {preset} {mixer} {' '.join(extra)}")
+        return 0
+    sides = [
+        Side("before", args.before.resolve(), python_for(args.before, args.before_python)),
+        Side("after", args.after.resolve(), python_for(args.after, args.after_python)),
+    ]
+    tmp = Path(args.keep or tempfile.mkdtemp(prefix="bit_identical_")).resolve()
+    tmp.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    for side in sides:
+        probe(side, tmp)
+        print(f"{side.label}: {side.root} at {side.info['commit'][:10] or '?'} with {side.python}", flush=True)
+    results = [run_case(name, sides, tmp, args) for name in args.cases]
+    wall = time.time() - started
+    lines = table(results, wall)
+    print("\n".join(lines))
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        report = {
-            "command": command_without_paths(sides, args.out),
-            "steps": args.steps,
-            "seed": 0,
-            "threads": 1,
-            "sides": {s.label: s.info for s in sides},
-            "wall_time_s": round(wall, 1),
-            "all_identical": all(r["identical"] for r in results),
-            "table": lines,
-            "cases": results,
-        }
-        args.out.write_text(json.dumps(report, indent=1) + "\n")
-        print(f"wrote {args.out}")
+        write_report(args, sides, results, lines, wall)
     if args.keep is None:
         shutil.rmtree(tmp, ignore_errors=True)
-    if failed:
+    if any(r["identical"] is None for r in results):
         return 2
     return 0 if all(r["identical"] for r in results) else 1
 

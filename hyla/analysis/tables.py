@@ -30,3 +30,30 @@ def markdown_table(header: list[str], rows: list[list]) -> str:
     lines = ["| " + " | ".join(map(str, header)) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def mean_se_text(
+    value: tuple[float, float | None] | None,
+    scale: float = 1.0,
+    digits: str = ".2f",
+    se_digits: str | None = None,
+    true_minus: bool = False,
+) -> str:
+    """'mean ± s.e.' of a (mean, s.e.) pair (`mean_se`'s), both × `scale`: the mean formatted by the
+    spec `digits`, the s.e. by `se_digits` (default: `digits`); the mean alone where the s.e. is None
+    (one value), '–' for no value. true_minus: a negative mean with a minus sign (−, `minus_sign`).
+
+    >>> mean_se_text((-0.1234, 0.01), scale=100, digits=".1f", true_minus=True)
+    '−12.3 ± 1.0'
+    """
+    if value is None:
+        return "–"
+    mean, se = value
+    text = f"{scale * mean:{digits}}"
+    text = minus_sign(text) if true_minus else text
+    return text if se is None else f"{text} ± {scale * se:{se_digits or digits}}"
+
+
+def minus_sign(text: str) -> str:
+    """A formatted number with a true minus sign (−, U+2212) for the hyphen, as the reports print it."""
+    return text.replace("-", "−")

@@ -12,7 +12,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from hyla.analysis import tables
-from hyla.analysis.tables import mean_se
+from hyla.analysis.tables import mean_se, mean_se_text
 from hyla.experiments.sweep import name_matches, unmatched_pattern
 from hyla.utils import dumps
 
@@ -191,11 +191,11 @@ def results_table(fields: list[str], rows: list[dict], metric: str, paper: bool 
         cells = [str(row["group"].get(f)) for f in fields] + [_count_text(row)]
         for split in splits:
             m = row["values"].get(f"{split}/{metric}")
-            cells.append(_mean_se_text(m, scale=100, digits=".2f"))
+            cells.append(mean_se_text(m, scale=100, digits=".2f"))
         if paper_column:
-            cells.append(_mean_se_text(paper_value, digits=".2f"))
+            cells.append(mean_se_text(paper_value, digits=".2f"))
         loss, speed = row["values"].get("train_loss"), row["values"].get("steps_per_second")
-        cells.append(_mean_se_text(loss, digits=".4g", se_digits=".2g"))
+        cells.append(mean_se_text(loss, digits=".4g", se_digits=".2g"))
         cells.append(f"{speed[0]:.1f}" if speed else "–")
         lines.append(cells)
     return tables.markdown_table(header, lines)
@@ -204,14 +204,6 @@ def results_table(fields: list[str], rows: list[dict], metric: str, paper: bool 
 def _count_text(row: dict) -> str:
     """The n cell: completed runs, and those not completed beside them ("1 (+2 unfinished)")."""
     return f"{row['n']} (+{row['unfinished']} unfinished)" if row["unfinished"] else str(row["n"])
-
-
-def _mean_se_text(value: tuple | None, scale: float = 1.0, digits: str = ".2f", se_digits: str | None = None) -> str:
-    if value is None:
-        return "–"
-    mean, se = value
-    text = f"{scale * mean:{digits}}"
-    return text if se is None else f"{text} ± {scale * se:{se_digits or digits}}"
 
 
 def metrics_by_label(runs: list[dict], fields: list[str]) -> dict[str, list[list[dict]]]:
@@ -240,7 +232,7 @@ def curve_table(
     lines = []
     for label, (curve_steps, means, ses) in curves.items():
         at = {step: (mean, se) for step, mean, se in zip(curve_steps, means, ses)}
-        lines.append([label] + [_mean_se_text(at.get(step), scale=100, digits=".1f") for step in shown])
+        lines.append([label] + [mean_se_text(at.get(step), scale=100, digits=".1f") for step in shown])
     return tables.markdown_table(["group"] + [f"{step:,}" for step in shown], lines)
 
 

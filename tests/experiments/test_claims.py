@@ -9,26 +9,28 @@ from pathlib import Path
 
 import pytest
 
+from hyla.experiments.paper import TABLE_A1
+from hyla.experiments.report import files, latent, sraven_20m, tables
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "experiments"))
-import claims  # noqa: E402
-import claims_sections  # noqa: E402
+import claims  # noqa: E402  (the command: experiments/claims.py)
 
 RETRAINED_HYLA = "weights_sraven_40k_cpu/records/weights_sraven_40k_cpu/mixer-hyla__s0.run.json"
 
 
 @pytest.fixture(scope="module")
 def numbers():
-    return claims.numbers()
+    return tables.numbers()
 
 
-@pytest.mark.parametrize("name", list(claims.templates()))
+@pytest.mark.parametrize("name", list(tables.templates()))
 def test_the_committed_table_is_the_one_the_files_give(numbers, name):
-    paths, rows = claims.templates()[name]
+    paths, rows = tables.templates()[name]
     for path in paths:
         text = path.read_text()
-        start, end = claims.block(text, name)
-        assert text[start:end] == claims.render(rows, numbers, path), (
+        start, end = tables.block(text, name)
+        assert text[start:end] == tables.render(rows, numbers, path), (
             f"{path.name}'s table {name} differs from the committed results: run python experiments/claims.py --write"
         )
 
@@ -38,7 +40,7 @@ def copy_of_the_tables(tmp_path: Path, monkeypatch) -> Path:
     for name in ("README.md", "experiments/RESULTS.md", "experiments/RESULTS_ARCHIVE.md"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, tmp_path / name)
-    monkeypatch.setattr(claims, "ROOT", tmp_path)
+    monkeypatch.setattr(tables, "ROOT", tmp_path)
     return tmp_path
 
 
@@ -49,11 +51,11 @@ def results_with_one_record_copied(tmp_path: Path, monkeypatch, record: str) -> 
     results = tmp_path / "results"
     folder = record.split("/")[0]
     (results / folder).mkdir(parents=True)
-    for each in [*claims_sections.RESULTS.iterdir(), *(claims_sections.RESULTS / folder).iterdir()]:
+    for each in [*files.RESULTS.iterdir(), *(files.RESULTS / folder).iterdir()]:
         if each.name not in (folder, "records"):
-            (results / each.relative_to(claims_sections.RESULTS)).symlink_to(each)
-    shutil.copytree(claims_sections.RESULTS / folder / "records", results / folder / "records")
-    monkeypatch.setattr(claims_sections, "RESULTS", results)
+            (results / each.relative_to(files.RESULTS)).symlink_to(each)
+    shutil.copytree(files.RESULTS / folder / "records", results / folder / "records")
+    monkeypatch.setattr(files, "RESULTS", results)
     return results / record
 
 
@@ -123,7 +125,7 @@ def test_a_changed_field_behind_a_cited_number_fails_the_check(tmp_path, monkeyp
 
 def test_a_prose_phrase_names_its_file_and_source(tmp_path, monkeypatch, capsys):
     results = copy_of_the_tables(tmp_path, monkeypatch) / "experiments" / "RESULTS.md"
-    phrases = [phrase for path, phrase in claims.prose() if path.name == "RESULTS.md"]
+    phrases = [phrase for path, phrase in tables.prose() if path.name == "RESULTS.md"]
     assert phrases and all("{" in phrase for phrase in phrases)  # every phrase reads a number from a file
     text = results.read_text()
     assert "HYLA 63.98 ± 0.21, linear" in text
@@ -135,15 +137,15 @@ def test_a_prose_phrase_names_its_file_and_source(tmp_path, monkeypatch, capsys)
 
 def test_a_field_is_read_from_its_file_and_formatted():
     record = "table_a1_raven_20m_cpu/records/*/mixer-hyla__s0.run.json"
-    assert claims.field(f"{record} summary.final.ood.acc x100.2f") == "63.98"
-    assert claims.field(f"{record} metrics[step=60000,split=ood].acc x100.1f") == "54.2"
-    assert claims.field(f"{record} metrics[-1].step ,") == "156,250"
+    assert tables.field(f"{record} summary.final.ood.acc x100.2f") == "63.98"
+    assert tables.field(f"{record} metrics[step=60000,split=ood].acc x100.1f") == "54.2"
+    assert tables.field(f"{record} metrics[-1].step ,") == "156,250"
     with pytest.raises(ValueError):  # a glob matching several files, or a pick matching several rows
-        claims.field("table_a1_raven_20m_cpu/records/*/mixer-*__s0.run.json summary.final.ood.acc")
+        tables.field("table_a1_raven_20m_cpu/records/*/mixer-*__s0.run.json summary.final.ood.acc")
 
 
 def test_every_results_table_is_generated_or_listed_with_why():
-    listed = set(re.findall(r"^- \*\*(.+?)\*\*", claims.TEMPLATES.read_text(), re.MULTILINE))
+    listed = set(re.findall(r"^- \*\*(.+?)\*\*", tables.TEMPLATES.read_text(), re.MULTILINE))
     lines = (ROOT / "experiments" / "RESULTS.md").read_text().splitlines()
     heading, generated, unlisted = None, False, []
     for i, line in enumerate(lines):
@@ -167,8 +169,8 @@ def test_committed_results_hold_no_absolute_path_of_the_machine_that_made_them()
 def test_the_paper_budget_rows_follow_the_runs_from_progress_to_completion(tmp_path, monkeypatch):
     from hyla.experiments import records
 
-    monkeypatch.setattr(claims_sections, "RESULTS", tmp_path)
-    assert claims_sections.sraven_20m_sections()["r20m"] == "not yet evaluated"
+    monkeypatch.setattr(files, "RESULTS", tmp_path)
+    assert sraven_20m.sraven_20m_sections()["r20m"] == "not yet evaluated"
     train = {"steps": 10000, "batch_size": 128, "eval_samples": 5120, "final_eval_samples": 51200}
 
     def write(folder: str, mixer: str, accuracies: list[float], status: str | None, seed: int = 0) -> None:
@@ -193,9 +195,9 @@ def test_the_paper_budget_rows_follow_the_runs_from_progress_to_completion(tmp_p
     progress = "table_a1_raven_20m_cpu_progress"
     write(progress, "softmax", [0.5, 0.6], None)
     write(progress, "linear", [0.25], None)
-    assert claims_sections.sraven_20m_sections()["r20m_hyla_ood"] == "–"  # HYLA not evaluated yet
+    assert sraven_20m.sraven_20m_sections()["r20m_hyla_ood"] == "–"  # HYLA not evaluated yet
     write(progress, "hyla", [0.1, 0.2], None)
-    under_way = claims_sections.sraven_20m_sections()
+    under_way = sraven_20m.sraven_20m_sections()
     assert under_way["r20m"] == (
         "under way; at 0.64M examples (step 5,000), softmax 50.00 ± 0.70, linear 25.00 ± 0.61, "
         "HYLA 10.00 ± 0.42 (5,120 OOD tasks each)"
@@ -208,7 +210,7 @@ def test_the_paper_budget_rows_follow_the_runs_from_progress_to_completion(tmp_p
     assert (under_way["r20m_softmax_valid"], under_way["r20m_softmax_loss"]) == ("51.00", "0.5000")
     for mixer, accuracies in {"softmax": [0.5, 0.6], "linear": [0.25, 0.5], "hyla": [0.1, 0.7]}.items():
         write("table_a1_raven_20m_cpu", mixer, accuracies, "completed")
-    done = claims_sections.sraven_20m_sections()
+    done = sraven_20m.sraven_20m_sections()
     assert done["r20m"] == (
         "softmax 60.00 ± 0.22, linear 50.00 ± 0.22, HYLA 70.00 ± 0.20 (51,200 OOD tasks each, ± binomial s.e.): "
         + done["r20m_order"]
@@ -219,13 +221,13 @@ def test_the_paper_budget_rows_follow_the_runs_from_progress_to_completion(tmp_p
         "0.3000",
     )
     assert done["r20m_order"].startswith("HYLA > softmax > linear; HYLA − softmax +10.00 ± 0.30 (beyond 2 s.e.)")
-    mean, se = claims_sections.TABLE_A1["sraven"][("hyla", False)]
+    mean, se = TABLE_A1["sraven"][("hyla", False)]
     assert done["r20m_hyla_vs_paper"] == f"+{70 - mean:.1f} ({se * 3**0.5:.1f})"
     assert under_way["r20m_hyla_vs_paper"] == "–"
     write(progress, "hyla", [0.3], None, seed=1)  # more seeds under way leave seed 0's rows as they were
     write(progress, "hyla_identity", [0.2], None)
-    assert claims_sections.sraven_20m_sections() == done
-    rows = claims_sections.sraven_20m_progress_sections()["r20m_progress_rows"].splitlines()
+    assert sraven_20m.sraven_20m_sections() == done
+    rows = sraven_20m.sraven_20m_progress_sections()["r20m_progress_rows"].splitlines()
     assert [row.split(" | ")[:3] for row in rows] == [
         ["| softmax", "0", "10,000"],
         ["| linear", "0", "10,000"],
@@ -239,7 +241,7 @@ def test_the_rule_probes_cover_the_models_analyzed_so_far(tmp_path, monkeypatch)
     """A mixer whose run is still training has no analysis yet: its numbers are absent, not an error."""
     from hyla.experiments import records
 
-    monkeypatch.setattr(claims_sections, "RESULTS", tmp_path)
+    monkeypatch.setattr(files, "RESULTS", tmp_path)
     for mixer, accuracy in (("hyla", 0.64), ("softmax", 0.55)):
         record = {
             "run": f"runs/mixer-{mixer}__s0",
@@ -255,5 +257,5 @@ def test_the_rule_probes_cover_the_models_analyzed_so_far(tmp_path, monkeypatch)
     folder = tmp_path / "latent" / "mixer-hyla__s0" / "step100"
     folder.mkdir(parents=True)
     (folder / "analysis.json").write_text(json.dumps(analysis))
-    numbers = claims_sections.sraven_rule_probes("latent", "runs", "p")
+    numbers = latent.sraven_rule_probes("latent", "runs", "p")
     assert numbers == {"p_hyla_acc": "64.0", "p_hyla_l0": "0.800", "p_hyla_l0_chance": "0.100", "p_hyla_ts_l0": "0.60"}

@@ -1,4 +1,4 @@
-"""The claims table's verdicts follow one rule (experiments/claims_paper.py) and follow the records."""
+"""The claims table's verdicts follow one rule (hyla.experiments.report.claims_paper) and follow the records."""
 
 import json
 import shutil
@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from hyla.experiments.report import claims_paper as cp
+from hyla.experiments.report import files
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "experiments"))
-import claims_paper as cp  # noqa: E402
-import claims_sections  # noqa: E402
+sys.path.insert(0, str(ROOT / "experiments"))  # the command experiments/figures.py
 
 HOLD, FAIL, ONE, NONE = cp.Check(cp.HOLDS), cp.Check(cp.FAILS), cp.Check(cp.UNDECIDED), cp.untested("no GPU")
 
@@ -43,11 +44,11 @@ def test_a_difference_needs_two_seeds_a_side_and_twice_its_standard_error():
 
 def test_seeds_that_land_decide_the_sraven_rows(tmp_path, monkeypatch):
     """A second seed of every SRAVEN 20M row turns 'not decided at 1 seed' into a decided verdict."""
-    for folder in claims_sections.RESULTS.iterdir():
+    for folder in files.RESULTS.iterdir():
         (tmp_path / folder.name).symlink_to(folder)
     (tmp_path / cp.SRAVEN_20M).unlink()
-    shutil.copytree(claims_sections.RESULTS / cp.SRAVEN_20M / "records", tmp_path / cp.SRAVEN_20M / "records")
-    monkeypatch.setattr(claims_sections, "RESULTS", tmp_path)
+    shutil.copytree(files.RESULTS / cp.SRAVEN_20M / "records", tmp_path / cp.SRAVEN_20M / "records")
+    monkeypatch.setattr(files, "RESULTS", tmp_path)
     assert cp.claim_numbers()["pc_a1_sraven_verdict"].startswith("**not decided at 1 seed**")
     for record in list((tmp_path / cp.SRAVEN_20M / "records").rglob("*__s0.run.json")):
         text = record.read_text().replace('"seed": 0', '"seed": 1')
@@ -61,13 +62,13 @@ def test_the_committed_figures_are_drawn_from_the_records_and_a_changed_one_fail
     import figures
 
     assert figures.main(["--check"]) == 0, "experiments/figures/ is out of date: run python experiments/figures.py"
-    for folder in claims_sections.RESULTS.iterdir():
+    for folder in files.RESULTS.iterdir():
         (tmp_path / folder.name).symlink_to(folder)
     (tmp_path / cp.FUZZY).unlink()
-    shutil.copytree(claims_sections.RESULTS / cp.FUZZY / "records", tmp_path / cp.FUZZY / "records")
+    shutil.copytree(files.RESULTS / cp.FUZZY / "records", tmp_path / cp.FUZZY / "records")
     [record] = (tmp_path / cp.FUZZY / "records").rglob("mixer-hyla__s0.run.json")
     changed = json.loads(record.read_text())
     changed["summary"]["final"]["ood"]["r2"] += 0.01
     record.write_text(json.dumps(changed))
-    monkeypatch.setattr(claims_sections, "RESULTS", tmp_path)
+    monkeypatch.setattr(files, "RESULTS", tmp_path)
     assert figures.main(["--check"]) == 1 and "figures.json is out of date" in capsys.readouterr().err

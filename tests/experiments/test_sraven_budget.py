@@ -1,9 +1,7 @@
-"""experiments/sraven_budget.py: curves from records, binomial errors and changes of order."""
+"""hyla.experiments.report.sraven_budget: curves from records, binomial errors and changes of order."""
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,11 +11,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def budget():
-    spec = importlib.util.spec_from_file_location("sraven_budget", ROOT / "experiments" / "sraven_budget.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks its module up there
-    spec.loader.exec_module(module)
-    return module
+    from hyla.experiments.report import sraven_budget
+
+    return sraven_budget
 
 
 def record(mixer: str, accuracies: list[float], completed: bool, seed: int = 0) -> dict:

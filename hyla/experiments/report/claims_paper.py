@@ -21,13 +21,22 @@ RESULTS.md.
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from dataclasses import dataclass
 
-from claims_sections import MIXERS, final, read_json, records_in, summary_rows
-
+from hyla.analysis.tables import mean_se
 from hyla.experiments.paper import TABLE_A1
-from hyla.experiments.result_tables import mean_se
+from hyla.experiments.report.cells import over_seeds, paper
+from hyla.experiments.report.files import (
+    MIXERS,
+    final,
+    mixer_and_experts,
+    mixer_and_heads,
+    mixer_and_held_out,
+    read_json,
+    records_in,
+    seed_values,
+    summary_rows,
+)
 
 HOLDS, FAILS, UNDECIDED, UNTESTED = "holds", "fails", "undecided", "untested"
 NAMES = {
@@ -114,11 +123,7 @@ def verdict(checks: list[Check]) -> str:
 # ----------------------------------------------------------------------------- reading the runs
 def seeds(folder: str, split: str, metric: str, scale: float = 100) -> dict[tuple[str, bool], list[float]]:
     """{(mixer, mixture of experts): final `split` `metric` × `scale` per seed} of a folder's records."""
-    values: dict[tuple[str, bool], list[float]] = defaultdict(list)
-    for record in sorted(records_in(folder), key=lambda r: r["config"]["seed"]):
-        model = record["config"]["model"]
-        values[(model["mixer"], bool(model.get("num_experts")))].append(final(split, metric, scale)(record))
-    return values
+    return seed_values(records_in(folder), mixer_and_experts, final(split, metric, scale))
 
 
 def budget(folder: str, unit: str = "examples") -> str:
@@ -131,20 +136,6 @@ def budget(folder: str, unit: str = "examples") -> str:
     return f"{steps:,} steps × {batch} ({size} {unit}), seed{'s' if len(numbers) > 1 else ''} " + ", ".join(
         map(str, numbers)
     )
-
-
-def pm(values: list[float], digits: int = 1) -> str:
-    """'mean ± s.e. (n)': n seeds; one seed: its value and '(1 seed)'."""
-    if not values:
-        return "–"
-    mean, se = mean_se(values)
-    spread = "" if se is None else f" ± {se:.{digits}f}"
-    return f"{mean:.{digits}f}{spread}" + (" (1 seed)" if len(values) == 1 else "")
-
-
-def paper_pm(task: str, row: tuple[str, bool]) -> str:
-    mean, se = TABLE_A1[task][row]
-    return f"{mean:.1f} ± {se:.1f}"
 
 
 def named(values: dict[str, str]) -> str:
@@ -166,11 +157,11 @@ def table_a1_block(folder: str, task: str, metric: str, moe: bool) -> dict[str, 
     checks = [within(runs.get((m, moe), []), TABLE_A1[task][(m, moe)]) for m in mixers]
     shown = ("hyla", "linear", "softmax")
     run_rows = sum(bool(runs.get((m, moe))) for m in mixers)
-    hyla = named({m: pm(runs.get((m, moe), [])) for m in shown})
+    hyla = named({m: over_seeds(runs.get((m, moe), [])) for m in shown})
     if run_rows < len(mixers):
         checks = [c if c.outcome != UNTESTED else untested(f"{len(mixers) - run_rows} rows, {NO_GPU}") for c in checks]
     return {
-        "paper": named({m: paper_pm(task, (m, moe)) for m in shown}),
+        "paper": named({m: paper((task, m, moe)) for m in shown}),
         "hyla": f"{hyla}; {run_rows} of {len(mixers)} rows run" if not moe or run_rows else "–",
         "checks": checks,
     }
@@ -185,51 +176,73 @@ def claim_rows() -> dict[str, dict[str, object]]:
     """{claim: {"paper", "hyla", "checks", "budget"}} of every claim of the table."""
     fuzzy = seeds(FUZZY, "ood", "r2")
     r20 = seeds(SRAVEN_20M, "ood", "acc")
-    r40 = seeds(SRAVEN_40K, "ood", "acc")
-    rows: dict[str, dict[str, object]] = {}
+    rows = {"hyla": hyla_row(fuzzy, r20), **table_a1_rows()}
+    rows["scale"] = rows["fig4"] = scale_row(r20)
+    rows["fig2c"] = fig2c()
+    rows.update(latent_code_rows())
+    rows["fig5c"] = fig5c()
+    rows["fig5e"] = fig5e()
+    rows["fig6"] = fig6()
+    return rows
 
-    # Finding 3 (HYLA) and the Table A1 blocks
-    rows["hyla"] = {
-        "hyla": f"fuzzy logic: {named({m: pm(fuzzy[(m, False)]) for m in MIXERS})}; "
-        f"SRAVEN: {named({m: pm(r20.get((m, False), [])) for m in MIXERS})}",
+
+def hyla_row(fuzzy: dict, r20: dict) -> dict[str, object]:
+    """Finding 3: HYLA ahead of linear and softmax on both tasks."""
+    return {
+        "hyla": f"fuzzy logic: {named({m: over_seeds(fuzzy[(m, False)]) for m in MIXERS})}; "
+        f"SRAVEN: {named({m: over_seeds(r20.get((m, False), [])) for m in MIXERS})}",
         "checks": order_checks(fuzzy) + order_checks(r20),
         "budget": "the paper's: Table A1's rows below",
     }
-    for name, folder, task, metric, moe in (
-        ("a1_fuzzy", FUZZY, "fuzzy_logic", "r2", False),
-        ("a1_fuzzy_moe", FUZZY, "fuzzy_logic", "r2", True),
-        ("a1_sraven", SRAVEN_20M, "sraven", "acc", False),
-        ("a1_sraven_moe", SRAVEN_20M, "sraven", "acc", True),
-    ):
-        rows[name] = table_a1_block(folder, task, metric, moe) | {"budget": budget(folder)}
 
-    # Finding 1 and Fig. 4: scale
+
+def table_a1_rows() -> dict[str, dict[str, object]]:
+    """The Table A1 blocks: each task with and without experts."""
+    return {
+        name: table_a1_block(folder, task, metric, moe) | {"budget": budget(folder)}
+        for name, folder, task, metric, moe in (
+            ("a1_fuzzy", FUZZY, "fuzzy_logic", "r2", False),
+            ("a1_fuzzy_moe", FUZZY, "fuzzy_logic", "r2", True),
+            ("a1_sraven", SRAVEN_20M, "sraven", "acc", False),
+            ("a1_sraven_moe", SRAVEN_20M, "sraven", "acc", True),
+        )
+    }
+
+
+def scale_row(r20: dict) -> dict[str, object]:
+    """Finding 1 and Fig. 4: SRAVEN better with more data (width and depth need a GPU)."""
+    r40 = seeds(SRAVEN_40K, "ood", "acc")
     data = [greater(r20.get((m, False), []), r40[(m, False)]) for m in MIXERS]
-    rows["scale"] = rows["fig4"] = {
+    return {
         "hyla": "SRAVEN OOD ×100 at 5.1M → 20M examples: "
-        + named({m: f"{pm(r40[(m, False)])} → {pm(r20.get((m, False), []))}" for m in MIXERS}),
+        + named({m: f"{over_seeds(r40[(m, False)])} → {over_seeds(r20.get((m, False), []))}" for m in MIXERS}),
         "checks": [*data, untested(f"width and depth, {NO_GPU}")],
         "budget": f"{budget(SRAVEN_40K)}; {budget(SRAVEN_20M)}",
     }
 
-    # Fig. 2C: OOD R² against the held-out fraction
+
+def fig2c() -> dict[str, object]:
+    """Fig. 2C: OOD R² falls as more tasks are held out, HYLA's the least."""
     held = held_out_seeds()
     falls = [greater(held[(m, 30)], held[(m, 70)]) for m in MIXERS]
     hyla_drop = (held[("hyla", 30)], held[("hyla", 70)])
     least = [difference_greater((held[(m, 30)], held[(m, 70)]), hyla_drop) for m in MIXERS[1:]]
-    rows["fig2c"] = {
+    return {
         "hyla": "OOD R² ×100 at 30% → 70% held out: "
-        + named({m: f"{pm(held[(m, 30)])} → {pm(held[(m, 70)])}" for m in MIXERS}),
+        + named({m: f"{over_seeds(held[(m, 30)])} → {over_seeds(held[(m, 70)])}" for m in MIXERS}),
         "checks": falls + least,
         "budget": f"{budget('fig2c_logic_50k_cpu')} (70%: Table A1's)",
     }
 
-    # Finding 2 and Figs. 5A/B/E/F: the latent codes
+
+def latent_code_rows() -> dict[str, dict[str, object]]:
+    """Finding 2 and Figs. 5A/B/F: the rule (SRAVEN) and terms (fuzzy logic) read from the latent codes."""
     probe = "held-out probe (accuracy)", "valid_unpermuted->ood_unpermuted"
     cpu, m20 = "latent_weights_raven_cpu/latent_summary.json", "latent_table_a1_raven_20m_cpu/latent_summary.json"
     cpu_last = summary_rows(cpu, *probe, "layer 1")
     cpu_first = summary_rows(cpu, *probe, "layer 0")
     at20 = summary_rows(m20, *probe, "all layers")
+    rows: dict[str, dict[str, object]] = {}
     rows["fig5a"] = {
         "hyla": "rule probe on held-out tasks, last layer: "
         + named({m: f"{row['mean']:.2f} ({row['passes']} above chance)" for m, row in cpu_last.items()}),
@@ -256,43 +269,33 @@ def claim_rows() -> dict[str, dict[str, object]]:
         "checks": [every_model(r["passes"]) for r in (*topographic.values(), *top20.values())],
         "budget": rows["fig5a"]["budget"],
     }
-    rows["fig5c"] = fig5c()
-    rows["fig5e"] = fig5e()
     rows["fig5f"] = {
         "hyla": "rule probe, first → last layer: "
         + named({m: f"{cpu_first[m]['mean']:.2f} → {cpu_last[m]['mean']:.2f}" for m in cpu_last}),
-        "checks": [greater(per_model(cpu_last[m]), per_model(cpu_first[m])) for m in cpu_last],
+        "checks": [greater(model_values(cpu_last[m]), model_values(cpu_first[m])) for m in cpu_last],
         "budget": f"`raven_cpu`: {budget('weights_raven_cpu')}",
     }
-    rows["fig6"] = fig6()
     return rows
 
 
 def held_out_seeds() -> dict[tuple[str, int], list[float]]:
     """{(mixer, % held out): OOD R² ×100 per seed} of Fig. 2C's runs (30%, 50%) and Table A1's (70%)."""
-    held = defaultdict(list)
-    for record in sorted(records_in("fig2c_logic_50k_cpu"), key=lambda r: r["config"]["seed"]):
-        frac = round(100 * record["config"]["fuzzy_logic"]["frac_held_out"])
-        held[(record["config"]["model"]["mixer"], frac)].append(final("ood", "r2")(record))
+    held = seed_values(records_in("fig2c_logic_50k_cpu"), mixer_and_held_out, final("ood", "r2"))
     for (mixer, moe), values in seeds(FUZZY, "ood", "r2").items():
         if mixer in MIXERS and not moe:
             held[(mixer, 70)] = values
     return held
 
 
-def per_model(row: dict) -> list[float]:
+def model_values(row: dict) -> list[float]:
     return [m["value"] for m in row["per_model"] if m["value"] is not None]
 
 
 def fig5c() -> dict[str, object]:
-    heads = defaultdict(list)
-    for record in sorted(records_in("fig5c_raven_single_head_cpu"), key=lambda r: r["config"]["seed"]):
-        heads[(record["config"]["model"]["mixer"], record["config"]["model"]["num_heads"])].append(
-            final("ood", "acc")(record)
-        )
+    heads = seed_values(records_in("fig5c_raven_single_head_cpu"), mixer_and_heads, final("ood", "acc"))
     return {
         "hyla": "OOD ×100, 16 heads → 1: "
-        + named({m: f"{pm(heads[(m, 16)])} → {pm(heads[(m, 1)], 2)}" for m in MIXERS}),
+        + named({m: f"{over_seeds(heads[(m, 16)])} → {over_seeds(heads[(m, 1)], 2)}" for m in MIXERS}),
         "checks": [greater(heads[(m, 16)], heads[(m, 1)]) for m in MIXERS],
         "budget": f"`raven_cpu`: {budget('fig5c_raven_single_head_cpu')}",
     }
@@ -327,7 +330,7 @@ def fig5e() -> dict[str, object]:
 def fig6() -> dict[str, object]:
     nll = seeds("lm_cpu", "valid", "loss", scale=1)
     return {
-        "hyla": "valid NLL: " + named({m: pm(nll[(m, False)], 3) for m in MIXERS}),
+        "hyla": "valid NLL: " + named({m: over_seeds(nll[(m, False)], 3) for m in MIXERS}),
         "checks": [greater(nll[("linear", False)], nll[("hyla", False)]), untested(f"WikiText-103 scale, {NO_GPU}")],
         "budget": f"`lm_cpu`: {budget('lm_cpu', 'sequences')}",
     }
