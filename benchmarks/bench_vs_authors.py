@@ -214,7 +214,7 @@ def hyla_settings(args: argparse.Namespace, steps: int, packed: bool = False) ->
 
 def hyla_flags(args: argparse.Namespace, preset: str, steps: int, out_dir: Path, packed: bool = False) -> list[str]:
     """`hyla train` options of one measurement (run folder `out_dir/run`)."""
-    from hyla.experiments.sweep import override_flags
+    from hyla.runs.sweep import override_flags
 
     settings = hyla_settings(args, steps, packed)
     flags = [flag for key, value in settings.items() for flag in override_flags(key, value)]

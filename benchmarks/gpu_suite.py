@@ -390,7 +390,7 @@ def stage_masks(args, out: Path, deadline: float) -> None:
 def paper_configs(args) -> dict[str, list]:
     """The runs of experiments/sweeps/table_a1_raven_gpu.yaml by mixer, graphed, continuing where they are."""
     from hyla.cli.train_args import parse_train_args
-    from hyla.experiments.sweep import SweepSpec, train_args
+    from hyla.runs.sweep import SweepSpec, train_args
 
     spec = SweepSpec.load(ROOT / "experiments" / "sweeps" / "table_a1_raven_gpu.yaml")
     spec.out_dir = str(WORK / "smoke_paper" if args.cpu_smoke else ROOT / spec.out_dir)

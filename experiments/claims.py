@@ -1,6 +1,6 @@
 """README's results table and RESULTS.md's tables, every number rebuilt from committed files
-(hyla.experiments.report: one module per part of the report; the tables and the checked prose:
-hyla.experiments.report.tables).
+(hyla.runs.report: one module per part of the report; the tables and the checked prose:
+hyla.runs.report.tables).
 
     python experiments/claims.py           print the tables
     python experiments/claims.py --write   write them into README.md and experiments/RESULTS.md
@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hyla.experiments.report import tables
+from hyla.runs.report import tables
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""The figures of the paper's claims, drawn from the committed records (hyla.experiments.report.figures
+"""The figures of the paper's claims, drawn from the committed records (hyla.runs.report.figures
 says which).
 
     python experiments/figures.py           write experiments/figures/*.png and figures.json
@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hyla.experiments.report import figures
+from hyla.runs.report import figures
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,6 @@
 """SRAVEN OOD panel accuracy against examples seen: the paper's budget (20M examples, 156,250 steps of
 128) beside the quarter budget (40k steps) and the paper's Table A1 end points, on one set of axes
-(hyla.experiments.report.sraven_budget says what is written, and how the resume copies work).
+(hyla.runs.report.sraven_budget says what is written, and how the resume copies work).
 
     python experiments/sraven_budget.py                              # from the committed records
     python experiments/sraven_budget.py --snapshot runs/table_a1_raven_20m_cpu   # + runs under way
@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hyla.experiments.report import sraven_budget as budget
+from hyla.runs.report import sraven_budget as budget
 
 
 def main(argv: list[str] | None = None) -> int:

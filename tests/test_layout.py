@@ -1,5 +1,5 @@
 """The package's layout: the library (ops, nn, tasks, integrations) imports nothing from the
-workflow (train, analysis, experiments, cli) nor any of the workflow's packages (text aside), the
+workflow (train, analysis, runs, cli) nor any of the workflow's packages (text aside), the
 subpackages import each other without a cycle, the one loose module (hyla/utils.py) needs only the
 standard library, only it reads HYLA_* variables, only cli/ parses command lines, and no function of
 the package or of the scripts in experiments/ is longer than 60 lines. Every import counts, lazy ones
@@ -18,7 +18,7 @@ from hyla.cli import WORKFLOW_PACKAGES
 
 PACKAGE = Path(__file__).resolve().parents[1] / "hyla"
 LIBRARY = {"ops", "nn", "tasks", "integrations"}
-WORKFLOW = {"train", "analysis", "experiments", "cli"}
+WORKFLOW = {"train", "analysis", "runs", "cli"}
 UTILS = PACKAGE / "utils.py"  # the generic helpers: switches, the cache folder, JSON files
 TEXT_TASK = {PACKAGE / "tasks" / "text.py", PACKAGE / "tasks" / "tokenizer.py"}  # need tokenizers (workflow)
 MAX_FUNCTION_LINES = 60
@@ -148,7 +148,7 @@ def test_the_import_walk_sees_lazy_imports(tmp_path):
 
 
 def test_no_function_longer_than_60_lines():
-    """In the package and in the scripts of experiments/ (entry points over hyla.experiments.report, and tools)."""
+    """In the package and in the scripts of experiments/ (entry points over hyla.runs.report, and tools)."""
     long = [
         f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
         for path in [*PACKAGE.rglob("*.py"), *EXPERIMENTS.rglob("*.py")]

@@ -97,7 +97,7 @@ def test_the_library_imports_no_workflow_package(tmp_path, without_the_workflow)
         Transformer(ModelConfig(**sizes, mixer="hyla")).save_pretrained("model")
         Transformer.from_pretrained("model")(torch.randn(1, 4, 3)).sum().backward()
         print(sorted({name.split(".")[0] for name in set(sys.modules) - before} & set(WORKFLOW)))
-        workflow = ("hyla.train", "hyla.cli", "hyla.analysis", "hyla.experiments", "hyla.tasks.text")
+        workflow = ("hyla.train", "hyla.cli", "hyla.analysis", "hyla.runs", "hyla.tasks.text")
         print(sorted(name for name in sys.modules if name.startswith(workflow)))
     """
     done = _run(code, tmp_path, without_the_workflow)

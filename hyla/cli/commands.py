@@ -220,7 +220,7 @@ class ExportOptions:
 
 def export_main(argv: list[str]) -> int:
     args = parse_options(ExportOptions, argv, "hyla export")
-    from hyla.experiments.export import export_run
+    from hyla.runs.export import export_run
 
     out = args.out or args.run / "export"
     manifest = export_run(args.run, out)

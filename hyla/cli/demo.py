@@ -1,4 +1,4 @@
-"""`hyla demo`: its options and their parsing (the demo itself: hyla.experiments.demo)."""
+"""`hyla demo`: its options and their parsing (the demo itself: hyla.runs.demo)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from tyro.conf import arg
 
 from hyla.cli.options import check_positive, parse_options
 from hyla.cli.sweep import run_configs
-from hyla.experiments.demo import DEFAULT_MIXERS, DEFAULT_PRESET, demo_sweep, train_overrides, write_outputs
-from hyla.experiments.launch import run_sweep
 from hyla.ops.mixers import canonical_mixer_name
+from hyla.runs.demo import DEFAULT_MIXERS, DEFAULT_PRESET, demo_sweep, train_overrides, write_outputs
+from hyla.runs.launch import run_sweep
 from hyla.train.configs import ConfigError
 from hyla.train.presets import PRESETS, get_preset
 

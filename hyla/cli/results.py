@@ -17,10 +17,10 @@ along training, a table per split),
 setting the groups vary (a held-out fraction, say), `<metric>_vs_<setting>.png`: the final metric
 against it, a line per group of the other settings (on a log axis where the values span a factor of 10
 or more, as 1 and 16 heads).
-Several folders are read as one. Run records (hyla.experiments.records) count as run folders, and
+Several folders are read as one. Run records (hyla.runs.records) count as run folders, and
 `--out DIR` keeps the record of every completed run read in `DIR/records/`, so that DIR, committed,
 regenerates its tables without the run folders.
-`--paper` sets the paper's Table A1 value (hyla.experiments.paper) beside each row it has.
+`--paper` sets the paper's Table A1 value (hyla.runs.paper) beside each row it has.
 `--only PATTERN ...` reads only the runs whose names match one of the glob patterns (the names `hyla
 sweep --status` lists), e.g. the softmax, linear and HYLA runs of a folder that holds more mixers.
 
@@ -41,8 +41,8 @@ from tyro.conf import Positional, arg
 
 from hyla.cli.folders import record_inputs, refuse_other_inputs
 from hyla.cli.options import check_positive, parse_options
-from hyla.experiments.result_tables import find_runs, runs_sha256
-from hyla.experiments.results import default_out, latent_structure, summarize
+from hyla.runs.result_tables import find_runs, runs_sha256
+from hyla.runs.results import default_out, latent_structure, summarize
 from hyla.train.configs import ConfigError
 
 

@@ -1,6 +1,6 @@
 """`hyla sweep FILE`: its options and their parsing, and the parsing of every run's `hyla train`
 arguments (`run_configs`) before anything launches (the sweep file's format and the planning:
-hyla.experiments.sweep; launching: hyla.experiments.launch)."""
+hyla.runs.sweep; launching: hyla.runs.launch)."""
 
 from __future__ import annotations
 
@@ -16,14 +16,14 @@ from tyro.conf import Positional, arg
 
 from hyla.cli.options import check_positive, parse_options
 from hyla.cli.train_args import parse_train_args
-from hyla.experiments.launch import run_packed_sweep, run_sweep, slurm_executor, submit_sweep
-from hyla.experiments.sweep import Run, SweepSpec, print_status, train_args
+from hyla.runs.launch import run_packed_sweep, run_sweep, slurm_executor, submit_sweep
+from hyla.runs.sweep import Run, SweepSpec, print_status, train_args
 from hyla.train.configs import ConfigError, ExperimentConfig
 
 
 @dataclass
 class SweepOptions:
-    """Train a grid of runs from a sweep file (YAML, see `hyla/experiments/sweep.py`), skipping finished ones:
+    """Train a grid of runs from a sweep file (YAML, see `hyla/runs/sweep.py`), skipping finished ones:
     locally, several at once, or as Slurm jobs."""
 
     spec: Positional[Path]

@@ -2,7 +2,7 @@
 
 An export (`hyla export`, or a sweep's `results:` folder) holds model.safetensors and config.json
 (`Transformer.save_pretrained`) beside manifest.json: their sha256, the step, the commit and the
-run's record (`record`: its config, environment and summary; hyla.experiments.export writes it).
+run's record (`record`: its config, environment and summary; hyla.runs.export writes it).
 """
 
 from __future__ import annotations

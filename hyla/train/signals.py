@@ -12,7 +12,7 @@ from tqdm.auto import tqdm
 
 SWEEP_ENDED = getattr(signal, "SIGUSR1", None)
 """The signal a training started by `hyla sweep` gets when the sweep ends, however it ends (on Linux:
-the parent-death signal, hyla.experiments.launch.end_with_parent): a stop request like SIGTERM's,
+the parent-death signal, hyla.runs.launch.end_with_parent): a stop request like SIGTERM's,
 except that repeats of it are the same request (a dying sweep sends one per thread), never an abort."""
 
 

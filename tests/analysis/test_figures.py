@@ -13,7 +13,7 @@ from hyla.analysis import figures, measures, pipeline
 from hyla.analysis.latent_report import figure as latent_figure
 from hyla.analysis.plots import curves_figure
 from hyla.analysis.report import _mean_code_lines
-from hyla.experiments.result_figures import final_figure
+from hyla.runs.result_figures import final_figure
 
 
 def _texts(ax) -> list[str]:

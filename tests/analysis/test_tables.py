@@ -19,7 +19,7 @@ def test_importing_and_plotting_leaves_matplotlib_global_state_alone(tmp_path):
     code = f"""
 import sys, matplotlib
 backend = matplotlib.rcParams._get_backend_or_none()
-import hyla, hyla.analysis, hyla.experiments.demo, hyla.experiments.results
+import hyla, hyla.analysis, hyla.runs.demo, hyla.runs.results
 from hyla.analysis.plots import plot_curves
 records = [{{"step": s, "split": "train", "loss": 1 / s}} for s in (1, 2)] + [{{"step": 2, "split": "ood", "r2": 0.5}}]
 assert plot_curves({str(tmp_path / "c.png")!r}, {{"a": [records]}}, "r2").exists()

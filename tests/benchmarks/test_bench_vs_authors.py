@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import bench_vs_authors as bench  # noqa: E402
 
 from hyla.cli import sweep as sweep_command  # noqa: E402
-from hyla.experiments import sweep  # noqa: E402
+from hyla.runs import sweep  # noqa: E402
 
 
 @pytest.mark.parametrize("text, expected", [("4x8", (4, 8)), ("1X16", (1, 16))])

@@ -8,8 +8,8 @@ import pytest
 from helpers_cli import tiny_run
 
 from hyla.cli import main
-from hyla.experiments.export import export_run
 from hyla.nn.transformer import sha256_of
+from hyla.runs.export import export_run
 
 
 @pytest.fixture(scope="module")

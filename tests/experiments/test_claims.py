@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from hyla.experiments.paper import TABLE_A1
-from hyla.experiments.report import files, latent, sraven_20m, tables
+from hyla.runs.paper import TABLE_A1
+from hyla.runs.report import files, latent, sraven_20m, tables
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "experiments"))
@@ -167,7 +167,7 @@ def test_committed_results_hold_no_absolute_path_of_the_machine_that_made_them()
 
 
 def test_the_paper_budget_rows_follow_the_runs_from_progress_to_completion(tmp_path, monkeypatch):
-    from hyla.experiments import records
+    from hyla.runs import records
 
     monkeypatch.setattr(files, "RESULTS", tmp_path)
     assert sraven_20m.sraven_20m_sections()["r20m"] == "not yet evaluated"
@@ -239,7 +239,7 @@ def test_the_paper_budget_rows_follow_the_runs_from_progress_to_completion(tmp_p
 
 def test_the_rule_probes_cover_the_models_analyzed_so_far(tmp_path, monkeypatch):
     """A mixer whose run is still training has no analysis yet: its numbers are absent, not an error."""
-    from hyla.experiments import records
+    from hyla.runs import records
 
     monkeypatch.setattr(files, "RESULTS", tmp_path)
     for mixer, accuracy in (("hyla", 0.64), ("softmax", 0.55)):

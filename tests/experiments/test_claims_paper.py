@@ -1,4 +1,4 @@
-"""The claims table's verdicts follow one rule (hyla.experiments.report.claims_paper) and follow the records."""
+"""The claims table's verdicts follow one rule (hyla.runs.report.claims_paper) and follow the records."""
 
 import json
 import shutil
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from hyla.experiments.report import claims_paper as cp
-from hyla.experiments.report import files
+from hyla.runs.report import claims_paper as cp
+from hyla.runs.report import files
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "experiments"))  # the command experiments/figures.py

@@ -15,8 +15,8 @@ from helpers_cli import tiny_run
 import hyla
 from hyla import Transformer
 from hyla.cli import main
-from hyla.experiments.export import export_run
 from hyla.nn.transformer import sha256_of
+from hyla.runs.export import export_run
 from hyla.tasks import FuzzyLogic
 from hyla.train import load_run_at_step
 from hyla.train.run_dir import RunError
@@ -84,7 +84,7 @@ def test_an_export_loads_without_the_workflow(exported):
     code = (
         "import sys, hyla; model, task = hyla.load(sys.argv[1]); hyla.evaluate(model, task, 'ood', 8); "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-        "{'tyro', 'yaml', 'matplotlib', 'sklearn'} or m.startswith(('hyla.train', 'hyla.experiments'))))"
+        "{'tyro', 'yaml', 'matplotlib', 'sklearn'} or m.startswith(('hyla.train', 'hyla.runs'))))"
     )
     env = {**os.environ, "PYTHONPATH": str(Path(hyla.__file__).parents[1])}
     done = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, env=env, check=True)

@@ -10,7 +10,7 @@ import sys
 from helpers_cli import tiny_run
 
 from hyla.cli import main
-from hyla.experiments.launch import RunProgress
+from hyla.runs.launch import RunProgress
 
 
 def test_progress_is_lines_when_not_a_terminal(capsys):
@@ -52,7 +52,7 @@ def test_the_eta_comes_from_the_pace_after_the_first_interval(capsys, monkeypatc
     monitor, polling, sees them half a second after its last look. From there on 25 steps take 2 s:
     950 steps left take 76 s."""
     clock = iter([0.0, 9.5, 10.0, 12.0])
-    monkeypatch.setattr("hyla.experiments.launch.time.monotonic", lambda: next(clock))
+    monkeypatch.setattr("hyla.runs.launch.time.monotonic", lambda: next(clock))
     progress = RunProgress({"a": 1000}, every=0.0)
     for step in (0, 0, 25, 50):
         progress.update("a", step)
@@ -64,7 +64,7 @@ def test_the_eta_comes_from_the_pace_after_the_first_interval(capsys, monkeypatc
 
 def test_a_resumed_run_is_paced_from_its_first_new_step(capsys, monkeypatch):
     clock = iter([0.0, 5.0, 10.0, 20.0])
-    monkeypatch.setattr("hyla.experiments.launch.time.monotonic", lambda: next(clock))
+    monkeypatch.setattr("hyla.runs.launch.time.monotonic", lambda: next(clock))
     progress = RunProgress({"a": 5700}, every=0.0)
     for step in (4600, 4600, 4625, 4725):  # launched at its checkpoint, loading, then 100 steps in 10 s
         progress.update("a", step)

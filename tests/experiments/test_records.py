@@ -1,4 +1,4 @@
-"""Run records (hyla.experiments.records): `hyla results --out` keeps a compact copy of each completed
+"""Run records (hyla.runs.records): `hyla results --out` keeps a compact copy of each completed
 run, the tables come back from the records alone, and a sweep counts recorded runs as done."""
 
 import json
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from test_sweep_results import fake_run, write_spec
 
-from hyla.experiments import records
-from hyla.experiments.results import summarize
-from hyla.experiments.sweep import SweepSpec, runs_to_launch, sweep_status
+from hyla.runs import records
+from hyla.runs.results import summarize
+from hyla.runs.sweep import SweepSpec, runs_to_launch, sweep_status
 
 
 def test_thin_keeps_every_evaluation_the_training_rows_beside_them_and_the_last_training_row():

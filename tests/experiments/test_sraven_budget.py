@@ -1,4 +1,4 @@
-"""hyla.experiments.report.sraven_budget: curves from records, binomial errors and changes of order."""
+"""hyla.runs.report.sraven_budget: curves from records, binomial errors and changes of order."""
 
 import json
 import math
@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def budget():
-    from hyla.experiments.report import sraven_budget
+    from hyla.runs.report import sraven_budget
 
     return sraven_budget
 
@@ -82,7 +82,7 @@ def test_a_run_moved_by_its_resume_copy_ends_as_the_uninterrupted_run(budget, tm
 
 
 def test_a_snapshot_records_the_runs_under_way_and_drops_those_completed(budget, tmp_path, monkeypatch):
-    from hyla.experiments import records
+    from hyla.runs import records
 
     monkeypatch.setattr(budget, "ROOT", tmp_path)
     monkeypatch.setattr(budget, "PROGRESS", tmp_path / "progress")

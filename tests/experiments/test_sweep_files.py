@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from hyla.cli import sweep as sweep_command
-from hyla.experiments import sweep
+from hyla.runs import sweep
 from hyla.train.configs import ConfigError
 
 SWEEPS = Path(__file__).resolve().parents[2] / "experiments" / "sweeps"

@@ -13,8 +13,8 @@ import time
 import pytest
 
 from hyla.cli import main
-from hyla.experiments.launch import settle_markers
-from hyla.experiments.sweep import SweepSpec, alive, sweep_status
+from hyla.runs.launch import settle_markers
+from hyla.runs.sweep import SweepSpec, alive, sweep_status
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
 

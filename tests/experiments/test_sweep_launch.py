@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from hyla.cli.train_args import parse_train_args
-from hyla.experiments.launch import submit_sweep
-from hyla.experiments.sweep import SweepSpec, print_status, sweep_status, train_args
+from hyla.runs.launch import submit_sweep
+from hyla.runs.sweep import SweepSpec, print_status, sweep_status, train_args
 from hyla.train import train
 
 submitit = pytest.importorskip("submitit")

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from hyla.cli import main
-from hyla.experiments.sweep import SweepSpec, print_status, sweep_status
+from hyla.runs.sweep import SweepSpec, print_status, sweep_status
 
 TINY = (
     "{fuzzy_logic.num_variables: 3, fuzzy_logic.seq_len: 8, model.num_layers: 1, model.dim: 16, "

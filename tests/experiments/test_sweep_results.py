@@ -8,11 +8,11 @@ from pathlib import Path
 import matplotlib.colors
 import pytest
 
-from hyla.experiments.launch import run_sweep
-from hyla.experiments.result_figures import against_figure, fit_figure, fitted_runs
-from hyla.experiments.result_tables import aggregate, find_runs, mean_se
-from hyla.experiments.results import summarize
-from hyla.experiments.sweep import SweepSpec, override_flags, run_command, run_status, sweep_status
+from hyla.runs.launch import run_sweep
+from hyla.runs.result_figures import against_figure, fit_figure, fitted_runs
+from hyla.runs.result_tables import aggregate, find_runs, mean_se
+from hyla.runs.results import summarize
+from hyla.runs.sweep import SweepSpec, override_flags, run_command, run_status, sweep_status
 from hyla.train import load_run_at_step
 from hyla.train.run_dir import RunError
 

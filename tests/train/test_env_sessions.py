@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from helpers_train import final_weights, tiny_config
 
-from hyla.experiments import records
+from hyla.runs import records
 from hyla.train import train
 from hyla.train.run_dir import RunDir
 

@@ -22,11 +22,11 @@ from test_exact_resume import (
 )
 
 from hyla.cli.sweep import run_configs
-from hyla.experiments import records
-from hyla.experiments.launch import run_packed_sweep
-from hyla.experiments.result_tables import aggregate, find_runs
-from hyla.experiments.sweep import SweepSpec, run_status
 from hyla.nn.transformer import Transformer
+from hyla.runs import records
+from hyla.runs.launch import run_packed_sweep
+from hyla.runs.result_tables import aggregate, find_runs
+from hyla.runs.sweep import SweepSpec, run_status
 from hyla.train import NonFiniteLossError, RunDir, load_run, train
 from hyla.train import checkpoint as ckpt
 from hyla.train.configs import ConfigError, build_task, resolve_model

@@ -4,8 +4,8 @@ code, and `raven_cpu` (the first sweep, the retrained models, one head against 1
 from __future__ import annotations
 
 from hyla.analysis.tables import mean_se
-from hyla.experiments.report.cells import minutes, number, paper, pm, pm_pair, run_numbers
-from hyla.experiments.report.files import (
+from hyla.runs.report.cells import minutes, number, paper, pm, pm_pair, run_numbers
+from hyla.runs.report.files import (
     MIXERS,
     at_step,
     final,
@@ -18,7 +18,7 @@ from hyla.experiments.report.files import (
     seed_values,
     train_loss,
 )
-from hyla.experiments.report.latent import chance_range, latent_code_numbers
+from hyla.runs.report.latent import chance_range, latent_code_numbers
 
 
 def last_ood_acc(jsonl: str) -> float:

@@ -15,7 +15,7 @@ are gone:
 A run is known by `<sweep folder>/<run name>` (its folder's parent and name); where a run folder
 and a record share that key, the folder is read. A sweep file's `results: OUT` has each of its runs
 write its record there as it completes, and counts the runs recorded there as done
-(`hyla.experiments.sweep`).
+(`hyla.runs.sweep`).
 """
 
 from __future__ import annotations

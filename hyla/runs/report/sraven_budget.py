@@ -32,10 +32,10 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from hyla.analysis.tables import markdown_table, mean_se
-from hyla.experiments import records
-from hyla.experiments.paper import TABLE_A1
-from hyla.experiments.report.cells import over_seeds, paper, signed
-from hyla.experiments.report.files import RESULTS, ROOT
+from hyla.runs import records
+from hyla.runs.paper import TABLE_A1
+from hyla.runs.report.cells import over_seeds, paper, signed
+from hyla.runs.report.files import RESULTS, ROOT
 from hyla.train.run_dir import RunDir
 
 FULL = RESULTS / "table_a1_raven_20m_cpu"
@@ -110,7 +110,7 @@ def stretches(record: dict) -> list[Stretch]:
     """The run's sessions (its environment record's `sessions`: when each started, from which step,
     from which commit), each to the next one's first step or the run's last, with its pace: the steps
     over the seconds of its training records (a record's `steps_per_second`: the pace since the one
-    before; records thinned evenly, hyla.experiments.records)."""
+    before; records thinned evenly, hyla.runs.records)."""
     sessions = record.get("env", {}).get("sessions", [])
     last = max((row["step"] for row in record["metrics"]), default=0)
     ends = [session["from_step"] for session in sessions[1:]] + [last]

@@ -4,9 +4,9 @@ of the patch, its controls and references, the verdicts, and the superseded symm
 from __future__ import annotations
 
 from hyla.analysis.tables import mean_se_text
-from hyla.experiments.report import files
-from hyla.experiments.report.cells import number, pm
-from hyla.experiments.report.files import read_json
+from hyla.runs.report import files
+from hyla.runs.report.cells import number, pm
+from hyla.runs.report.files import read_json
 
 
 def intervention_numbers(file: str, prefix: str = "iv", reference: str = "random_rule") -> dict[str, str]:

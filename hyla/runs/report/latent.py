@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 from hyla.analysis.tables import mean_se_text
-from hyla.experiments.report import files
-from hyla.experiments.report.cells import number, over_models, per_model
-from hyla.experiments.report.files import MIXERS, final, read_json, records_in, summary_rows
+from hyla.runs.report import files
+from hyla.runs.report.cells import number, over_models, per_model
+from hyla.runs.report.files import MIXERS, final, read_json, records_in, summary_rows
 
 
 def latent_code_numbers(

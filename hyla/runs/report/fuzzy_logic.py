@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from hyla.analysis.tables import mean_se
-from hyla.experiments.paper import TABLE_A1
-from hyla.experiments.report.cells import mean, number, paper, pm, run_numbers, signed
-from hyla.experiments.report.files import (
+from hyla.runs.paper import TABLE_A1
+from hyla.runs.report.cells import mean, number, paper, pm, run_numbers, signed
+from hyla.runs.report.files import (
     MIXERS,
     final,
     mixer_and_experts,
@@ -15,7 +15,7 @@ from hyla.experiments.report.files import (
     seed_values,
     train_loss,
 )
-from hyla.experiments.report.latent import latent_code_numbers
+from hyla.runs.report.latent import latent_code_numbers
 
 A1_ROWS = MIXERS + ("linear_rms_head", "hyla_identity", "hyla_identity_no_rms_head", "hyla_no_rms_head", "softmax_hyla")
 """Table A1's fuzzy-logic rows without experts"""

@@ -1,4 +1,4 @@
-"""The figures of `hyla results` (hyla.experiments.results): the final metric per group, against a
+"""The figures of `hyla results` (hyla.runs.results): the final metric per group, against a
 numeric setting the groups vary, and against each run's final training loss."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hyla.experiments.result_tables import group_label, metric_splits
+from hyla.runs.result_tables import group_label, metric_splits
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from hyla.experiments.report.cells import pm, run_numbers
-from hyla.experiments.report.files import MIXERS, final, mixer_row, records_in, seed_values
+from hyla.runs.report.cells import pm, run_numbers
+from hyla.runs.report.files import MIXERS, final, mixer_row, records_in, seed_values
 
 
 def numbers() -> dict[str, str]:

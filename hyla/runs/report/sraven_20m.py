@@ -1,16 +1,16 @@
 """The report's SRAVEN numbers at the paper's budget (20M examples): the runs' latest common
 evaluation, their order, their progress and the layouts measured for running them on 2 cores
-(the curves: hyla.experiments.report.sraven_budget)."""
+(the curves: hyla.runs.report.sraven_budget)."""
 
 from __future__ import annotations
 
 import math
 
-from hyla.experiments.paper import TABLE_A1
-from hyla.experiments.report import files
-from hyla.experiments.report.cells import number
-from hyla.experiments.report.files import MIXERS, read_json
-from hyla.experiments.report.sraven_budget import full_budget_curves, hours_left, label, paired_table, seed_table
+from hyla.runs.paper import TABLE_A1
+from hyla.runs.report import files
+from hyla.runs.report.cells import number
+from hyla.runs.report.files import MIXERS, read_json
+from hyla.runs.report.sraven_budget import full_budget_curves, hours_left, label, paired_table, seed_table
 
 SRAVEN_20M_LAYOUTS = {
     # layout: the bench_training.py outputs measured at once (benchmarks/results/sraven_layout_2cores/)

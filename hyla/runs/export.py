@@ -7,7 +7,7 @@
     DIR/manifest.json       {"format", "run": "<sweep folder>/<run name>", "step", "hyla_commit",
                              "files": {name: sha256}, "record": {"config", "env", "summary"}}
 
-The manifest's record is the run's record (hyla.experiments.records) without its metrics rows: the
+The manifest's record is the run's record (hyla.runs.records) without its metrics rows: the
 resolved run config, the environment of every training session and the final summary.
 `hyla_commit` is the commit of the run's last training session (env.json), or, for a run that did
 not record one, the commit of the hyla doing the export. `hyla.Transformer.from_pretrained(DIR)`
@@ -22,7 +22,7 @@ import os
 import shutil
 from pathlib import Path
 
-from hyla.experiments import records
+from hyla.runs import records
 from hyla.nn.pretrained import is_export
 from hyla.nn.transformer import PRETRAINED_CONFIG, PRETRAINED_MANIFEST, PRETRAINED_WEIGHTS, sha256_of
 from hyla.utils import write_json

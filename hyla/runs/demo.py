@@ -13,7 +13,7 @@ from typing import Any
 
 from hyla.analysis.plots import plot_curves
 from hyla.analysis.tables import markdown_table
-from hyla.experiments.sweep import SweepSpec
+from hyla.runs.sweep import SweepSpec
 from hyla.train.configs import TrainConfig
 from hyla.train.run_dir import RunDir
 from hyla.utils import write_json

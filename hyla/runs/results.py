@@ -1,5 +1,5 @@
 """`hyla results`' work (the command: hyla.cli.results): `summarize` writes the tables
-(hyla.experiments.result_tables) and figures (hyla.experiments.result_figures) of the runs below
+(hyla.runs.result_tables) and figures (hyla.runs.result_figures) of the runs below
 some folders; `latent_structure` relates each run's latent-code structure to its generalization
 (hyla.analysis.structure)."""
 
@@ -12,8 +12,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from hyla.experiments.result_figures import against_figure, fit_figure, fitted_runs, numeric_fields, plot_final
-from hyla.experiments.result_tables import (
+from hyla.runs.result_figures import against_figure, fit_figure, fitted_runs, numeric_fields, plot_final
+from hyla.runs.result_tables import (
     aggregate,
     check_only,
     curve_table,
@@ -108,7 +108,7 @@ def structure_candidates(roots: list[Path], split: str, only: tuple[str, ...] = 
     """(completed runs with a final metric on `split`: {path, name, config (flat), summary, record
     (None for a folder)}, one note per run skipped and why), of the runs `selected` by `only`: run
     folders, then the records of runs whose folder is not among them."""
-    from hyla.experiments import records
+    from hyla.runs import records
     from hyla.train.run_dir import RunDir
 
     runs, notes, seen = [], [], set()

@@ -1,6 +1,6 @@
 """Reading runs (run folders and run records) and aggregating them into tables: runs grouped by
 every config field that varies among them and changes what a run computes, mean ± standard error over
-the seeds of each group (Markdown, CSV; `hyla results`, hyla.experiments.results)."""
+the seeds of each group (Markdown, CSV; `hyla results`, hyla.runs.results)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from hyla.analysis import tables
 from hyla.analysis.tables import mean_se, mean_se_text
-from hyla.experiments.sweep import name_matches, unmatched_pattern
+from hyla.runs.sweep import name_matches, unmatched_pattern
 from hyla.utils import dumps
 
 
@@ -58,9 +58,9 @@ def check_only(keys: list[str], only: tuple[str, ...], where: str) -> None:
 
 def find_runs(roots: list[Path], only: tuple[str, ...] = ()) -> list[dict]:
     """Every run with a config and a summary below the roots (those `selected` by `only`): run
-    folders, then the records (hyla.experiments.records) of runs whose folder is not among them;
+    folders, then the records (hyla.runs.records) of runs whose folder is not among them;
     {key, path, config (flat), summary, metrics, record (None for a folder)}."""
-    from hyla.experiments import records
+    from hyla.runs import records
     from hyla.train.run_dir import RunDir
 
     runs, seen = [], set()
@@ -86,7 +86,7 @@ def runs_sha256(runs: list[dict]) -> str:
 def unshadowed_records(roots: list[Path], seen: set[str], only: tuple[str, ...] = ()):
     """(path, record) of every run record below the roots (those `selected` by `only`) whose run is
     not in `seen` (the keys of the run folders read), each run once; adds their keys to `seen`."""
-    from hyla.experiments import records
+    from hyla.runs import records
 
     for root in roots:
         for path in records.find(root):
@@ -103,7 +103,7 @@ def _run(key: str, path: Path, config: dict, summary: dict, metrics: list, recor
 
 def write_records(runs: list[dict], out: Path) -> int:
     """The record of every completed run into `out/records/`; how many."""
-    from hyla.experiments import records
+    from hyla.runs import records
 
     completed = [run for run in runs if run["summary"].get("status") == "completed"]
     for run in completed:
@@ -173,8 +173,8 @@ def metric_splits(rows: list[dict], metric: str) -> list[str]:
 
 def results_table(fields: list[str], rows: list[dict], metric: str, paper: bool = False) -> str:
     """Main metric per split (×100, as in the paper's tables), training loss and speed; with `paper`,
-    the paper's Table A1 value beside each row it has (hyla.experiments.paper)."""
-    from hyla.experiments.paper import table_a1
+    the paper's Table A1 value beside each row it has (hyla.runs.paper)."""
+    from hyla.runs.paper import table_a1
 
     splits = metric_splits(rows, metric)
     papers = [table_a1(row["config"], metric) if paper else None for row in rows]

@@ -4,7 +4,7 @@ Every file is read below `RESULTS` (experiments/results/) or `BENCHMARKS` (bench
 the checkout this package lies in, through `read_json`, `read_jsonl`, `records_in` and
 `summary_rows`, which look the roots up when called, so that a test can point them at a copy
 (`monkeypatch.setattr(files, "RESULTS", copy)`). A record's values are grouped by seed with
-`seed_values` (`hyla results` groups runs the same way: hyla.experiments.result_tables.aggregate).
+`seed_values` (`hyla results` groups runs the same way: hyla.runs.result_tables.aggregate).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from hyla.experiments import records
+from hyla.runs import records
 
 ROOT = Path(__file__).resolve().parents[3]
 RESULTS = ROOT / "experiments" / "results"

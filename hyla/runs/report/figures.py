@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import json
 
-from hyla.experiments.paper import TABLE_A1
-from hyla.experiments.report.claims_paper import A1_MIXERS, FUZZY, NAMES, SRAVEN_20M, held_out_seeds, seeds
-from hyla.experiments.report.files import MIXERS, ROOT
+from hyla.runs.paper import TABLE_A1
+from hyla.runs.report.claims_paper import A1_MIXERS, FUZZY, NAMES, SRAVEN_20M, held_out_seeds, seeds
+from hyla.runs.report.files import MIXERS, ROOT
 
 FIGURES = ROOT / "experiments" / "figures"
 A1_TASKS = {"fuzzy_logic": (FUZZY, "r2", "OOD R² ×100"), "sraven": (SRAVEN_20M, "acc", "OOD panel accuracy ×100")}

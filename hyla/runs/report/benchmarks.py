@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import re
 
-from hyla.experiments.report import files
-from hyla.experiments.report.files import read_json
+from hyla.runs.report import files
+from hyla.runs.report.files import read_json
 
 
 def vs_authors(commit: str) -> dict[str, float]:

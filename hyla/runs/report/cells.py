@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections import defaultdict
 
 from hyla.analysis.tables import mean_se, mean_se_text, minus_sign
-from hyla.experiments.paper import TABLE_A1
-from hyla.experiments.report.files import mixer_row
+from hyla.runs.paper import TABLE_A1
+from hyla.runs.report.files import mixer_row
 
 
 def number(x: float, digits: int = 2, sign: bool = False) -> str:

@@ -15,7 +15,7 @@ wrote (`results.json`), `latent_structure.json`, `hyla analyze`'s and `hyla inte
 `demo_logic_cpu/demo.json`, run folders kept whole (`raven_hyla_cuda_cpu_masks_h100/`), the authors'
 curves (`authors_curve_raven_40k/*.jsonl`), benchmarks/results/ (`vs_authors_cpu.json`,
 `ledger.json`), tests/fixtures/learning_quality.json and the paper's Table A1
-(hyla.experiments.paper).
+(hyla.runs.paper).
 
 Numbers in prose are checked, not written: each phrase under a `<!-- prose: FILE -->` line of
 claims_tables.md, its numbers given as `{name}`s or as fields of committed files, must appear in
@@ -29,9 +29,9 @@ import re
 import sys
 from pathlib import Path
 
-from hyla.experiments.report import benchmarks, files, fuzzy_logic, interventions, language, latent, sraven, sraven_20m
-from hyla.experiments.report.claims_paper import claim_numbers
-from hyla.experiments.report.files import ROOT
+from hyla.runs.report import benchmarks, files, fuzzy_logic, interventions, language, latent, sraven, sraven_20m
+from hyla.runs.report.claims_paper import claim_numbers
+from hyla.runs.report.files import ROOT
 
 TEMPLATES = ROOT / "experiments" / "claims_tables.md"
 

@@ -24,9 +24,9 @@ import math
 from dataclasses import dataclass
 
 from hyla.analysis.tables import mean_se
-from hyla.experiments.paper import TABLE_A1
-from hyla.experiments.report.cells import over_seeds, paper
-from hyla.experiments.report.files import (
+from hyla.runs.paper import TABLE_A1
+from hyla.runs.report.cells import over_seeds, paper
+from hyla.runs.report.files import (
     MIXERS,
     final,
     mixer_and_experts,

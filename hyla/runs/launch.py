@@ -1,4 +1,4 @@
-"""Launching a sweep's runs (hyla.experiments.sweep plans them and documents the sweep file).
+"""Launching a sweep's runs (hyla.runs.sweep plans them and documents the sweep file).
 
 `run_sweep` trains the runs here, `parallel` at a time, each a `hyla` subprocess (`RunJob`), with
 progress bars or lines (`RunProgress`); `run_packed_sweep` trains them as packs of runs in worker
@@ -23,8 +23,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from hyla.experiments import records
-from hyla.experiments.sweep import (
+from hyla.runs import records
+from hyla.runs.sweep import (
     Run,
     SweepSpec,
     alive,
@@ -82,10 +82,10 @@ def settle_markers(spec: SweepSpec, timeout: float = 60.0) -> None:
 
 
 def keep_record(spec: SweepSpec, name: str) -> None:
-    """A completed run's record (hyla.experiments.records) and its exported weights
-    (hyla.experiments.export, into `models/<run name>/`) into the sweep's results folder, if it has
+    """A completed run's record (hyla.runs.records) and its exported weights
+    (hyla.runs.export, into `models/<run name>/`) into the sweep's results folder, if it has
     one: in the source tree, where committing them keeps the run once its folder is gone."""
-    from hyla.experiments.export import export_run  # export loads the model: only when a run completes
+    from hyla.runs.export import export_run  # export loads the model: only when a run completes
 
     run_dir = Path(spec.out_dir) / name
     if spec.results and run_status(run_dir) == "completed":

@@ -19,7 +19,7 @@ is a subprocess `hyla train` (or `hyla resume` when a checkpoint exists) writing
 `<out_dir>/<run name>`, with its output in `<out_dir>/<run name>.log`. Completed runs are
 skipped and a run killed before its first checkpoint starts again from scratch, so re-running the
 same command after an interruption of any kind finishes the sweep. On Linux the trainings end with
-the sweep however it ends, kill -9 included (`hyla.experiments.launch.end_with_parent`: they checkpoint and exit), and a
+the sweep however it ends, kill -9 included (`hyla.runs.launch.end_with_parent`: they checkpoint and exit), and a
 re-run clears the markers a killed sweep left and waits for its trainings to stop.
 
 Launchers (`--launcher`): `local` (default) runs `parallel` runs at once here and waits;
@@ -42,7 +42,7 @@ sweep that shares the machine with other work.
 others stay as they are for the next run of the whole sweep.
 
 `results` names the folder of the sweep's tables (`hyla results ... --out`) and of the records of its
-runs (hyla.experiments.records): each run that completes writes its record there, and its final
+runs (hyla.runs.records): each run that completes writes its record there, and its final
 weights into `<results>/models/<run name>/` (`hyla export`'s safetensors, config.json and
 manifest.json; 0.3-1.6 MB a model at the paper's sizes); a run recorded there as completed, with
 the same seed and settings, counts as done when its run folder is gone (another machine, a fresh
@@ -58,7 +58,7 @@ with the training left: the steps the runs not done still need, at the mean seco
 completed in the folder.
 
 This module plans a sweep: its file, runs, command lines, markers and status. Launching the runs
-(here or on Slurm, with progress) is hyla.experiments.launch; the command's options, hyla.cli.sweep.
+(here or on Slurm, with progress) is hyla.runs.launch; the command's options, hyla.cli.sweep.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ from typing import Any
 
 import yaml
 
-from hyla.experiments import records
+from hyla.runs import records
 from hyla.train.run_dir import RunDir
 from hyla.utils import duration
 
@@ -116,7 +116,7 @@ class SweepSpec:
     parallel: int = 1
     slurm: dict[str, Any] = field(default_factory=dict)
     results: str | None = None
-    """the results folder of this sweep: runs recorded there (hyla.experiments.records) count as done"""
+    """the results folder of this sweep: runs recorded there (hyla.runs.records) count as done"""
     threads: int | None = None
     """CPU threads of each local run or pack (`hyla sweep --threads`); None: this machine's cores / parallel"""
     source: str = "sweep"
