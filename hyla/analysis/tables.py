@@ -1,5 +1,6 @@
-"""Text written one way for every report and progress line (demo, results, analysis): Markdown
-tables, durations, and the mean ± standard error they print."""
+"""Text written one way for every report and progress line (demo, results, analysis, the paper's
+report): Markdown tables, durations, and the mean ± standard error they print (true minus signs
+where a report asks)."""
 
 from __future__ import annotations
 

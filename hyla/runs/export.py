@@ -22,9 +22,9 @@ import os
 import shutil
 from pathlib import Path
 
-from hyla.runs import records
 from hyla.nn.pretrained import is_export
 from hyla.nn.transformer import PRETRAINED_CONFIG, PRETRAINED_MANIFEST, PRETRAINED_WEIGHTS, sha256_of
+from hyla.runs import records
 from hyla.utils import write_json
 
 FORMAT = 1

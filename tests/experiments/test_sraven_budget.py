@@ -2,6 +2,7 @@
 
 import json
 import math
+import runpy
 from pathlib import Path
 
 import pytest
@@ -227,3 +228,12 @@ def test_changes_of_order_are_looked_for_within_a_seed_only(budget):
     assert "none so far" in budget.report(curves)
     curves.append(budget.curve(record("linear", [0.3, 0.4], completed=False, seed=0)))
     assert "- seed 0: hyla takes the lead from linear between steps 5,000 and 10,000" in budget.report(curves)
+
+
+def test_the_command_restores_with_the_usage_of_results_md(budget, tmp_path, monkeypatch, capsys):
+    """`python experiments/sraven_budget.py --restore DIR`, as RESULTS.md gives it, says where nothing was saved."""
+    main = runpy.run_path(str(ROOT / "experiments" / "sraven_budget.py"))["main"]
+    monkeypatch.setattr(budget, "ROOT", tmp_path)
+    monkeypatch.setattr(budget, "RESUME", tmp_path / "progress" / "resume")
+    assert main(["--restore", str(tmp_path / "runs")]) == 0
+    assert capsys.readouterr().out == "nothing saved in progress/resume\n"

@@ -29,6 +29,7 @@ import re
 import sys
 from pathlib import Path
 
+from hyla.analysis.tables import minus_sign
 from hyla.runs.report import benchmarks, files, fuzzy_logic, interventions, language, latent, sraven, sraven_20m
 from hyla.runs.report.claims_paper import claim_numbers
 from hyla.runs.report.files import ROOT
@@ -44,8 +45,8 @@ def templates(path: Path = TEMPLATES) -> dict[str, tuple[list[Path], list[str]]]
     name = None
     for line in path.read_text().splitlines():
         if line.startswith("<!-- table: "):
-            name, files = line.removeprefix("<!-- table: ").removesuffix(" -->").split(" (")
-            tables[name] = ([ROOT / file for file in files.rstrip(")").split(", ")], [])
+            name, targets = line.removeprefix("<!-- table: ").removesuffix(" -->").split(" (")
+            tables[name] = ([ROOT / file for file in targets.rstrip(")").split(", ")], [])
         elif name and (line.startswith("|") or re.fullmatch(r"\{\w+\}", line)):
             tables[name][1].append(line)
         elif name and not line.strip():
@@ -93,8 +94,7 @@ def field(ref: str) -> str:
     dotted, `[k=v,…]` picking the one item of a list whose fields match, `[i]` the i-th; FORMAT is a
     Python format spec, `x100` before it scaling the value first; a minus sign prints as `−`."""
     file, key, *spec = ref.split()
-    benchmarks = file.startswith("benchmarks/")
-    root = files.BENCHMARKS if benchmarks else files.RESULTS
+    root = files.BENCHMARKS if file.startswith("benchmarks/") else files.RESULTS
     file = file.removeprefix("benchmarks/")
     paths = sorted(root.glob(file)) or [root / file]
     if len(paths) != 1:
@@ -115,7 +115,7 @@ def field(ref: str) -> str:
     spec = spec[0] if spec else ""
     if spec.startswith("x100"):
         value, spec = 100 * value, spec.removeprefix("x100")
-    return format(value, spec).replace("-", "−")
+    return minus_sign(format(value, spec))
 
 
 def render_phrase(phrase: str, values: dict[str, str]) -> str:
