@@ -1,7 +1,7 @@
 """Every decimal number a reader meets in README.md and experiments/RESULTS.md comes from a file:
 it sits in a table that experiments/claims.py generates, or inside a phrase that claims_tables.md lists
-under `<!-- prose: FILE -->` (checked by `claims.py --check` against the committed results; a phrase
-without placeholders holds settings, paces and dates, which no result file gives)."""
+under `<!-- prose: FILE -->` (checked by `claims.py --check` against the committed results). Settings
+are written as code (`lr=1e-3`) or in words, which this scan skips."""
 
 import re
 import sys
