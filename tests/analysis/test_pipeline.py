@@ -12,8 +12,9 @@ import pytest
 import torch
 from torch import nn
 
-from hyla.analysis import analysis_hook, analyze, measures, pipeline, progress
+from hyla.analysis import analysis_hook, analyze, measures, pipeline
 from hyla.tasks import FuzzyLogic, SRaven
+from hyla.train import progress
 
 LAYERS = 2
 
@@ -285,7 +286,7 @@ def test_progress_lines_have_elapsed_time_eta_and_keep_coming_in_long_stages(tmp
     counted = [line for line in lines if line.startswith("analyze: topographic similarity of code sets ")]
     assert len(counted) >= 2
     assert any(
-        re.fullmatch(r"analyze: topographic similarity of code sets [12]/3 \(\d+s elapsed, ETA \d+s\)", line)
+        re.fullmatch(r"analyze: topographic similarity of code sets [12]/3 \(\d+%\), \d+s elapsed, ETA \d+s", line)
         for line in counted
     )
 
@@ -293,11 +294,12 @@ def test_progress_lines_have_elapsed_time_eta_and_keep_coming_in_long_stages(tmp
 def test_progress_stops_its_thread_and_is_silent_when_disabled(capsys):
     with progress.Stages(True, every=0.01) as stage:
         stage("probes")
-        tick = stage.counter("code sets", 2)
+        tick = stage.counter("code sets", 3)
+        tick()
         tick()
         time.sleep(0.05)
     assert not stage.thread.is_alive()
-    assert "analyze: code sets 1/2 (0s elapsed, ETA 0s)" in capsys.readouterr().err.splitlines()
+    assert "analyze: code sets 2/3 (66%), 0s elapsed, ETA 0s" in capsys.readouterr().err.splitlines()
     with progress.Stages(False, every=0.01) as stage:
         stage("probes")
         stage.counter("code sets", 2)()

@@ -113,8 +113,7 @@ def test_train_eval_resume(tmp_path, capsys):
 
 
 def test_train_says_what_runs_shows_lines_a_log_follows_and_ends_with_its_curves(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(progress, "FIRST_LINE_AFTER", 0.0)  # (a line after every step but the first)
-    monkeypatch.setattr(progress, "PROGRESS_EVERY", 0.0)
+    monkeypatch.setattr(progress, "PROGRESS_EVERY", 0.0)  # (a line after every step)
     tiny = [arg for arg in TINY if arg != "--train.no-progress"]
     args = ["train", "--preset", "logic_cpu", "--train.steps", "20", "--out_dir", str(tmp_path), "--name", "run"]
     assert main(args + tiny) == 0
@@ -126,8 +125,9 @@ def test_train_says_what_runs_shows_lines_a_log_follows_and_ends_with_its_curves
     assert (run / "curves.png").stat().st_size > 10_000
     assert "\r" not in err  # (a bar redrawn in place would garble a log file)
     steps = [line for line in err.splitlines() if line.startswith("softmax: step ")]
-    assert [line.split()[2] for line in steps] == [f"{step}/20" for step in range(2, 21)]
-    assert all(", ETA " in line and "; loss " in line for line in steps[3:])  # (after the first record, step 5)
+    assert [line.split()[2] for line in steps] == [f"{step}/20" for step in range(1, 21)]
+    assert ", ETA " not in steps[0]  # (the first step holds the warm-ups: the pace is measured after it)
+    assert all(", ETA " in line and "; loss " in line for line in steps[4:])  # (after the first record, step 5)
 
 
 def test_train_rejects_bad_values_with_a_message(tmp_path, capsys):
