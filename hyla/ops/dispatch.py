@@ -57,12 +57,10 @@ from hyla.ops.kernels.common import (
     TRITON_MAX_HEAD_DIM,
     TRITON_NORMALIZATIONS,
     check_inputs,
-    normalize,
-    raw_scores,
     record_fallback,
     record_ran,
 )
-from hyla.ops.kernels.naive import attention_naive, attention_naive_eager
+from hyla.ops.kernels.naive import attention_naive, attention_naive_eager, normalize, raw_scores
 from hyla.ops.kernels.streamed import hyla_streamed
 from hyla.ops.torch_internals import constant_under_compile, forced_on, switched_off
 from hyla.utils import env_name
