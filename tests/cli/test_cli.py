@@ -3,46 +3,15 @@
 import json
 from pathlib import Path
 
+from helpers_train import TINY_RUN
+
 from hyla.cli import COMMANDS, main
+from hyla.experiments.sweep import override_flags
 from hyla.train import progress
 
-TINY = [
-    "--fuzzy_logic.num_variables",
-    "3",
-    "--fuzzy_logic.seq_len",
-    "8",
-    "--model.num_layers",
-    "1",
-    "--model.dim",
-    "16",
-    "--model.num_heads",
-    "4",
-    "--model.qk_dim",
-    "8",
-    "--model.v_dim",
-    "8",
-    "--model.mlp_dim",
-    "32",
-    "--train.batch_size",
-    "16",
-    "--train.eval_samples",
-    "32",
-    "--train.final_eval_samples",
-    "64",
-    "--train.eval_batch_size",
-    "32",
-    "--train.log_every",
-    "5",
-    "--train.checkpoint_every",
-    "10",
-    "--train.eval_every",
-    "10",
-    "--train.no-progress",
-    "--train.device",
-    "cpu",
-    "--train.threads",
-    "1",
-]
+TINY_SETTINGS = {**TINY_RUN, "model.mlp_dim": 32, "train.eval_samples": 32, "train.eval_batch_size": 32}
+TINY_SETTINGS |= {"train.log_every": 5, "train.checkpoint_every": 10, "train.eval_every": 10, "train.progress": False}
+TINY = [flag for key, value in TINY_SETTINGS.items() for flag in override_flags(key, value)]  # `hyla train` flags
 
 
 def test_dispatcher_lists_commands(capsys):
