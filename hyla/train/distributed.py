@@ -1,6 +1,7 @@
 """Data parallelism from the outside: `torchrun --nproc_per_node=N hyla train ...` runs the same
 command on N ranks. Every rank draws its slice of the same global batch, DistributedDataParallel
 averages gradients (so the loss is the global-batch mean), and only rank 0 writes files.
+`torchrun_env()` is the one reader of what torchrun tells a process (RANK, WORLD_SIZE, ...).
 """
 
 from __future__ import annotations
