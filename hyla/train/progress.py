@@ -32,11 +32,11 @@ class StepProgress:
     started; nothing when not `enabled`. A context manager: it closes on exit.
 
     `update(done, postfix)` as the count changes, or to poll it (`postfix`: e.g. the latest training
-    record, or a text, shown with the count until the next). On a terminal a tqdm bar `desc`. Elsewhere a line
-    `desc: step 120/200 (60%), 14s elapsed, ETA 9s; loss 0.0312, lr 1.00e-03` on an update once the
-    pace has been measured for `first` seconds, and whenever `every` seconds have passed since the
-    last line (or the start) (None: FIRST_LINE_AFTER, PROGRESS_EVERY). `close(outcome)` ends it with
-    the line `desc: OUTCOME`.
+    record, or a text, shown with the count until the next). On a terminal a tqdm bar `desc`.
+    Elsewhere, on an update, a line `desc: step 120/200 (60%), 14s elapsed, ETA 9s; loss 0.0312`:
+    the first with an ETA once the pace has been measured for `first` seconds, and one whenever
+    `every` seconds have passed since the last line or the start (None: FIRST_LINE_AFTER,
+    PROGRESS_EVERY). `close(outcome)` ends it with the line `desc: OUTCOME`.
 
     The pace, the ETA from it and a bar's rate leave out the time until the count first moves
     (warm-ups, a start-up, a resumed run's loading, steps that appear in one go) and the updates
