@@ -493,7 +493,7 @@ def record(args: argparse.Namespace, info: dict, measurements: list[dict]) -> di
         "steps": {preset: args.steps or DEFAULT_STEPS[preset] for preset in args.presets},
     }
     return {
-        "command": [sys.executable, *sys.argv],
+        "command": portable_command([sys.executable, *sys.argv]),
         "setting": setting,
         "machine": info,
         "summary": rows,

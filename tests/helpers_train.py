@@ -1,4 +1,7 @@
-"""A tiny fuzzy-logic experiment that trains in seconds (shared by the training tests)."""
+"""The tests' tiny configs, built one way: `tiny_model_config` (a ModelConfig of TINY_MODEL's
+sizes), `quick_config` (an ExperimentConfig: a preset changed to train in seconds), `tiny_config`
+(the tiny fuzzy-logic experiment the training tests share) and TINY_RUN (a tiny run as a sweep's
+overrides or the command line's flags); and helpers of the training tests."""
 
 from __future__ import annotations
 
@@ -6,49 +9,74 @@ from dataclasses import replace
 
 import torch
 
-from hyla.train.configs import ExperimentConfig, FuzzyLogicConfig, TrainConfig
+from hyla.nn.transformer import ModelConfig
+from hyla.train.configs import ExperimentConfig, FuzzyLogicConfig
 from hyla.train.presets import get_preset
+
+TINY_MODEL = dict(num_layers=2, dim=16, num_heads=4, qk_dim=8, v_dim=8, mlp_dim=32)
+"""The sizes of the tests' tiny models."""
+
+
+TINY_RUN = {
+    "fuzzy_logic.num_variables": 3,
+    "fuzzy_logic.seq_len": 8,
+    **{f"model.{key}": value for key, value in TINY_MODEL.items()},
+    "model.num_layers": 1,
+    "model.mlp_dim": 16,
+    "train.batch_size": 16,
+    "train.warmup_steps": 2,
+    "train.eval_every": 0,
+    "train.final_eval_samples": 64,
+    "train.eval_batch_size": 64,
+    "train.device": "cpu",
+    "train.threads": 1,
+}
+"""A tiny run of logic_cpu (one layer) as dotted settings: a sweep file's overrides (JSON is YAML),
+`hyla train`'s flags (hyla.runs.sweep.override_flags)."""
+
+
+def tiny_model_config(**fields) -> ModelConfig:
+    """A tiny model: TINY_MODEL's sizes, `fields` (any of ModelConfig's) on top."""
+    return ModelConfig(**{**TINY_MODEL, **fields})
+
+
+def quick_config(
+    out_dir,
+    preset: str = "logic_cpu",
+    name: str = "run",
+    model: dict | None = None,
+    train: dict | None = None,
+    **fields,
+) -> ExperimentConfig:
+    """`preset` training into `out_dir`/`name`, its model's and training's fields in `model` and
+    `train` changed, its other `fields` (ExperimentConfig's) replaced: quietly on one CPU thread
+    unless `train` says otherwise (the machine's cores would be oversubscribed beside other tests)."""
+    cfg = get_preset(preset)
+    train = {"progress": False, "device": "cpu", "threads": 1, **(train or {})}
+    model = replace(cfg.model, **(model or {}))
+    return replace(cfg, out_dir=str(out_dir), name=name, model=model, train=replace(cfg.train, **train), **fields)
 
 
 def tiny_config(tmp_path, name: str = "run", mixer: str = "hyla", steps: int = 20, **train) -> ExperimentConfig:
-    cfg = get_preset("logic_cpu")
-    return replace(
-        cfg,
-        out_dir=str(tmp_path),
+    """A tiny fuzzy-logic experiment that trains in seconds (checkpoints every 5 steps, evaluates every 10)."""
+    return quick_config(
+        tmp_path,
         name=name,
         seed=3,
         fuzzy_logic=FuzzyLogicConfig(num_variables=3, num_terms=2, seq_len=8, frac_held_out=0.3),
-        model=replace(
-            cfg.model,
-            num_layers=2,
-            dim=16,
-            num_heads=4,
-            qk_dim=8,
-            v_dim=8,
-            mlp_dim=32,
-            mixer=mixer,
-            attention_dropout=0.1,
-        ),
-        train=replace(
-            TrainConfig(),
-            **{
-                **dict(
-                    steps=steps,
-                    batch_size=16,
-                    warmup_steps=3,
-                    eval_every=10,
-                    eval_samples=32,
-                    final_eval_samples=64,
-                    eval_batch_size=32,
-                    log_every=5,
-                    checkpoint_every=5,
-                    progress=False,
-                    device="cpu",
-                    threads=1,
-                ),
-                **train,
-            },
-        ),
+        model={**TINY_MODEL, "mixer": mixer, "attention_dropout": 0.1},
+        train={
+            "steps": steps,
+            "batch_size": 16,
+            "warmup_steps": 3,
+            "eval_every": 10,
+            "eval_samples": 32,
+            "final_eval_samples": 64,
+            "eval_batch_size": 32,
+            "log_every": 5,
+            "checkpoint_every": 5,
+            **train,
+        },
     )
 
 

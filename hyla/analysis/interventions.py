@@ -23,9 +23,9 @@ import torch
 
 from hyla.analysis.collect import FUZZY_LOGIC, SRAVEN, task_kind
 from hyla.analysis.patching import LatentPatch, attention_layers, pair_mask, patch_latents
-from hyla.analysis.progress import Stages
 from hyla.nn.attention import MultiHeadAttention
-from hyla.ops.kernels.common import normalize, raw_scores
+from hyla.ops.kernels.naive import normalize, raw_scores
+from hyla.train.progress import Stages
 
 CONDITIONS = ("patched", "query_side", "random_donor", "shuffled_heads")
 """what is patched into A's run: B's codes; the leak control (B's query state against A's keys);

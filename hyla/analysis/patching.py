@@ -6,7 +6,7 @@ interventions (hyla.analysis.interventions, docs/interventions.md).
 
 `patch_latents` works for every mixer and whatever implementation `attention(implementation="auto")`
 would pick: while a layer is patched it computes its output from the (patched) codes with the
-reference formula of `hyla/ops/kernels/naive.py` (`attention_from_codes`). `pair_mask` builds the
+reference formula, `attention_from_codes` of `hyla/ops/kernels/naive.py`. `pair_mask` builds the
 query-key pairs to replace.
 """
 
@@ -18,25 +18,9 @@ from contextlib import contextmanager
 import torch
 
 from hyla.nn.attention import MultiHeadAttention
-from hyla.ops.kernels.common import ACTIVATION_FNS, normalize, raw_scores
+from hyla.ops.kernels.naive import attention_from_codes, normalize, raw_scores
 
 ALL_LAYERS = "all"
-
-
-def attention_from_codes(
-    a: torch.Tensor,
-    v: torch.Tensor,
-    value_network: str,
-    activation: str = "relu",
-    dropout_mask: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """The value network of docs/math.md given the latent codes: a [B, H, Tq, Tk], v [B, Tk, H, Dv]
-    -> y [B, Tq, H, Dv] (before the output projection). The second half of `attention_naive`."""
-    weights = a if dropout_mask is None else a * dropout_mask
-    if value_network == "linear":  # Eq. 4-5
-        return torch.einsum("bhqk,bkhd->bqhd", weights, v)
-    hidden = ACTIVATION_FNS[activation](torch.einsum("bhqk,bkhd->bqkd", weights, v))  # [B, Tq, Tk, Dv], Eq. 6
-    return torch.einsum("bhqk,bqkd->bqhd", weights, hidden)  # Eq. 7
 
 
 class LatentPatch:

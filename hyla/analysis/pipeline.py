@@ -1,6 +1,6 @@
 """The latent-code analysis of one model: collect codes, probe them, measure topographic
 similarity and rule similarity, draw the figures, write `analysis.json` and `report.md` (the
-measures: hyla.analysis.measures; the progress lines: hyla.analysis.progress).
+measures: hyla.analysis.measures; the progress lines: hyla.train.progress).
 
 Splits (defaults; any split of the task can be given instead):
 - fuzzy logic: `valid_fixed_query`, `ood_fixed_query` (the authors' probe data: with the query
@@ -34,8 +34,8 @@ from hyla.analysis.measures import (
     topographic,
 )
 from hyla.analysis.probes import random_stream
-from hyla.analysis.progress import Stages
 from hyla.analysis.report import write_report
+from hyla.train.progress import Stages
 from hyla.utils import append_jsonl, portable_path, write_json
 
 DEFAULT_SPLITS = {

@@ -21,6 +21,7 @@ from hyla.train.presets import PRESETS
 
 def _run_training(cfg: ExperimentConfig) -> int:
     from hyla.train import NonFiniteLossError, train
+    from hyla.train.distributed import torchrun_env
 
     hook = None
     if cfg.train.analysis_every:
@@ -30,7 +31,7 @@ def _run_training(cfg: ExperimentConfig) -> int:
     except NonFiniteLossError as e:
         print(f"hyla: {e}", file=sys.stderr)
         return 1
-    curves = write_curves(path) if int(os.environ.get("RANK", "0")) == 0 else None  # (rank 0 writes the files)
+    curves = write_curves(path) if torchrun_env().rank == 0 else None  # (rank 0 writes the files)
     if curves is not None:
         print(f"curves: {curves}")
     print(path)

@@ -46,7 +46,7 @@ class DemoOptions:
     final_eval_samples: Annotated[int | None, arg(help_behavior_hint="(default: the preset's)")] = None
     """samples per split at the final evaluation"""
     progress: bool = True
-    """progress bars (--no-progress: none; not on a terminal: a line per run when it starts moving, when its ETA
+    """progress bars (--no-progress: none; not on a terminal: a line per run once its ETA
     is known, then every 30 s, and at its end)"""
 
     def __post_init__(self):

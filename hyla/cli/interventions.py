@@ -66,8 +66,8 @@ def main(argv: list[str]) -> int:
     from hyla.analysis.collect import FUZZY_LOGIC, SRAVEN
     from hyla.analysis.intervention_report import write_report
     from hyla.analysis.interventions import interventions
-    from hyla.analysis.progress import Stages
     from hyla.train import load_run_at_step  # train depends on the model; analysis only needs it here
+    from hyla.train.progress import Stages
 
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
 

@@ -14,8 +14,9 @@ The math (docs/math.md; the paper's Eq. 4-7). q [B, Tq, H, Dk], k [B, Tk, H, Dk]
 `hyla/ops/kernels/naive.py` is exactly this, in einsums: the reference. Every other implementation
 in `hyla/ops/kernels/` computes the same function and is tested against it on outputs AND
 gradients in float64 (tests/ops/). `BACKENDS` below lists them in the order `auto` tries them,
-each with its environment switch, if it has one, and the verifier that says why it does not apply
-to a call (None: it does); the first that applies runs, `naive` always does. Why each is there
+each with its environment switch, if it has one, the value network it computes, if only one, and
+the verifier that says why it does not apply to a call (None: it does); the first that applies
+runs, `naive` always does. `IMPLEMENTATIONS` and `ONLY_FOR` are read off it. Why each is there
 (and what it buys: docs/speed.md, which has a row for each):
 
     triton       memory linear in T on CUDA, and faster than `streamed` (docs/speed.md)
@@ -57,12 +58,10 @@ from hyla.ops.kernels.common import (
     TRITON_MAX_HEAD_DIM,
     TRITON_NORMALIZATIONS,
     check_inputs,
-    normalize,
-    raw_scores,
     record_fallback,
     record_ran,
 )
-from hyla.ops.kernels.naive import attention_naive, attention_naive_eager
+from hyla.ops.kernels.naive import attention_naive, attention_naive_eager, normalize, raw_scores
 from hyla.ops.kernels.streamed import hyla_streamed
 from hyla.ops.torch_internals import constant_under_compile, forced_on, switched_off
 from hyla.utils import env_name
@@ -103,18 +102,25 @@ class Call:
 class Backend:
     """One implementation: `run(q, k, v, value_network=..., **kwargs)` -> (output, latent codes or
     None); `verify(call)` -> why it does not apply, or None; `switch`: the `hyla.utils.Switches`
-    field whose `=0` keeps `auto` from taking it (None: it has none)."""
+    field whose `=0` keeps `auto` from taking it (None: it has none); `only_for`: the one value
+    network it computes (None: both), which an explicit `implementation=` is held to as well."""
 
     name: str
     run: Callable
     verify: Callable[[Call], str | None]
     switch: str | None = None
+    only_for: str | None = None
 
     def rejects(self, call: Call) -> str | None:
         """Why `auto` does not take it for `call` (None: it does)."""
         if self.switch is not None and switched_off(self.switch):
             return f"turned off by {env_name(self.switch)}=0"
+        if self.only_for not in (None, call.value_network):
+            return f"{VALUE_NETWORK_NAMES[self.only_for]} (value_network={self.only_for!r}) only"
         return self.verify(call)
+
+
+VALUE_NETWORK_NAMES = {"mlp": "HYLA", "linear": "multi-head attention"}
 
 
 def hyla_triton(q, k, v, **kwargs):
@@ -155,10 +161,6 @@ def _validated_architecture(device_index: int) -> bool:
 # --- the verifiers: why an implementation does not apply (None: it does) ---------------------------
 
 
-def _hyla_only(call: Call) -> str | None:
-    return None if call.value_network == "mlp" else "HYLA (value_network='mlp') only"
-
-
 def _above_stream_threshold(call: Call) -> str | None:
     if call.hidden_elements <= STREAM_THRESHOLD:
         return f"the hidden tensor has at most STREAM_THRESHOLD={STREAM_THRESHOLD} elements"
@@ -166,7 +168,7 @@ def _above_stream_threshold(call: Call) -> str | None:
 
 
 def _verify_triton(call: Call) -> str | None:
-    if reason := _hyla_only(call) or _above_stream_threshold(call):
+    if reason := _above_stream_threshold(call):
         return reason
     if not call.q.is_cuda:
         return "CUDA only"
@@ -178,16 +180,12 @@ def _verify_triton(call: Call) -> str | None:
 
 
 def _verify_cpp(call: Call) -> str | None:
-    if reason := _hyla_only(call):
-        return reason
     if not cpp.covers(call.q, call.v, call.normalization, call.activation, call.bias, call.mask, call.dropout_mask):
         return "inputs the kernel does not take (device, dtype, normalization, activation, masks per head)"
     return None if cpp.available() else "the kernel is not available (see its warning)"
 
 
 def _verify_cpp_linear(call: Call) -> str | None:
-    if call.value_network != "linear":
-        return "multi-head attention (value_network='linear') only"
     if torch.compiler.is_compiling():
         return "eager only (under torch.compile inductor compiles the reference; not measured against it)"
     if not cpp.covers(
@@ -195,10 +193,6 @@ def _verify_cpp_linear(call: Call) -> str | None:
     ):
         return "inputs the kernel does not take (device, dtype, normalization, masks per head)"
     return None if cpp.available() else "the kernel is not available (see its warning)"
-
-
-def _verify_streamed(call: Call) -> str | None:
-    return _hyla_only(call) or _above_stream_threshold(call)
 
 
 def _verify_naive_eager(call: Call) -> str | None:
@@ -221,23 +215,21 @@ def _codes_beside(kernel: Callable) -> Callable:
 
 # The order `auto` tries them; `naive` always applies.
 BACKENDS = [
-    Backend("triton", _codes_beside(hyla_triton), _verify_triton, switch="triton"),
-    Backend("cpp", _codes_beside(cpp.hyla_cpp), _verify_cpp, switch="cpp_kernel"),
+    Backend("triton", _codes_beside(hyla_triton), _verify_triton, switch="triton", only_for="mlp"),
+    Backend("cpp", _codes_beside(cpp.hyla_cpp), _verify_cpp, switch="cpp_kernel", only_for="mlp"),
     Backend(
         "cpp_linear",
         _codes_beside(functools.partial(cpp.hyla_cpp, value_network="linear")),
         _verify_cpp_linear,
         switch="cpp_linear",
+        only_for="linear",
     ),
-    Backend("streamed", _codes_beside(hyla_streamed), _verify_streamed),
+    Backend("streamed", _codes_beside(hyla_streamed), _above_stream_threshold, only_for="mlp"),
     Backend("naive_eager", attention_naive_eager, _verify_naive_eager),
     Backend("naive", attention_naive, lambda call: None),
 ]
-# Implementations of HYLA only (value_network="mlp"), of multi-head attention only ("linear").
-MLP_ONLY = ("triton", "cpp", "streamed")
-LINEAR_ONLY = ("cpp_linear",)
-ONLY_FOR = dict.fromkeys(MLP_ONLY, "mlp") | dict.fromkeys(LINEAR_ONLY, "linear")  # implementation -> value network
-IMPLEMENTATIONS = ("auto", "naive", "naive_eager", "cpp", "cpp_linear", "streamed", "triton")
+IMPLEMENTATIONS = ("auto", *(backend.name for backend in BACKENDS))  # what `implementation=` takes
+ONLY_FOR = {backend.name: backend.only_for for backend in BACKENDS if backend.only_for}  # name -> value network
 
 
 def attention(
@@ -267,7 +259,7 @@ def attention(
         mask: bool, broadcastable to [B, H, Tq, Tk], True = attend. Fully masked rows give 0.
         return_latents: also return the latent codes a [B, H, Tq, Tk] (normalized, no dropout).
         dropout_mask: multiplies a after normalization (attention dropout: keep-mask / keep).
-        implementation: "auto" | "naive" | "naive_eager" | "cpp" | "cpp_linear" | "streamed" | "triton"
+        implementation: "auto" | "triton" | "cpp" | "cpp_linear" | "streamed" | "naive_eager" | "naive"
             (ONLY_FOR: the value network of each that takes one; cpp, cpp_linear: CPU, see
             `cpp.covers`; triton: normalization none or rms_head, CUDA or Triton's interpreter);
             `auto` takes the first of BACKENDS that applies.

@@ -10,7 +10,6 @@ of a killed sweep end with it (`end_with_parent`), and a re-run settles the mark
 from __future__ import annotations
 
 import functools
-import math
 import multiprocessing
 import os
 import shutil
@@ -38,9 +37,9 @@ from hyla.runs.sweep import (
     write_marker,
 )
 from hyla.train.configs import ExperimentConfig
+from hyla.train.progress import StepProgress
 from hyla.train.run_dir import RunDir
 from hyla.train.signals import SWEEP_ENDED, Stopped
-from hyla.utils import elapsed_and_eta
 
 
 def restart_cleanly(run_dir: Path) -> bool:
@@ -134,80 +133,35 @@ def run_sweep(spec: SweepSpec, dry_run: bool = False, progress: bool = True) -> 
 
 
 class RunProgress:
-    """One progress bar per run (steps) on a terminal. Elsewhere (a log file, CI) bars redrawn in place
-    would garble the output: each run gets a line (step, elapsed time) when it first makes progress, one
-    with its ETA as soon as its pace is measured, then at most every `every` seconds, and one when it
-    finishes.
+    """The progress of a sweep's runs, a `StepProgress` (hyla.train.progress) each: a bar per run on a
+    terminal; elsewhere (a log file, CI) a run's lines (step, elapsed time, ETA) at the interval, and
+    one when it finishes or fails. `update` is called for launched runs only: a run is timed from
+    its first update, and its pace from its first new step (`first`, `every`: StepProgress's)."""
 
-    `update` is called for launched runs only: a run is timed from its first update. Its first interval
-    (up to the first new step seen) holds its start (imports, building, a resumed run's loading) and steps
-    that may have been written in one go, so the ETA comes from the pace measured after it."""
-
-    def __init__(self, total_steps: dict[str, int], enabled: bool = True, every: float = 30.0):
-        self.as_lines = enabled and not sys.stderr.isatty()
-        self.totals, self.every = total_steps, every
-        self.started: dict[str, tuple[float, int]] = {}  # name -> (time, step) of its first update
-        self.paced_from: dict[str, tuple[float, int]] = {}  # name -> (time, step) of its first new step
-        self.last_line: dict[str, float] = {}
-        self.with_eta: set[str] = set()  # the runs whose ETA a line has shown
-        self.bars = {}
-        if enabled and not self.as_lines:
-            from tqdm.auto import tqdm
-
-            self.bars = {
-                name: tqdm(total=total, desc=name, position=position, unit="step", dynamic_ncols=True, leave=True)
-                for position, (name, total) in enumerate(total_steps.items())
-            }
+    def __init__(
+        self, total_steps: dict[str, int], enabled: bool = True, first: float | None = None, every: float | None = None
+    ):
+        self.totals, self.enabled, self.first, self.every = total_steps, enabled, first, every
+        self.runs: dict[str, StepProgress] = {}  # the launched runs that have not finished
 
     def update(self, name: str, step: int) -> None:
-        now = time.monotonic()
-        start_step = self.started.setdefault(name, (now, step))[1]
-        if name not in self.paced_from and step > start_step:
-            self.paced_from[name] = (now, step)
-            self._restart_bar_clock(name, step)
-        self._advance_bar(name, step)
-        if step > start_step and self.as_lines and (self._eta_news(name, step) or self._line_due(name, now)):
-            self.last_line[name] = now
-            print(self._line(name, step, now), file=sys.stderr, flush=True)
-
-    def _eta_news(self, name: str, step: int) -> bool:
-        """Whether the run's pace has just been measured: its first line with an ETA is due."""
-        if name in self.with_eta or step <= self.paced_from[name][1]:
-            return False
-        self.with_eta.add(name)
-        return True
-
-    def _line_due(self, name: str, now: float) -> bool:
-        return now - self.last_line.get(name, -math.inf) >= self.every
-
-    def _line(self, name: str, step: int, now: float) -> str:
-        """`name: step S/N, 1m05s elapsed, ETA 2m10s` (no ETA until the pace is measured)."""
-        total, (since, paced_step) = self.totals[name], self.paced_from[name]
-        times = elapsed_and_eta(now - self.started[name][0], (now - since, step - paced_step), total - step)
-        return f"{name}: step {step}/{total}, {times}"
-
-    def _restart_bar_clock(self, name: str, step: int) -> None:
-        """A bar's rate and ETA from here on: not from the first interval's jump."""
-        bar = self.bars.get(name)
-        if bar is not None:
-            bar.reset(total=bar.total)
-            bar.initial = bar.n = bar.last_print_n = step
-            bar.refresh()
-
-    def _advance_bar(self, name: str, step: int) -> None:
-        bar = self.bars.get(name)
-        if bar is not None and step > bar.n:
-            bar.update(step - bar.n)
+        if name in self.runs:
+            self.runs[name].update(step)
+            return
+        position = list(self.totals).index(name)
+        self.runs[name] = StepProgress(
+            name, self.totals[name], step, self.enabled, first=self.first, every=self.every, position=position
+        )
 
     def finished(self, name: str, step: int, code: int) -> None:
-        self._advance_bar(name, step)
-        if self.as_lines:
-            outcome = "finished" if code == 0 else f"exited with code {code}"
-            print(f"{name}: {outcome} at step {step}", file=sys.stderr, flush=True)
+        self.update(name, step)
+        self.runs.pop(name).close(
+            f"finished at step {step}" if code == 0 else f"exited with code {code} at step {step}"
+        )
 
     def close(self) -> None:
-        for bar in self.bars.values():
-            bar.close()
+        for shown in self.runs.values():
+            shown.close()
 
 
 def run_packed_sweep(

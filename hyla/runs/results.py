@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -27,7 +25,7 @@ from hyla.runs.result_tables import (
     write_csv,
     write_records,
 )
-from hyla.utils import duration, portable_path, write_json
+from hyla.utils import portable_path, write_json
 
 SECONDARY_METRICS = ("feature_acc",)
 """final metrics tabled beside the runs' main metric where a task reports them (SRAVEN: per-feature accuracy)"""
@@ -165,44 +163,29 @@ def _measure(run: dict, options: dict) -> tuple[dict, bool]:
 
 
 def measure_runs(candidates: list[dict], options: dict) -> tuple[list[dict], list[str]]:
-    """Topographic similarity of every candidate (cached per run), with a line per run on stderr
-    (elapsed and ETA; a tqdm bar on a terminal). Returns (points, notes on runs left out)."""
-    from tqdm.auto import tqdm
-
+    """Topographic similarity of every candidate (cached per run), with its result as the progress
+    postfix (hyla.train.progress: a line per run in a log, with the elapsed time and the ETA from the
+    runs measured, not read from their cache; a tqdm bar on a terminal). Returns (points, notes on
+    runs left out)."""
     from hyla.train.checkpoint import CheckpointError
+    from hyla.train.progress import StepProgress
     from hyla.train.run_dir import RunError
 
-    bar = tqdm(total=len(candidates), desc="latent structure", unit="run") if sys.stderr.isatty() else None
-    points, notes, start, measuring, measured = [], [], time.monotonic(), 0.0, 0
-    for i, run in enumerate(candidates, 1):
-        began = time.monotonic()
-        try:
-            entry, cached = _measure(run, options)
-            point, note = _structure_point(run, entry, options["split"], cached)
-        except (RunError, CheckpointError) as e:  # e.g. a completed run whose checkpoints were deleted
-            entry, cached, point, note = None, False, None, f"{run['name']}: left out, {' '.join(str(e).split())}"
-        if not cached:
-            measuring, measured = measuring + time.monotonic() - began, measured + 1
-        points += [point] if point else []
-        notes += [note] if note else []
-        text = note or (
-            f"topographic similarity {point['topographic_similarity']:.3f}, {options['split']} "
-            f"{point['metric_name']} {point['metric']:.3f}{' (cached)' if cached else ''}"
-        )
-        if bar is not None:
-            bar.write(f"{run['name']}: {text}")
-            bar.update(1)
-        else:
-            left = len(candidates) - i
-            eta = f", ETA {duration(measuring / measured * left)}" if measured and left else ""
-            print(
-                f"latent structure {i}/{len(candidates)} {run['name']}: {text} "
-                f"({duration(time.monotonic() - start)} elapsed{eta})",
-                file=sys.stderr,
-                flush=True,
+    points, notes = [], []
+    with StepProgress("latent structure", len(candidates), unit="run", every=0.0) as shown:
+        for i, run in enumerate(candidates, 1):
+            try:
+                entry, cached = _measure(run, options)
+                point, note = _structure_point(run, entry, options["split"], cached)
+            except (RunError, CheckpointError) as e:  # e.g. a completed run whose checkpoints were deleted
+                cached, point, note = False, None, f"{run['name']}: left out, {' '.join(str(e).split())}"
+            points += [point] if point else []
+            notes += [note] if note else []
+            text = note or (
+                f"{run['name']}: topographic similarity {point['topographic_similarity']:.3f}, {options['split']} "
+                f"{point['metric_name']} {point['metric']:.3f}{' (cached)' if cached else ''}"
             )
-    if bar is not None:
-        bar.close()
+            shown.update(i, text, timed=not cached)
     return points, notes
 
 

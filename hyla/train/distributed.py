@@ -1,6 +1,7 @@
 """Data parallelism from the outside: `torchrun --nproc_per_node=N hyla train ...` runs the same
 command on N ranks. Every rank draws its slice of the same global batch, DistributedDataParallel
 averages gradients (so the loss is the global-batch mean), and only rank 0 writes files.
+`torchrun_env()` is the one reader of what torchrun tells a process (RANK, WORLD_SIZE, ...).
 """
 
 from __future__ import annotations
@@ -10,6 +11,28 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class Torchrun:
+    """What torchrun tells each process it starts, in its environment; the one place that reads it.
+    A process that torchrun did not start is rank 0 of 1."""
+
+    rank: int  # RANK
+    world_size: int  # WORLD_SIZE
+    local_rank: int  # LOCAL_RANK: the rank on this machine (its GPU)
+    local_world_size: int | None  # LOCAL_WORLD_SIZE: the ranks on this machine (None: not set)
+
+
+def torchrun_env() -> Torchrun:
+    env = os.environ
+    local_world_size = env.get("LOCAL_WORLD_SIZE")
+    return Torchrun(
+        int(env.get("RANK", "0")),
+        int(env.get("WORLD_SIZE", "1")),
+        int(env.get("LOCAL_RANK", "0")),
+        None if local_world_size is None else int(local_world_size),
+    )
 
 
 @dataclass(frozen=True)
@@ -39,10 +62,9 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
 
 def setup(device_name: str) -> DistContext:
     """Join the process group if launched by torchrun (WORLD_SIZE > 1), else a single process."""
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    device = resolve_device(device_name, local_rank)
-    if world_size == 1:
+    launched = torchrun_env()
+    device = resolve_device(device_name, launched.local_rank)
+    if launched.world_size == 1:
         return DistContext(0, 1, device)
     if device.type == "cuda":
         torch.cuda.set_device(device)

@@ -17,15 +17,16 @@ from hyla.ops import resolve_mixer
 from hyla.ops.kernels import cpp
 from hyla.train.allocator import keep_freed_memory
 from hyla.train.configs import ExperimentConfig
-from hyla.train.distributed import DistContext
+from hyla.train.distributed import DistContext, torchrun_env
 from hyla.train.step import generates_value_network
 from hyla.utils import switches
 
 
 def default_threads(world_size: int = 1) -> int:
-    """Threads per process: the cores this process may use, shared among the ranks on this machine."""
+    """Threads per process: the cores this process may use, shared among the ranks on this machine
+    (torchrun's LOCAL_WORLD_SIZE, else `world_size`)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    local_ranks = torchrun_env().local_world_size or world_size
     return max(1, cores // local_ranks)
 
 

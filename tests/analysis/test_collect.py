@@ -1,9 +1,10 @@
 """Latent codes are read at the probe positions of docs/tasks.md (fuzzy logic, SRAVEN), permutations included."""
 
 import torch
+from helpers_train import tiny_model_config
 from torch import nn
 
-from hyla import ModelConfig, Transformer
+from hyla import Transformer
 from hyla.analysis.collect import collect_latents, inverse_permutation, sraven_positions
 from hyla.tasks import FuzzyLogic, SRaven
 
@@ -91,19 +92,7 @@ def test_inverse_permutation():
 
 
 def test_transformer_latents_match_return_latents_indexing():
-    cfg = ModelConfig(
-        num_layers=2,
-        dim=16,
-        num_heads=4,
-        qk_dim=8,
-        v_dim=8,
-        mlp_dim=16,
-        mixer="hyla",
-        seq_len=36,
-        input_dim=8,
-        output_dim=8,
-        num_outputs=4,
-    )
+    cfg = tiny_model_config(mlp_dim=16, mixer="hyla", seq_len=36, input_dim=8, output_dim=8, num_outputs=4)
     model = Transformer(cfg).eval()
     task = SRaven()
     data = collect_latents(model, task, "valid_unpermuted", 8, progress=False)

@@ -12,12 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers_train import tiny_model_config
 
 from hyla.analysis import interventions as iv
 from hyla.analysis import patch_latents, patching
 from hyla.analysis.intervention_report import group_stat, summarize, tables, verdict, verdict_lines
 from hyla.nn import MultiHeadAttention
-from hyla.nn.transformer import ModelConfig, Transformer
+from hyla.nn.transformer import Transformer
 from hyla.ops import NAMED_MIXERS
 from hyla.tasks import FuzzyLogic, SRaven
 
@@ -28,10 +29,8 @@ SEQ_LEN = 8
 
 def tiny_model(mixer: str, dtype=torch.float32, **overrides) -> Transformer:
     torch.manual_seed(0)
-    cfg = dict(
-        num_layers=2, dim=16, num_heads=4, qk_dim=8, v_dim=8, mlp_dim=32, mixer=mixer, seq_len=SEQ_LEN, input_dim=4
-    )
-    return Transformer(ModelConfig(**{**cfg, **overrides})).to(dtype).eval()
+    cfg = tiny_model_config(**{"mixer": mixer, "seq_len": SEQ_LEN, "input_dim": 4, **overrides})
+    return Transformer(cfg).to(dtype).eval()
 
 
 def inputs(batch: int = 6, seed: int = 1, dtype=torch.float32) -> torch.Tensor:

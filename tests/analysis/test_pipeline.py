@@ -5,15 +5,16 @@ import json
 import math
 import re
 import time
-from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
+from helpers_train import quick_config
 from torch import nn
 
-from hyla.analysis import analysis_hook, analyze, measures, pipeline, progress
+from hyla.analysis import analysis_hook, analyze, measures, pipeline
 from hyla.tasks import FuzzyLogic, SRaven
+from hyla.train import progress
 
 LAYERS = 2
 
@@ -158,43 +159,15 @@ def test_analysis_hook_writes_probe_metrics(tmp_path):
     assert all(math.isfinite(v) for v in metrics.values())
 
 
-def _tiny_logic_config(configs, out_dir):
-    """logic_cpu at a width of 32 for 30 steps on one thread, the analysis hook every 15 steps, in `out_dir`/run."""
-    from hyla.train.presets import get_preset
-
-    cfg = get_preset("logic_cpu")
-    return replace(
-        cfg,
-        out_dir=str(out_dir),
-        name="run",
-        model=replace(cfg.model, dim=32, mlp_dim=64),
-        train=replace(
-            cfg.train,
-            steps=30,
-            warmup_steps=5,
-            batch_size=32,
-            eval_every=0,
-            eval_samples=64,
-            final_eval_samples=64,
-            eval_batch_size=64,
-            log_every=10,
-            checkpoint_every=30,
-            analysis_every=15,
-            analysis_samples=64,
-            progress=False,
-            device="cpu",
-            threads=1,  # (the machine's cores by default: oversubscribed beside the other test process)
-        ),
-    )
-
-
 def test_end_to_end_on_a_trained_checkpoint(tmp_path):
     train = pytest.importorskip("hyla.train")
-    configs = pytest.importorskip("hyla.train.configs")
     cli = pytest.importorskip("hyla.cli")
     from hyla.analysis import analysis_hook
 
-    run = train.train(_tiny_logic_config(configs, tmp_path), analysis_hook)
+    settings = dict(steps=30, warmup_steps=5, batch_size=32, log_every=10, checkpoint_every=30, eval_every=0)
+    settings |= dict(eval_samples=64, final_eval_samples=64, eval_batch_size=64, analysis_every=15, analysis_samples=64)
+    cfg = quick_config(tmp_path, model={"dim": 32, "mlp_dim": 64}, train=settings)  # logic_cpu at a width of 32
+    run = train.train(cfg, analysis_hook)
     code = cli.main(
         [
             "analyze",
@@ -285,7 +258,7 @@ def test_progress_lines_have_elapsed_time_eta_and_keep_coming_in_long_stages(tmp
     counted = [line for line in lines if line.startswith("analyze: topographic similarity of code sets ")]
     assert len(counted) >= 2
     assert any(
-        re.fullmatch(r"analyze: topographic similarity of code sets [12]/3 \(\d+s elapsed, ETA \d+s\)", line)
+        re.fullmatch(r"analyze: topographic similarity of code sets [12]/3 \(\d+%\), \d+s elapsed, ETA \d+s", line)
         for line in counted
     )
 
@@ -293,11 +266,12 @@ def test_progress_lines_have_elapsed_time_eta_and_keep_coming_in_long_stages(tmp
 def test_progress_stops_its_thread_and_is_silent_when_disabled(capsys):
     with progress.Stages(True, every=0.01) as stage:
         stage("probes")
-        tick = stage.counter("code sets", 2)
+        tick = stage.counter("code sets", 3)
+        tick()
         tick()
         time.sleep(0.05)
     assert not stage.thread.is_alive()
-    assert "analyze: code sets 1/2 (0s elapsed, ETA 0s)" in capsys.readouterr().err.splitlines()
+    assert "analyze: code sets 2/3 (66%), 0s elapsed, ETA 0s" in capsys.readouterr().err.splitlines()
     with progress.Stages(False, every=0.01) as stage:
         stage("probes")
         stage.counter("code sets", 2)()

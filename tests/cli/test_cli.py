@@ -3,46 +3,15 @@
 import json
 from pathlib import Path
 
+from helpers_train import TINY_RUN
+
 from hyla.cli import COMMANDS, main
+from hyla.runs.sweep import override_flags
 from hyla.train import progress
 
-TINY = [
-    "--fuzzy_logic.num_variables",
-    "3",
-    "--fuzzy_logic.seq_len",
-    "8",
-    "--model.num_layers",
-    "1",
-    "--model.dim",
-    "16",
-    "--model.num_heads",
-    "4",
-    "--model.qk_dim",
-    "8",
-    "--model.v_dim",
-    "8",
-    "--model.mlp_dim",
-    "32",
-    "--train.batch_size",
-    "16",
-    "--train.eval_samples",
-    "32",
-    "--train.final_eval_samples",
-    "64",
-    "--train.eval_batch_size",
-    "32",
-    "--train.log_every",
-    "5",
-    "--train.checkpoint_every",
-    "10",
-    "--train.eval_every",
-    "10",
-    "--train.no-progress",
-    "--train.device",
-    "cpu",
-    "--train.threads",
-    "1",
-]
+TINY_SETTINGS = {**TINY_RUN, "model.mlp_dim": 32, "train.eval_samples": 32, "train.eval_batch_size": 32}
+TINY_SETTINGS |= {"train.log_every": 5, "train.checkpoint_every": 10, "train.eval_every": 10, "train.progress": False}
+TINY = [flag for key, value in TINY_SETTINGS.items() for flag in override_flags(key, value)]  # `hyla train` flags
 
 
 def test_dispatcher_lists_commands(capsys):
@@ -113,8 +82,7 @@ def test_train_eval_resume(tmp_path, capsys):
 
 
 def test_train_says_what_runs_shows_lines_a_log_follows_and_ends_with_its_curves(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(progress, "FIRST_LINE_AFTER", 0.0)  # (a line after every step but the first)
-    monkeypatch.setattr(progress, "PROGRESS_EVERY", 0.0)
+    monkeypatch.setattr(progress, "PROGRESS_EVERY", 0.0)  # (a line after every step)
     tiny = [arg for arg in TINY if arg != "--train.no-progress"]
     args = ["train", "--preset", "logic_cpu", "--train.steps", "20", "--out_dir", str(tmp_path), "--name", "run"]
     assert main(args + tiny) == 0
@@ -126,8 +94,9 @@ def test_train_says_what_runs_shows_lines_a_log_follows_and_ends_with_its_curves
     assert (run / "curves.png").stat().st_size > 10_000
     assert "\r" not in err  # (a bar redrawn in place would garble a log file)
     steps = [line for line in err.splitlines() if line.startswith("softmax: step ")]
-    assert [line.split()[2] for line in steps] == [f"{step}/20" for step in range(2, 21)]
-    assert all(", ETA " in line and "; loss " in line for line in steps[3:])  # (after the first record, step 5)
+    assert [line.split()[2] for line in steps] == [f"{step}/20" for step in range(1, 21)]
+    assert ", ETA " not in steps[0]  # (the first step holds the warm-ups: the pace is measured after it)
+    assert all(", ETA " in line and "; loss " in line for line in steps[4:])  # (after the first record, step 5)
 
 
 def test_train_rejects_bad_values_with_a_message(tmp_path, capsys):

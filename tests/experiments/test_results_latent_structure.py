@@ -41,7 +41,7 @@ def test_latent_structure_json_png_and_cache(runs, tmp_path, capsys):
     assert main(["results", str(runs), "--latent-structure", "--out", str(tmp_path / "a"), *OPTIONS]) == 0
     captured = capsys.readouterr()
     assert "rho =" in captured.out and "unfinished: not completed" in captured.out
-    assert sum(line.startswith("latent structure ") for line in captured.err.splitlines()) == 4  # a line per run
+    assert sum(line.startswith("latent structure: run ") for line in captured.err.splitlines()) == 4  # a line per run
     result = json.loads((tmp_path / "a" / "latent_structure.json").read_text())
     assert (tmp_path / "a" / "latent_structure.png").stat().st_size > 0
     points = result["runs"]

@@ -11,6 +11,7 @@ import sys
 import time
 
 import pytest
+from helpers_train import TINY_RUN
 
 from hyla.cli import main
 from hyla.runs.launch import settle_markers
@@ -18,12 +19,7 @@ from hyla.runs.sweep import SweepSpec, alive, sweep_status
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
 
-TINY = (
-    "{fuzzy_logic.num_variables: 3, fuzzy_logic.seq_len: 8, model.num_layers: 1, model.dim: 16, "
-    "model.num_heads: 4, model.qk_dim: 8, model.v_dim: 8, model.mlp_dim: 16, train.batch_size: 16, "
-    "train.warmup_steps: 2, train.eval_every: 0, train.final_eval_samples: 64, train.eval_batch_size: 64, "
-    "train.log_every: 1, train.device: cpu, train.threads: 1, train.steps: 400, train.checkpoint_every: 5000}"
-)
+TINY = json.dumps({**TINY_RUN, "train.log_every": 1, "train.steps": 400, "train.checkpoint_every": 5000})
 
 
 def write_sweep(tmp_path):

@@ -11,6 +11,7 @@ import time
 
 import pytest
 import torch
+from helpers_train import TINY_RUN
 
 from hyla.cli.train_args import parse_train_args
 from hyla.runs.launch import submit_sweep
@@ -18,25 +19,6 @@ from hyla.runs.sweep import SweepSpec, print_status, sweep_status, train_args
 from hyla.train import train
 
 submitit = pytest.importorskip("submitit")
-
-TINY = {
-    "fuzzy_logic.num_variables": 3,
-    "fuzzy_logic.seq_len": 8,
-    "model.num_layers": 1,
-    "model.dim": 16,
-    "model.num_heads": 4,
-    "model.qk_dim": 8,
-    "model.v_dim": 8,
-    "model.mlp_dim": 16,
-    "train.batch_size": 16,
-    "train.warmup_steps": 2,
-    "train.eval_every": 0,
-    "train.final_eval_samples": 64,
-    "train.eval_batch_size": 64,
-    "train.log_every": 10,
-    "train.checkpoint_every": 10,
-    "train.device": "cpu",
-}
 
 
 def tiny_spec(out_dir, steps: int) -> SweepSpec:
@@ -46,7 +28,7 @@ def tiny_spec(out_dir, steps: int) -> SweepSpec:
         preset="logic_cpu",
         out_dir=str(out_dir),
         seeds=[0],
-        overrides={**TINY, "train.steps": steps},
+        overrides={**TINY_RUN, "train.log_every": 10, "train.checkpoint_every": 10, "train.steps": steps},
         grid=[{"model.mixer": ["hyla"]}],
         slurm={"cpus_per_task": 1},
     )

@@ -10,22 +10,19 @@ import sys
 import time
 
 import pytest
+from helpers_train import TINY_RUN
 
 from hyla.cli import main
 from hyla.runs.sweep import SweepSpec, print_status, sweep_status
 
-TINY = (
-    "{fuzzy_logic.num_variables: 3, fuzzy_logic.seq_len: 8, model.num_layers: 1, model.dim: 16, "
-    "model.num_heads: 4, model.qk_dim: 8, model.v_dim: 8, model.mlp_dim: 16, train.batch_size: 16, "
-    "train.warmup_steps: 2, train.eval_every: 0, train.final_eval_samples: 64, train.eval_batch_size: 64, "
-    "train.log_every: 1, train.device: cpu, train.threads: 1, train.steps: 300, "
-    "train.checkpoint_every: CHECKPOINT_EVERY}"
-)
+TINY = {**TINY_RUN, "train.log_every": 1, "train.steps": 300}
 
 
-def write_sweep(tmp_path, grid: str = "{model.mixer: [hyla]}", overrides: str = TINY, checkpoint_every: int = 1000):
+def write_sweep(tmp_path, grid: str = "{model.mixer: [hyla]}", overrides: dict | str = TINY, checkpoint_every=1000):
+    """A sweep file of `grid` with `overrides` (a dict: with train.checkpoint_every; a str: as written)."""
     path = tmp_path / "sweep.yaml"
-    overrides = overrides.replace("CHECKPOINT_EVERY", str(checkpoint_every))
+    if isinstance(overrides, dict):
+        overrides = json.dumps({**overrides, "train.checkpoint_every": checkpoint_every})
     path.write_text(f"name: t\npreset: logic_cpu\nout_dir: {tmp_path / 'runs'}\noverrides: {overrides}\ngrid: {grid}\n")
     return path
 

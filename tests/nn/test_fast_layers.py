@@ -6,9 +6,10 @@ attention implementations are tested against `attention_naive` in tests/ops/test
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers_train import tiny_model_config
 
 from hyla.nn.feedforward import gelu_tanh
-from hyla.nn.transformer import ModelConfig, Transformer
+from hyla.nn.transformer import Transformer
 
 
 def test_compiled_gelu_tanh_equals_the_tanh_approximation():
@@ -44,13 +45,10 @@ def test_gelu_sigmoid_switch_keeps_atens_kernel_under_compile(set_switch, switch
 @pytest.mark.parametrize("layers, length, outputs, causal", [(2, 16, 1, False), (3, 36, 4, False), (2, 12, 1, True)])
 def test_last_block_computes_only_the_read_out_positions(mixer, layers, length, outputs, causal):
     torch.manual_seed(0)
-    cfg = ModelConfig(
+    wide = dict(dim=32, qk_dim=16, v_dim=16, mlp_dim=64)
+    cfg = tiny_model_config(
+        **wide,
         num_layers=layers,
-        dim=32,
-        num_heads=4,
-        qk_dim=16,
-        v_dim=16,
-        mlp_dim=64,
         mixer=mixer,
         seq_len=length,
         input_dim=5,
@@ -73,7 +71,7 @@ def test_last_block_computes_only_the_read_out_positions(mixer, layers, length, 
 @pytest.mark.parametrize("switch, queries", [(None, 1), ("0", 16)])
 def test_query_pruning_switch_makes_the_last_block_compute_every_position(set_switch, switch, queries):
     set_switch("HYLA_QUERY_PRUNING", switch)
-    cfg = ModelConfig(num_layers=2, dim=16, num_heads=2, qk_dim=8, v_dim=8, mlp_dim=16, seq_len=16, input_dim=5)
+    cfg = tiny_model_config(num_heads=2, mlp_dim=16, seq_len=16, input_dim=5)
     model = Transformer(cfg).eval()
     seen = []
     model.blocks[-1].attention.register_forward_hook(lambda module, args, out: seen.append(out.shape[1]))

@@ -2,33 +2,19 @@
 
 import pytest
 import torch
+from helpers_train import tiny_model_config
 
 from hyla.nn.generate import cache_bytes, generate, sample_next
-from hyla.nn.transformer import ModelConfig, Transformer
+from hyla.nn.transformer import Transformer
 from hyla.ops.mixers import NAMED_MIXERS
 
 VOCAB, SEQ_LEN = 40, 16
+LANGUAGE_MODEL = dict(dim=32, qk_dim=16, v_dim=16, mlp_dim=48, feedforward="swiglu", seq_len=SEQ_LEN, causal=True)
 
 
 def make_model(mixer: str, **overrides) -> Transformer:
-    cfg = ModelConfig(
-        num_layers=2,
-        dim=32,
-        num_heads=4,
-        qk_dim=16,
-        v_dim=16,
-        mlp_dim=48,
-        mixer=mixer,
-        feedforward="swiglu",
-        seq_len=SEQ_LEN,
-        causal=True,
-        vocab_size=VOCAB,
-        output_dim=VOCAB,
-        num_outputs=0,
-    )
-    for key, value in overrides.items():
-        setattr(cfg, key, value)
-    return Transformer(cfg).eval()
+    outputs = dict(vocab_size=VOCAB, output_dim=VOCAB, num_outputs=0)
+    return Transformer(tiny_model_config(**{**LANGUAGE_MODEL, **outputs, "mixer": mixer, **overrides})).eval()
 
 
 @pytest.mark.parametrize("mixer", sorted(NAMED_MIXERS))
@@ -137,38 +123,23 @@ def test_sample_text_checks_the_vocabulary(tmp_path):
 
 def test_hyla_sample_command(tmp_path, capsys):
     """Train a tiny language model for a few steps, then `hyla sample` it."""
-    from dataclasses import replace
+    from helpers_train import quick_config
 
     from hyla.cli import main
     from hyla.train import train
     from hyla.train.configs import TextConfig
-    from hyla.train.presets import get_preset
 
     words = "the model attends to keys and values while heads compose new functions".split()
     generator = torch.Generator().manual_seed(0)
     lines = [" ".join(words[i] for i in torch.randint(len(words), (8,), generator=generator)) for _ in range(400)]
     (tmp_path / "corpus.txt").write_text("\n".join(lines))
-    cfg = get_preset("lm_cpu")
-    cfg = replace(
-        cfg,
-        out_dir=str(tmp_path / "runs"),
-        name="tiny",
-        text=TextConfig(
-            corpus=str(tmp_path / "corpus.txt"), seq_len=16, vocab_size=300, cache_dir=str(tmp_path / "cache")
-        ),
-        model=replace(cfg.model, num_layers=1, dim=32, num_heads=4, qk_dim=16, v_dim=16, mlp_dim=32, mixer="hyla"),
-        train=replace(
-            cfg.train,
-            steps=3,
-            warmup_steps=1,
-            eval_every=0,
-            eval_samples=8,
-            final_eval_samples=8,
-            eval_batch_size=8,
-            log_every=1,
-            checkpoint_every=3,
-            progress=False,
-        ),
+    text = TextConfig(
+        corpus=str(tmp_path / "corpus.txt"), seq_len=16, vocab_size=300, cache_dir=str(tmp_path / "cache")
+    )
+    model = dict(num_layers=1, dim=32, num_heads=4, qk_dim=16, v_dim=16, mlp_dim=32, mixer="hyla")
+    settings = dict(steps=3, warmup_steps=1, eval_every=0, eval_samples=8, final_eval_samples=8, eval_batch_size=8)
+    cfg = quick_config(
+        tmp_path / "runs", "lm_cpu", "tiny", model, settings | dict(log_every=1, checkpoint_every=3), text=text
     )
     run = train(cfg)
     capsys.readouterr()

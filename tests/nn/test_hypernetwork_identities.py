@@ -22,7 +22,7 @@ from torch.testing import assert_close
 
 from hyla import MultiHeadAttention
 from hyla.ops import NAMED_MIXERS
-from hyla.ops.kernels.common import ACTIVATION_FNS
+from hyla.ops.kernels.naive import ACTIVATION_FNS
 
 B, TQ, TK, D, H, DK, DV, D_OUT = 2, 5, 6, 7, 3, 2, 4, 5
 

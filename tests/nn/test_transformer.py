@@ -5,12 +5,13 @@ import math
 
 import pytest
 import torch
+from helpers_train import TINY_MODEL
 from torch.testing import assert_close
 
 from hyla import ModelConfig, Transformer
 from hyla.ops import NAMED_MIXERS
 
-SMALL = dict(num_layers=2, dim=16, num_heads=4, qk_dim=8, v_dim=8, mlp_dim=32, seq_len=10)
+SMALL = {**TINY_MODEL, "seq_len": 10}
 
 
 def token_model(mixer: str, **overrides) -> Transformer:

@@ -408,7 +408,7 @@ def test_cpp_linear_is_eager_only(monkeypatch):
 
 @pytest.mark.parametrize("implementation", ["flash", "fused", "pointwise"])  # the last two: removed
 def test_unknown_implementation_lists_valid_choices(implementation):
-    valid = "auto, naive, naive_eager, cpp, cpp_linear, streamed, triton"
+    valid = "auto, triton, cpp, cpp_linear, streamed, naive_eager, naive"
     with pytest.raises(ValueError, match=f"^unknown implementation '{implementation}'; valid: {valid}$"):
         attention(*qkv(), normalization="softmax", value_network="mlp", implementation=implementation)
 

@@ -7,9 +7,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 from helpers_ops import assert_close
+from helpers_train import tiny_model_config
 
 from hyla.nn.feedforward import GeluMLP, gelu_tanh
-from hyla.nn.transformer import ModelConfig, Transformer
+from hyla.nn.transformer import Transformer
 from hyla.ops.kernels import cpp, gelu
 from hyla.train.packed import vmappable_copy
 
@@ -97,7 +98,7 @@ def test_gelu_tanh_takes_the_kernel_unless_switched_off(set_switch, switch):
 
 
 def test_the_packed_copy_of_a_model_uses_torchs_gelu():
-    cfg = ModelConfig(num_layers=1, dim=8, num_heads=2, qk_dim=4, v_dim=4, mlp_dim=16, input_dim=3, seq_len=4)
+    cfg = tiny_model_config(input_dim=3, seq_len=4)
     skeleton = vmappable_copy(Transformer(cfg))
     mlps = [m for m in skeleton.modules() if isinstance(m, GeluMLP)]
     assert mlps and not any(m.gelu_kernel for m in mlps)

@@ -4,8 +4,9 @@ import math
 
 import pytest
 import torch
+from helpers_train import tiny_model_config
 
-from hyla.nn.transformer import ModelConfig, Transformer
+from hyla.nn.transformer import Transformer
 from hyla.train import optim
 from hyla.train.configs import TrainConfig
 from hyla.train.optim import fused_adamw_step, lr_multiplier, make_optimizer, parameter_groups
@@ -78,9 +79,7 @@ def test_scheduler_drives_the_optimizer_lr():
 
 
 def test_weight_decay_only_on_matrices():
-    model = Transformer(
-        ModelConfig(num_layers=1, dim=16, num_heads=2, qk_dim=8, v_dim=8, mlp_dim=32, input_dim=3, seq_len=4)
-    )
+    model = Transformer(tiny_model_config(num_layers=1, num_heads=2, input_dim=3, seq_len=4))
     decay, no_decay = parameter_groups(model, 0.1)
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
     assert all(p.ndim >= 2 for p in decay["params"]) and all(p.ndim < 2 for p in no_decay["params"])
@@ -113,9 +112,7 @@ def test_adamw_equals_torch_fused_adamw_bit_for_bit(monkeypatch, set_switch, tmp
         set_switch(*switch)
     torch.manual_seed(0)
     models = [
-        Transformer(
-            ModelConfig(num_layers=1, dim=16, num_heads=2, qk_dim=8, v_dim=8, mlp_dim=2560, input_dim=3, seq_len=4)
-        )
+        Transformer(tiny_model_config(num_layers=1, num_heads=2, mlp_dim=2560, input_dim=3, seq_len=4))
         for _ in range(2)
     ]
     models[1].load_state_dict(models[0].state_dict())

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from helpers_train import tiny_config
+from helpers_train import TINY_RUN, tiny_config
 from test_exact_resume import (
     CrashAt,
     SignalAt,
@@ -233,18 +233,7 @@ def test_plan_packs_groups_compatible_runs_and_stopped_packs(tmp_path):
 def test_sweep_packs_compatible_runs_and_two_processes_train_the_same(tmp_path, capsys):
     """`--pack 2` plans packs of compatible runs and trains them; with `--parallel 2` (two processes,
     each training packs) the same runs end with the same weights."""
-    tiny = {
-        "train.steps": 4,
-        "train.warmup_steps": 1,
-        "train.eval_every": 0,
-        "train.eval_samples": 64,
-        "train.final_eval_samples": 64,
-        "train.log_every": 2,
-        "train.threads": 1,
-        "model.num_layers": 1,
-        "model.dim": 16,
-        "model.mlp_dim": 16,
-    }
+    tiny = {**TINY_RUN, "train.steps": 4, "train.warmup_steps": 1, "train.eval_samples": 64, "train.log_every": 2}
     spec = SweepSpec(
         name="tiny",
         preset="logic_cpu",

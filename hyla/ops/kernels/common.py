@@ -1,18 +1,16 @@
-"""Pieces every implementation shares: scores, normalizations (docs/math.md), activations, and the
-input checks. Sharing them is what makes the latent codes of every implementation identical."""
+"""Pieces the implementations share besides the reference's scores and normalizations (naive.py):
+what the Triton kernels take, the input checks, the views of biases and masks, and the record of
+what ran."""
 
 from __future__ import annotations
 
-import math
 import warnings
 
 import torch
-import torch.nn.functional as F
 
 from hyla.ops.mixers import check_axes
 from hyla.ops.torch_internals import constant_under_compile
 
-RMS_EPS = 1e-6
 # What the Triton kernels take (triton_hyla.py checks them; hyla.ops.dispatch decides by them
 # without importing triton).
 TRITON_NORMALIZATIONS = ("none", "rms_head")
@@ -21,59 +19,6 @@ TRITON_MAX_HEAD_DIM = 128
 # What attention() ran in this process: implementation names, and fast paths that fell back (with
 # the reason). Training records it in the run's numerics.
 _RAN: set[str] = set()
-
-ACTIVATION_FNS = {
-    "relu": torch.relu,
-    "gelu": F.gelu,
-    "silu": F.silu,
-    "sigmoid": torch.sigmoid,
-    "tanh": torch.tanh,
-    "identity": lambda x: x,
-}
-
-
-def raw_scores(q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """The scores before any normalization: <q, k> / sqrt(Dk) + bias.
-
-    q [B, Tq, H, Dk], k [B, Tk, H, Dk], bias broadcastable to [B, H, Tq, Tk] -> [B, H, Tq, Tk]."""
-    s = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(q.shape[-1])
-    return s if bias is None else s + bias
-
-
-def masked_scores(s: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """Scores s with the pairs where `mask` is False set to the dtype's minimum, so that a softmax or
-    a log-sum-exp over the keys leaves them out. The minimum rather than -inf: a fully masked row
-    stays finite (and `masked_softmax` zeroes it)."""
-    return s if mask is None else s.masked_fill(~mask, torch.finfo(s.dtype).min)
-
-
-def masked_softmax(s: torch.Tensor, mask: torch.Tensor | None, softmax_lse: torch.Tensor | None = None) -> torch.Tensor:
-    """softmax of the scores s over the keys (the last axis), exactly 0 where `mask` is False: a fully
-    masked row is all 0.
-
-    softmax_lse [B, H, Tq, 1]: the log-sum-exp over ALL keys, for when `s` holds only a block of keys.
-    """
-    s = masked_scores(s, mask)
-    p = torch.softmax(s, dim=-1) if softmax_lse is None else torch.exp(s - softmax_lse)
-    return p if mask is None else p.masked_fill(~mask, 0.0)
-
-
-def normalize(
-    s: torch.Tensor,
-    normalization: str,
-    mask: torch.Tensor | None,
-    softmax_lse: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Normalized scores a [B, H, Tq, Tk] from raw scores s; masked entries are exactly 0.
-
-    softmax_lse [B, H, Tq, 1]: the log-sum-exp over ALL keys, for when `s` holds only a block of keys.
-    """
-    if normalization == "softmax":
-        return masked_softmax(s, mask, softmax_lse)
-    a = s if mask is None else s.masked_fill(~mask, 0.0)
-    if normalization == "rms_head":
-        a = a * torch.rsqrt(a.pow(2).mean(dim=1, keepdim=True) + RMS_EPS)
-    return a
 
 
 def as_4d(t: torch.Tensor | None) -> torch.Tensor | None:

@@ -49,7 +49,8 @@ from pathlib import Path
 
 import torch
 
-from hyla.ops.kernels.common import RMS_EPS, as_4d, per_pair, shared_by_heads
+from hyla.ops.kernels.common import as_4d, per_pair, shared_by_heads
+from hyla.ops.kernels.naive import RMS_EPS
 from hyla.ops.registration import register_operator
 from hyla.ops.torch_internals import constant_under_compile
 from hyla.utils import switches

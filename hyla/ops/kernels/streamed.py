@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from hyla.ops.kernels.common import ACTIVATION_FNS, as_4d, masked_scores, normalize, raw_scores
+from hyla.ops.kernels.common import as_4d
+from hyla.ops.kernels.naive import ACTIVATION_FNS, masked_scores, normalize, raw_scores
 
 # Elements of one hidden block [B, Tq, block, Dv]: 4M floats = 16 MiB in float32.
 BLOCK_ELEMENTS = 1 << 22

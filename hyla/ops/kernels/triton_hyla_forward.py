@@ -7,7 +7,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from hyla.ops.kernels.common import RMS_EPS
+from hyla.ops.kernels.naive import RMS_EPS
 
 _EPS = tl.constexpr(RMS_EPS)
 
