@@ -44,6 +44,7 @@ def sraven_numbers() -> dict[str, str]:
         n[f"paper_raven_{mixer}_2"] = paper(("sraven", mixer, False), 2)
         n[f"raven_cpu_{mixer}"] = pm(raven_cpu[mixer])
         n[f"heads1_{mixer}"], n[f"heads16_{mixer}"] = f"{head[(mixer, 1)]:.2f}", f"{head[(mixer, 16)]:.2f}"
+    n["paper_raven_hyla_identity_2"] = paper(("sraven", "hyla_identity", False), 2)  # the nonlinearity's row
     measure, probe = "held-out probe (accuracy)", "valid_unpermuted->ood_unpermuted"
     for prefix, folder, layers in (
         ("rprobe", "latent_weights_raven_cpu", 2),

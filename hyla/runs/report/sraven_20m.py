@@ -113,10 +113,37 @@ def sraven_20m_progress_sections() -> dict[str, str]:
         hours = "completed" if c.completed else "–" if left is None else f"{left:.1f} h"
         rows.append(f"| {label(c.mixer)} | {c.seed} | {c.last_step:,} | {stretches} | {hours} |")
     return {
+        "r20m_status": f"**Where the runs are:** {under_way(curves)}.",
         "r20m_progress_rows": "\n".join(rows),
         "r20m_seeds": seed_table(curves),
         "r20m_paired": paired_table(curves),
     }
+
+
+def under_way(curves: list) -> str:
+    """The runs under way in a sentence: their latest stretch (when, from which commit, the step
+    reached, each run's pace) and the hours of the machine their steps left take at the paces of the
+    completed runs three at once (every stretch of theirs but the last, which some ran alone)."""
+    running = [c for c in curves if not c.completed and c.stretches]
+    if not running:
+        return "no run under way"
+    stretches = [c.stretches[-1] for c in running]
+    paces = [s.steps_per_second for s in stretches if s.steps_per_second]
+    done = [s.steps_per_second for c in curves if c.completed for s in c.stretches[:-1] if s.steps_per_second]
+    left = max(c.total_steps - c.last_step for c in running)
+    text = (
+        f"{len(running)} runs under way, at steps {min(c.last_step for c in running):,}–"
+        f"{max(c.last_step for c in running):,} of {running[0].total_steps:,}; their latest stretch (from "
+        f"{min(s.started for s in stretches)} UTC, commit `{stretches[0].commit}`) trained at "
+        f"{min(paces):.2f}–{max(paces):.2f} steps/s each"
+    )
+    if not done:
+        return text
+    return (
+        f"{text}; at the completed runs' paces three at once ({min(done):.2f}–{max(done):.2f} steps/s "
+        f"each), the {left:,} steps left take {left / max(done) / 3600:.1f}–{left / min(done) / 3600:.1f} h "
+        "of the machine"
+    )
 
 
 def numbers() -> dict[str, str]:
