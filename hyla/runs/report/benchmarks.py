@@ -37,20 +37,21 @@ def cpu_sections() -> dict[str, str]:
 
 def vs_authors_cpu_row(run: dict) -> str:
     """One run of benchmarks/results/vs_authors_cpu.json: its commit, CPU and setting, then hyla's steps/s
-    over the authors' compiled, min / median / max over its pairs, per preset."""
+    over the authors', min / median / max over its pairs, per preset, eager (hyla's default) and compiled."""
     setting = run["setting"]
     cells = {(row["preset"], row["variant"]): row for row in run["summary"]}
     ratios = [
         " / ".join(f"{r[k]:.2f}" for k in ("ratio_min", "ratio_median", "ratio_max"))
-        if (r := cells.get((preset, "compiled")))
+        if (r := cells.get((preset, variant)))
         else "–"
         for preset in ("logic_4var_2term", "raven_3x3_4features")
+        for variant in ("eager", "compiled")
     ]
     wait = setting.get("omp_wait_policy") or "default"
     malloc = ", the malloc variables given to the authors' too" if setting.get("malloc_env") else ""
     commit = run["machine"].get("hyla_git_commit", "")
     tree = f"`{commit[:7]}`" + (" + uncommitted" if commit.endswith("-dirty") else "")
-    return f"| {tree} | {run['machine']['cpu']} | OpenMP wait {wait}{malloc} | {ratios[0]} | {ratios[1]} |"
+    return f"| {tree} | {run['machine']['cpu']} | OpenMP wait {wait}{malloc} | {' | '.join(ratios)} |"
 
 
 def gpu_speed_sections() -> dict[str, str]:
