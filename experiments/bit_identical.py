@@ -6,10 +6,12 @@ linear and HYLA) this trains the same command in both checkouts,
     python -m hyla.cli train --preset P --model.mixer M --seed 0 --train.steps 200 --train.threads 1
         --train.device cpu --train.eval_every 0 --train.final_eval_samples 256 --train.log_every 1 ...
 
-and compares the two runs bitwise: every tensor of the final checkpoint (weights, optimizer state,
-schedule; torch.equal on each), every value of every metrics.jsonl record (the loss of every step
-with --train.log_every 1, and the final evaluation) and of summary.json and of the checkpoint's
-progress (the per-step losses it keeps), timings excepted. It prints a table and writes JSON.
+(compiled cases with --train.step compiled; a pack of 2 as `train_packed` of those options with the
+seeds 0 and 1), and compares the two runs (a pack's: each member's) bitwise: every tensor of the
+final checkpoint (weights, optimizer state, schedule; torch.equal on each), every value of every
+metrics.jsonl record (the loss of every step with --train.log_every 1, and the final evaluation)
+and of summary.json and of the checkpoint's progress (the per-step losses it keeps), timings
+excepted. It prints a table and writes JSON.
 
 Usage:
 
@@ -17,6 +19,9 @@ Usage:
         --after-python .venv/bin/python --out experiments/results/bit_identical/<commit>.json
     python experiments/bit_identical.py --before D --after D --only logic_cpu:hyla --steps 20   # quick
     python experiments/bit_identical.py --list                                                 # the cases
+
+A checkout from before train.step (issue 80) gets the options it spelled otherwise (--train.compile
+for --train.step compiled: BEFORE_TRAIN_STEP). --parallel trains a case's two runs at once.
 
 Each checkout runs with its own python (--before-python / --after-python; default DIR/.venv/bin/python
 where it exists, else this interpreter) and PYTHONPATH=DIR, so the code of that checkout is what runs
@@ -39,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,15 +55,51 @@ import torch
 # (logic_*var_*term, raven_3x3_4features) build the same modules at other sizes and are left out.
 # The text family's other presets (wiki_wikitext103, lm_c4_50m) need a download: lm_cpu reads the
 # Python docs shipped with Python. The mixture of experts is a model option, not a preset: lm_cpu
-# with 4 experts (the routed CPU path).
-CASES: dict[str, tuple[str, str, str, list[str]]] = {}  # name: (family, preset, mixer, extra options)
+# with 4 experts (the routed CPU path). Each family also trains compiled (train.step compiled) and as
+# a pack of 2 (seeds 0 and 1, hyla.train.packed.train_packed; each member is compared).
+
+
+@dataclass(frozen=True)
+class Case:
+    family: str
+    preset: str
+    mixer: str
+    extra: tuple[str, ...] = ()  # more `hyla train` options, as the newest hyla spells them
+    pack: int = 1  # > 1: trained as a pack of this many runs, seeds 0, 1, ...
+
+
+CASES: dict[str, Case] = {}
 for _mixer in ("softmax", "linear", "hyla"):
-    CASES[f"logic_cpu:{_mixer}"] = ("fuzzy logic", "logic_cpu", _mixer, [])
+    CASES[f"logic_cpu:{_mixer}"] = Case("fuzzy logic", "logic_cpu", _mixer)
 for _mixer in ("softmax", "linear", "hyla"):
-    CASES[f"raven_cpu:{_mixer}"] = ("SRAVEN", "raven_cpu", _mixer, [])
-CASES["lm_cpu:softmax"] = ("text", "lm_cpu", "softmax", [])
-CASES["lm_cpu:hyla"] = ("text", "lm_cpu", "hyla", [])
-CASES["lm_cpu:softmax+moe4"] = ("text, mixture of experts", "lm_cpu", "softmax", ["--model.num_experts", "4"])
+    CASES[f"raven_cpu:{_mixer}"] = Case("SRAVEN", "raven_cpu", _mixer)
+CASES["lm_cpu:softmax"] = Case("text", "lm_cpu", "softmax")
+CASES["lm_cpu:hyla"] = Case("text", "lm_cpu", "hyla")
+CASES["lm_cpu:softmax+moe4"] = Case("text, mixture of experts", "lm_cpu", "softmax", ("--model.num_experts", "4"))
+for _family, _preset, _mixer in (
+    ("fuzzy logic", "logic_cpu", "hyla"),
+    ("SRAVEN", "raven_cpu", "softmax"),
+    ("text", "lm_cpu", "softmax"),
+):
+    CASES[f"{_preset}:{_mixer}+compiled"] = Case(f"{_family}, compiled", _preset, _mixer, ("--train.step", "compiled"))
+for _family, _preset, _mixer in (
+    ("fuzzy logic", "logic_cpu", "hyla"),
+    ("SRAVEN", "raven_cpu", "hyla"),
+    ("text", "lm_cpu", "softmax"),
+):
+    CASES[f"{_preset}:{_mixer}+pack2"] = Case(f"{_family}, a pack of 2", _preset, _mixer, pack=2)
+
+# The options of a checkout from before train.step (issue 80) for those of its successors.
+BEFORE_TRAIN_STEP = {
+    ("--train.step", "compiled"): ["--train.compile"],
+    ("--train.step", "graphed"): ["--train.cuda_graph", "on"],
+}
+# A pack of the `hyla train` options after the pack's size, members named run0, run1, ... seeded 0, 1, ...
+PACK = (
+    "import sys; from dataclasses import replace; from hyla.cli.train_args import parse_train_args; "
+    "from hyla.train.packed import train_packed; cfg = parse_train_args(sys.argv[2:])[0]; "
+    "train_packed([replace(cfg, name=f'run{i}', seed=i) for i in range(int(sys.argv[1]))])"
+)
 
 FINAL_EVAL_SAMPLES = 256
 # Values that measure time, not behaviour.
@@ -109,7 +151,9 @@ def probe(side: Side, tmp: Path) -> None:
     """Which hyla, torch and commit this side runs; fails unless hyla imports from the checkout."""
     code = (
         "import json, sys, torch, hyla; "
-        "print(json.dumps({'hyla_file': hyla.__file__, 'torch': torch.__version__, 'python': sys.version.split()[0]}))"
+        "from hyla.train.configs import TrainConfig; "
+        "print(json.dumps({'hyla_file': hyla.__file__, 'torch': torch.__version__, 'python': sys.version.split()[0], "
+        "'train_step': 'step' in TrainConfig.__dataclass_fields__}))"
     )
     env = environment(side, tmp / f"cache_{side.label}")
     out = subprocess.run([side.python, "-c", code], cwd=tmp, env=env, capture_output=True, text=True, check=True)
@@ -273,6 +317,63 @@ def command_without_paths(sides: list[Side], out: Path) -> str:
     return " ".join(["python experiments/bit_identical.py", *(names.get(os.path.abspath(a), a) for a in sys.argv[1:])])
 
 
+def side_options(options: list[str], side: Side) -> list[str]:
+    """`options` as `side`'s checkout takes them (one from before train.step: BEFORE_TRAIN_STEP)."""
+    if side.info["train_step"]:
+        return options
+    out = []
+    for option in options:
+        if out and (out[-1], option) in BEFORE_TRAIN_STEP:
+            out[-1:] = BEFORE_TRAIN_STEP[(out[-1], option)]
+        else:
+            out.append(option)
+    return out
+
+
+def train_side(name: str, case: Case, side: Side, tmp: Path, args) -> tuple[dict, list[Path]]:
+    """Train `case` in `side`'s checkout: what ran ({command, returncode, seconds[, log_tail]})
+    and the run folders (a pack's members in order)."""
+    options = side_options(train_command(case.preset, case.mixer, list(case.extra), args.steps), side)
+    folder = tmp / side.label / name.replace(":", "_").replace("+", "_")
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    if case.pack > 1:
+        cmd, command = [side.python, "-c", PACK, str(case.pack)], f"train_packed of {case.pack}: "
+        runs = [folder / "runs" / f"run{i}" for i in range(case.pack)]
+    else:
+        cmd, command, runs = (
+            [side.python, "-m", "hyla.cli", "train"],
+            "python -m hyla.cli train ",
+            [folder / "runs" / "run"],
+        )
+    t0 = time.time()
+    env = environment(side, tmp / f"cache_{side.label}")
+    rc = run(cmd + options, cwd=folder, env=env, log=folder / "train.log", timeout=args.timeout)
+    ran = {"command": command + " ".join(options), "returncode": rc, "seconds": round(time.time() - t0, 1)}
+    if rc != 0:
+        ran["log_tail"] = tail(folder / "train.log")
+    print(f"  {name} {side.label}: rc {rc}, {time.time() - t0:.0f} s", flush=True)
+    return ran, runs
+
+
+def train_case(name: str, case: Case, sides: list[Side], tmp: Path, args) -> list[dict]:
+    """Train `case` in both checkouts (at once with --parallel) and compare: one result per run (a
+    pack's members: NAME#0, NAME#1, ...)."""
+    with ThreadPoolExecutor(len(sides) if args.parallel else 1) as pool:
+        trained = dict(zip([s.label for s in sides], pool.map(lambda s: train_side(name, case, s, tmp, args), sides)))
+    about = {"family": case.family, "preset": case.preset, "mixer": case.mixer, "extra": list(case.extra)}
+    results = []
+    for i in range(case.pack):
+        member = f"{name}#{i}" if case.pack > 1 else name
+        result = {"case": member, **about, "sides": {label: ran for label, (ran, _) in trained.items()}}
+        if all(ran["returncode"] == 0 for ran, _ in trained.values()):
+            result.update(compare_runs(trained["before"][1][i], trained["after"][1][i]))
+        else:
+            result["identical"] = None
+        results.append(result)
+    return results
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="See the module docstring.")
     parser.add_argument("--before", type=Path, help="the checkout before the change")
@@ -285,14 +386,15 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=3600, help="seconds a run may take")
     parser.add_argument("--keep", type=Path, help="keep the runs in this folder (default: a temporary one, removed)")
     parser.add_argument("--list", action="store_true", help="list the cases and exit")
+    parser.add_argument("--parallel", action="store_true", help="train a case's two runs at once (two processes)")
     args = parser.parse_args()
     if args.list:
-        for name, (family, preset, mixer, extra) in CASES.items():
-            print(f"{name:24} {family:26} {preset} {mixer} {' '.join(extra)}")
+        for name, c in CASES.items():
+            print(f"{name:28} {c.family:28} {c.preset} {c.mixer} {' '.join(c.extra)}")
         return 0
     if args.before is None or args.after is None:
         parser.error("--before and --after are required")
-    cases = {n: c for n, c in CASES.items() if not args.only or n in args.only or c[1] in args.only}
+    cases = {n: c for n, c in CASES.items() if not args.only or n in args.only or c.preset in args.only}
     if not cases:
         parser.error(f"--only matches no case; the cases: {', '.join(CASES)}")
 
@@ -312,38 +414,15 @@ def main() -> int:
         probe(side, tmp)
         print(f"{side.label}: {side.root} at {side.info['commit'][:10] or '?'} with {side.python}", flush=True)
 
-    results, failed = [], False
-    for name, (family, preset, mixer, extra) in cases.items():
-        options = train_command(preset, mixer, extra, args.steps)
-        result = {"case": name, "family": family, "preset": preset, "mixer": mixer, "extra": extra, "sides": {}}
-        runs = {}
-        for side in sides:
-            folder = tmp / side.label / name.replace(":", "_").replace("+", "_")
-            shutil.rmtree(folder, ignore_errors=True)
-            folder.mkdir(parents=True)
-            cmd = [side.python, "-m", "hyla.cli", "train", *options]
-            t0 = time.time()
-            env = environment(side, tmp / f"cache_{side.label}")
-            rc = run(cmd, cwd=folder, env=env, log=folder / "train.log", timeout=args.timeout)
-            result["sides"][side.label] = {
-                "command": "python -m hyla.cli train " + " ".join(options),
-                "returncode": rc,
-                "seconds": round(time.time() - t0, 1),
-            }
-            if rc != 0:
-                result["sides"][side.label]["log_tail"] = tail(folder / "train.log")
-            runs[side.label] = folder / "runs" / "run"
-            print(f"  {name} {side.label}: rc {rc}, {time.time() - t0:.0f} s", flush=True)
-        if all(s["returncode"] == 0 for s in result["sides"].values()):
-            result.update(compare_runs(runs["before"], runs["after"]))
-        else:
-            result["identical"], failed = None, True
-        results.append(result)
+    results = []
+    for name, case in cases.items():
+        results += train_case(name, case, sides, tmp, args)
+    failed = any(r["identical"] is None for r in results)
 
     header = f"{'preset':10} {'mixer':8} {'variant':14} {'identical':9}  {'max |dparam|':12}  notes"
     lines = [header, "-" * len(header)]
     for r in results:
-        variant = " ".join(r["extra"]).replace("--model.", "") or "-"
+        variant = r["case"].partition("+")[2] or "-"  # moe4, compiled, pack2#0 (a pack's first member), ...
         if r["identical"] is None:
             verdict, diff, note = "FAILED", "", "a run failed (see the JSON's log_tail)"
         else:
