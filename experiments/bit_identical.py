@@ -105,8 +105,9 @@ FINAL_EVAL_SAMPLES = 256
 # Values that measure time, not behaviour.
 TIMING = re.compile(r"(^|_)(time|wall|seconds?|per_second|elapsed)(_|$)")
 # Checkpoint entries that describe the run, not its state (the config gains fields, the numerics record
-# the environment); compared only where the state lives: model, optimizer, scheduler, progress.
-CHECKPOINT_SKIP = ("config", "numerics", "format")
+# the environment, the sha256 is of the whole checkpoint, config included); compared only where the
+# state lives: model, optimizer, scheduler, progress.
+CHECKPOINT_SKIP = ("config", "numerics", "format", "sha256")
 
 
 @dataclass
