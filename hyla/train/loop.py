@@ -1,13 +1,14 @@
 """The training loop: `train(cfg) -> run folder`, and the one loop that steps every run.
 
-Read `train_runs` and then `run_steps` top to bottom. `train_runs` builds what runs need, once: each
-run folder (fresh, or from its checkpoint), task, model, AdamW and its schedule (`open_run`), the
-update function (`choose_update` for a run, hyla.train.step: eager, compiled or graphed; a pack's:
-hyla.train.packed), and each run's `Session` (its records: metrics.jsonl, trackers, env.json). A
-solo run is a session of one; a pack (hyla.train.packed.train_packed) is several, stepped together
-by one update. Then `run_steps`: per step the sessions' batches and update (`update(trainers,
-steps)`), their schedules' step, and when due each one's training record, evaluation, analysis and
-checkpoint; a session that reaches its end does its final evaluation and `summary.json` and leaves.
+Read `train`, `opened_runs` and `run_steps` top to bottom. `opened_runs` builds what runs need,
+once: each run folder (fresh, or from its checkpoint), task, model, AdamW and its schedule
+(`open_run`), the update function (`choose_update` for a run, hyla.train.step: eager, compiled or
+graphed; a pack's: hyla.train.packed), and each run's `Session` (its records: metrics.jsonl,
+trackers, env.json). A solo run is a session of one; a pack (hyla.train.packed.train_packed) is
+several, stepped together by one update. Then `run_steps`: per step the sessions' batches and
+update (`update(trainers, steps)`), their schedules' step, and when due each one's training
+record, evaluation, analysis and checkpoint; a session that reaches its end does its final
+evaluation and `summary.json` and leaves.
 (`hyla.train.numerics` sets what a run computes with, `hyla.train.signals` stops it,
 `hyla.train.progress` shows it.)
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 
 from hyla.train import distributed
@@ -51,14 +53,17 @@ def train(cfg: ExperimentConfig, analysis_hook: AnalysisHook | None = None) -> P
     Raises ConfigError for invalid settings, NonFiniteLossError if the loss diverges, and
     KeyboardInterrupt after checkpointing when interrupted.
     """
-    [folder] = train_runs([validate(cfg)], analysis_hook, choose_update)
+    with opened_runs([validate(cfg)], analysis_hook, choose_update) as ([folder], sessions, update):
+        if sessions:
+            run_steps(sessions, update)
     return folder
 
 
-def train_runs(cfgs: list[ExperimentConfig], analysis_hook: AnalysisHook | None, choose: ChooseUpdate) -> list[Path]:
-    """Train (or continue) the runs of `cfgs` (validated; one, or a pack's members, which share the
-    process settings of the first) with the update `choose(trainers, steps)` returns; their folders.
-    Runs already complete are skipped."""
+@contextmanager
+def opened_runs(cfgs: list[ExperimentConfig], analysis_hook: AnalysisHook | None, choose: ChooseUpdate):
+    """The runs of `cfgs` (validated; one, or a pack's members, which share the process settings of
+    the first), ready to train under those settings: (their folders, the sessions of those not
+    complete, the update `choose(trainers, steps)` returns for them, None without sessions)."""
     if any(cfg.train.analysis_every for cfg in cfgs) and analysis_hook is None:
         raise ConfigError("train.analysis_every > 0 needs an analysis hook, e.g. hyla.analysis.analysis_hook")
     ctx = distributed.setup(cfgs[0].train.device)
@@ -67,11 +72,12 @@ def train_runs(cfgs: list[ExperimentConfig], analysis_hook: AnalysisHook | None,
             # each run folder, and the task, model, AdamW and progress (from its checkpoint when resuming)
             opened = [open_run(cfg, ctx) for cfg in cfgs]
             runs = [(folder, start) for folder, start in opened if start is not None]  # (not those complete)
+            sessions, update = [], None
             if runs:
                 trainers, steps = [s.trainer for _, s in runs], [s.progress.step for _, s in runs]
                 update = choose(trainers, steps)  # eager, compiled or graphed (a pack's: batched)
-                run_steps([_session(start, folder, ctx, analysis_hook, update.kind) for folder, start in runs], update)
-            return [folder.path for folder, _ in opened]
+                sessions = [_session(start, folder, ctx, analysis_hook, update.kind) for folder, start in runs]
+            yield [folder.path for folder, _ in opened], sessions, update
     finally:
         distributed.teardown(ctx)
 
@@ -97,7 +103,17 @@ def run_steps(sessions: list[Session], update: Update) -> None:
     try:
         with stop.installed(), StepProgress(desc, total, done, first.shows_progress) as shown:
             while _finish_ended(live):
-                _step(live, update)
+                # one update of every session, each at its own next step, and its schedule's step
+                tick, kind, steps = time.perf_counter(), update.kind, [s.progress.step for s in live]
+                results = update([s.trainer for s in live], steps)
+                if update.kind != kind:  # a pack's CUDA graph captured anew for the members left, or failed to
+                    for session in live:
+                        session.records.update_numerics(update.kind)
+                for session in live:
+                    session.trainer.scheduler.step()
+                elapsed = time.perf_counter() - tick
+                for session, step, (loss, pred, batch) in zip(live, steps, results):
+                    session.records.add_step(step, loss, pred, batch, elapsed)
                 stopping = distributed.any_rank(stop.requested, first.ctx)
                 postfix = _after_step(live, stopping, diverged)
                 done += 1
@@ -113,21 +129,6 @@ def run_steps(sessions: list[Session], update: Update) -> None:
             session.close()
     if diverged:
         raise NonFiniteLossError("; ".join(map(str, diverged)))
-
-
-def _step(sessions: list[Session], update: Update) -> None:
-    """One update of every session, each at its own next step, and its schedule's step."""
-    tick = time.perf_counter()
-    kind, steps = update.kind, [s.progress.step for s in sessions]
-    results = update([s.trainer for s in sessions], steps)
-    if update.kind != kind:  # a pack's CUDA graph captured anew for the members left, or failed to
-        for session in sessions:
-            session.records.update_numerics(update.kind)
-    for session in sessions:
-        session.trainer.scheduler.step()
-    elapsed = time.perf_counter() - tick
-    for session, step, (loss, pred, batch) in zip(sessions, steps, results):
-        session.records.add_step(step, loss, pred, batch, elapsed)
 
 
 def _after_step(sessions: list[Session], stopping: bool, diverged: list) -> dict | None:

@@ -67,7 +67,7 @@ from hyla.nn.feedforward import GeluMLP, MixtureOfExperts
 from hyla.nn.transformer import Transformer
 from hyla.train import graphed
 from hyla.train.configs import ConfigError, ExperimentConfig, build_task, resolve_model, validate
-from hyla.train.loop import train_runs
+from hyla.train.loop import opened_runs, run_steps
 from hyla.train.run_dir import RunDir
 from hyla.train.session import AnalysisHook
 from hyla.train.step import Trainer, Update, gradient_step
@@ -112,7 +112,11 @@ def train_packed(cfgs: list[ExperimentConfig], analysis_hook: AnalysisHook | Non
     in the same order. Members that are complete are skipped. Raises ConfigError when the configs
     cannot share a pack, NonFiniteLossError (after the other members finished) when a member
     diverged, and KeyboardInterrupt after every member checkpointed when interrupted."""
-    return train_runs(_check_pack([validate(cfg) for cfg in cfgs]), analysis_hook, choose_packed_update)
+    with opened_runs(_check_pack([validate(cfg) for cfg in cfgs]), analysis_hook, choose_packed_update) as opened:
+        folders, sessions, update = opened
+        if sessions:
+            run_steps(sessions, update)
+    return folders
 
 
 def choose_packed_update(trainers: list[Trainer], steps: list[int]) -> Update:

@@ -171,8 +171,17 @@ class EagerUpdate:
 
     def __call__(self, trainers: list[Trainer], steps: list[int]) -> list[tuple[torch.Tensor, torch.Tensor, Any]]:
         batches, inputs = self.inputs(trainers, steps)
-        losses, preds = self.gradient_step(trainers, inputs)
-        return [(loss.detach(), pred.detach(), batch) for loss, pred, batch in zip(losses, preds, batches)]
+        copies = self.begin_step()
+        losses, preds = gradient_step(trainers, lambda: self.forward_losses(*inputs))
+        return [
+            (loss.detach(), pred.detach().clone() if copies else pred.detach(), batch)
+            for loss, pred, batch in zip(losses, preds, batches)
+        ]
+
+    def begin_step(self) -> bool:
+        """Before the forward: whether the step's predictions are to be copied (the next step
+        overwrites them). An eager step's are not."""
+        return False
 
     def inputs(self, trainers: list[Trainer], steps: list[int]) -> tuple[list, tuple]:
         """The batch of update steps[0] of the run, and its gradient step's inputs: (batch, masks)."""
@@ -197,16 +206,14 @@ class CompiledUpdate(EagerUpdate):
         self.forward, self.mode = torch.compile(trainer.module, mode=mode), mode
         self.kind = {"compile": True, "compile_mode": mode}
 
-    def __call__(self, trainers: list[Trainer], steps: list[int]) -> list[tuple[torch.Tensor, torch.Tensor, Any]]:
-        copies = graphed.begin_compiled_step(self.mode)
-        results = super().__call__(trainers, steps)
-        return [(loss, pred.clone(), batch) for loss, pred, batch in results] if copies else results
+    def begin_step(self) -> bool:
+        return graphed.begin_compiled_step(self.mode)
 
     def warm_up(self, step: int) -> None:
         """Compile: the forward and backward of update `step`, without the optimizer's step; the
         gradients are cleared again."""
         _, (batch, masks) = self.inputs([self.trainer], [step])
-        graphed.begin_compiled_step(self.mode)
+        self.begin_step()
         with autocast(self.trainer.cfg.train.precision, self.trainer.ctx.device):
             [loss], _ = self.forward_losses(batch, masks)
         loss.backward()
