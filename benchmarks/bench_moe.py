@@ -35,7 +35,7 @@ def steps_per_second(args: argparse.Namespace) -> float:
         cfg,
         fuzzy_logic=replace(cfg.fuzzy_logic, seq_len=32, frac_held_out=0.7),
         model=replace(cfg.model, mixer=args.mixer, num_experts=5, experts_top_k=2),
-        train=replace(cfg.train, compile=args.compile, threads=args.threads),
+        train=replace(cfg.train, step="compiled" if args.compile else "eager", threads=args.threads),
     )
     ctx = DistContext(0, 1, torch.device("cpu"))
     with process_settings(cfg, ctx):
@@ -45,11 +45,11 @@ def steps_per_second(args: argparse.Namespace) -> float:
         for module in trainer.model.modules():
             if isinstance(module, MixtureOfExperts):
                 module.routed = args.form == "routed"
-        update, _ = choose_update(trainer, 0)
+        update = choose_update([trainer], [0])
         for step in range(args.warmup + args.steps):
             if step == args.warmup:
                 start = time.perf_counter()
-            loss, _ = update(step, trainer.batch(step))  # the training loop's step (hyla.train.loop.run_steps)
+            [(loss, _, _)] = update([trainer], [step])  # the training loop's step (hyla.train.loop.run_steps)
             trainer.scheduler.step()
         loss.item()
         return args.steps / (time.perf_counter() - start)

@@ -6,7 +6,7 @@ one vmapped forward and backward for all N) against one solo run, for pack sizes
     python benchmarks/bench_packed.py --device cuda --out benchmarks/results/packed_cuda.json
 
 A case is the real training update (batch generation, dropout masks, forward, backward, AdamW,
-schedule) of members with seeds 0..N-1; "solo" is the ordinary update of one run (`ModelUpdate`).
+schedule) of members with seeds 0..N-1; "solo" is the ordinary update of one run (`EagerUpdate`).
 
 Correctness first: before any timing, the members of every pack take 5 updates beside solo copies
 of themselves; the training losses of every update (dropout on) and then the predictions on a
@@ -38,7 +38,7 @@ from hyla.train.configs import build_task, resolve_model
 from hyla.train.distributed import DistContext
 from hyla.train.packed import PackedUpdate
 from hyla.train.presets import get_preset
-from hyla.train.step import ModelUpdate, Trainer
+from hyla.train.step import EagerUpdate, Trainer
 
 RESULTS = Path(__file__).parent / "results" / "packed.json"
 RTOL, ATOL = 1e-4, 1e-5
@@ -56,29 +56,23 @@ def trainers(preset: str, mixer: str, seeds: range, device: str) -> list[Trainer
     return members
 
 
-def packed_step(update: PackedUpdate, members: list[Trainer], step: int) -> list[torch.Tensor]:
-    """Update `step` of every member and their schedules' steps, as a pack steps them; the losses."""
+def packed_step(update: PackedUpdate | EagerUpdate, members: list[Trainer], step: int) -> list[torch.Tensor]:
+    """Update `step` of every member (or of a solo run) and their schedules' steps, as the training
+    loop takes them; the losses."""
     losses = [loss for loss, _, _ in update(members, [step] * len(members))]
     for trainer in members:
         trainer.scheduler.step()
     return losses
 
 
-def solo_step(update: ModelUpdate, trainer: Trainer, step: int) -> torch.Tensor:
-    """Update `step` of one run and its schedule's step, as the training loop takes them; the loss."""
-    loss, _ = update(step, trainer.batch(step))
-    trainer.scheduler.step()
-    return loss
-
-
 def packed_matches_solo(preset: str, mixer: str, size: int, device: str, updates: int = 5) -> bool:
     """Over `updates` packed updates of `size` members and the same updates solo, are the training
     losses the same, and then the members' predictions on a validation batch?"""
     pack, solo = trainers(preset, mixer, range(size), device), trainers(preset, mixer, range(size), device)
-    update, solo_updates = PackedUpdate(pack[0].model), [ModelUpdate(trainer) for trainer in solo]
+    update, solo_updates = PackedUpdate(pack[0].model), [EagerUpdate(trainer) for trainer in solo]
     for step in range(updates):
         packed_losses = torch.stack(packed_step(update, pack, step))
-        solo_losses = torch.stack([solo_step(u, trainer, step) for u, trainer in zip(solo_updates, solo)])
+        solo_losses = torch.stack([packed_step(u, [trainer], step)[0] for u, trainer in zip(solo_updates, solo)])
         if not torch.allclose(packed_losses, solo_losses, rtol=RTOL, atol=ATOL):
             return False
     with torch.no_grad():
@@ -95,7 +89,7 @@ class Case:
     def __init__(self, preset: str, mixer: str, size: int, device: str):
         self.size, self.step, self.windows = size, 0, []
         self.members = trainers(preset, mixer, range(max(size, 1)), device)
-        self.update = PackedUpdate(self.members[0].model) if size else ModelUpdate(self.members[0])
+        self.update = PackedUpdate(self.members[0].model) if size else EagerUpdate(self.members[0])
 
     @property
     def name(self) -> str:
@@ -105,10 +99,7 @@ class Case:
         """Time `steps` updates; returns the seconds."""
         start = time.perf_counter()
         for _ in range(steps):
-            if self.size:
-                loss = packed_step(self.update, self.members, self.step)[0]
-            else:
-                loss = solo_step(self.update, self.members[0], self.step)
+            loss = packed_step(self.update, self.members, self.step)[0]
             self.step += 1
         loss.item()  # waits for the device
         return time.perf_counter() - start

@@ -58,7 +58,13 @@ def measure(
     cfg = replace(
         cfg,
         model=replace(cfg.model, mixer=mixer),
-        train=replace(cfg.train, compile=compiled, compile_mode=compile_mode, device=device, threads=threads),
+        train=replace(
+            cfg.train,
+            step="compiled" if compiled else "eager",
+            compile_mode=compile_mode,
+            device=device,
+            threads=threads,
+        ),
     )
     ctx = DistContext(0, 1, torch.device(device))
     with process_settings(cfg, ctx):  # threads and compiler settings exactly as `hyla train` sets them
@@ -95,10 +101,10 @@ def _measure(cfg, ctx: DistContext, steps: int, repeats: int) -> dict:
     trainer = Trainer(cfg, task, ctx)
     step = 0
     start = time.perf_counter()
-    update, update_kind = choose_update(trainer, step)  # compiles (warms up) when asked
+    update = choose_update([trainer], [step])  # compiles (warms up) when asked
 
     def train_step(step: int):  # the training loop's step (hyla.train.loop.run_steps)
-        loss, _ = update(step, trainer.batch(step))
+        [(loss, _, _)] = update([trainer], [step])
         trainer.scheduler.step()
         return loss
 
@@ -115,7 +121,7 @@ def _measure(cfg, ctx: DistContext, steps: int, repeats: int) -> dict:
         loss.item()  # waits for the device
         windows.append(steps / (time.perf_counter() - start))
         cpu_windows.append(steps / (time.process_time() - cpu_start))
-    fell_back = cfg.train.compile and not update_kind["compile"]
+    fell_back = cfg.train.step == "compiled" and not update.kind["compile"]
     return {
         "steps_per_second": statistics.median(windows),
         "best_steps_per_second": max(windows),

@@ -7,8 +7,8 @@
 Both paper presets (fuzzy logic `logic_4var_2term`, SRAVEN `raven_3x3_4features`), batch 128, HYLA
 (`--model.mixer hyla`; the authors' `linear_hypatt`). Every measurement is a fresh process that
 trains `--steps` steps:
-- hyla: the `hyla train` command, eager, with `--train.compile` (`--compile-mode`, default
-  auto: CUDA graphs on CUDA) and/or `graphed` (`--train.cuda-graph on`: the eager step replayed as
+- hyla: the `hyla train` command, eager, with `--train.step compiled` (`--compile-mode`, default
+  auto: CUDA graphs on CUDA) and/or `graphed` (`--train.step graphed`: the eager step replayed as
   one CUDA graph, hyla.train.graphed); steps/s is the run's summary.json `steps_per_second` (its first
   step, which includes compilation, is not timed).
 - authors: their `run.setup` (model, data, optax optimizer exactly as their `run.py` builds them,
@@ -208,7 +208,7 @@ def hyla_settings(args: argparse.Namespace, steps: int, packed: bool = False) ->
     if args.smoke:
         settings.update({"train.batch_size": 16, "train.final_eval_samples": 16})
     if packed and args.packs_cuda_graph:
-        settings["train.cuda_graph"] = "on"
+        settings["train.step"] = "graphed"
     return settings
 
 
@@ -256,8 +256,8 @@ def hyla_command(args: argparse.Namespace, preset: str, variant: str, steps: int
     if variant.startswith("pack"):
         return [sys.executable, str(Path(__file__).resolve()), "--pack-worker", variant[4:], *flags]
     mode = {
-        "compiled": ["--train.compile", "--train.compile-mode", args.compile_mode],
-        "graphed": ["--train.cuda-graph", "on"],
+        "compiled": ["--train.step", "compiled", "--train.compile-mode", args.compile_mode],
+        "graphed": ["--train.step", "graphed"],
     }
     return [sys.executable, "-m", "hyla.cli", "train", *flags, *mode.get(variant, [])]
 

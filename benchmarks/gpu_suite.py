@@ -156,7 +156,7 @@ def speed_probe(args, graphs: str, out: Path) -> dict:
     cfg = replace(
         cfg,
         model=replace(cfg.model, mixer="hyla"),
-        train=replace(cfg.train, **train_settings, cuda_graph=graphs, device=device),
+        train=replace(cfg.train, **train_settings, step="graphed" if graphs == "on" else "eager", device=device),
         out_dir=str(WORK / "probes"),
         name=f"probe-{graphs}-{time.monotonic_ns()}",
     )
@@ -345,7 +345,7 @@ def mask_configs(args) -> list:
 
     cfg = get_preset("raven_3x3_4features")
     steps, stop_at = (40, 20) if args.cpu_smoke else (40_000, MASK_STEPS[-1])
-    settings = dict(steps=steps, stop_at=stop_at, eval_every=0, progress=False, cuda_graph="on", threads=8)
+    settings = dict(steps=steps, stop_at=stop_at, eval_every=0, progress=False, step="graphed", threads=8)
     if args.cpu_smoke:
         settings.update(batch_size=8, log_every=10, checkpoint_every=10, final_eval_samples=16, device="cpu", threads=1)
     cfg = replace(cfg, model=replace(cfg.model, mixer="hyla"), out_dir=str(WORK / "masks"))
@@ -397,7 +397,7 @@ def paper_configs(args) -> dict[str, list]:
     by_mixer: dict[str, list] = {}
     for one in spec.runs():
         cfg, _ = parse_train_args(train_args(spec, one, 1 if args.cpu_smoke else 5))
-        train_settings = dict(cuda_graph="on", progress=False)
+        train_settings = dict(step="graphed", progress=False)
         if args.cpu_smoke:
             train_settings.update(
                 steps=2000,

@@ -6,10 +6,12 @@ linear and HYLA) this trains the same command in both checkouts,
     python -m hyla.cli train --preset P --model.mixer M --seed 0 --train.steps 200 --train.threads 1
         --train.device cpu --train.eval_every 0 --train.final_eval_samples 256 --train.log_every 1 ...
 
-and compares the two runs bitwise: every tensor of the final checkpoint (weights, optimizer state,
-schedule; torch.equal on each), every value of every metrics.jsonl record (the loss of every step
-with --train.log_every 1, and the final evaluation) and of summary.json and of the checkpoint's
-progress (the per-step losses it keeps), timings excepted. It prints a table and writes JSON.
+(compiled cases with --train.step compiled; a pack of 2 as `train_packed` of those options with the
+seeds 0 and 1), and compares the two runs (a pack's: each member's) bitwise: every tensor of the
+final checkpoint (weights, optimizer state, schedule; torch.equal on each), every value of every
+metrics.jsonl record (the loss of every step with --train.log_every 1, and the final evaluation)
+and of summary.json and of the checkpoint's progress (the per-step losses it keeps), timings
+excepted. It prints a table and writes JSON.
 
 Usage:
 
@@ -17,6 +19,9 @@ Usage:
         --after-python .venv/bin/python --out experiments/results/bit_identical/<commit>.json
     python experiments/bit_identical.py --before D --after D --only logic_cpu:hyla --steps 20   # quick
     python experiments/bit_identical.py --list                                                 # the cases
+
+A checkout from before train.step (issue 80) gets the options it spelled otherwise (--train.compile
+for --train.step compiled: BEFORE_TRAIN_STEP). --parallel trains a case's two runs at once.
 
 Each checkout runs with its own python (--before-python / --after-python; default DIR/.venv/bin/python
 where it exists, else this interpreter) and PYTHONPATH=DIR, so the code of that checkout is what runs
@@ -39,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,22 +55,59 @@ import torch
 # (logic_*var_*term, raven_3x3_4features) build the same modules at other sizes and are left out.
 # The text family's other presets (wiki_wikitext103, lm_c4_50m) need a download: lm_cpu reads the
 # Python docs shipped with Python. The mixture of experts is a model option, not a preset: lm_cpu
-# with 4 experts (the routed CPU path).
-CASES: dict[str, tuple[str, str, str, list[str]]] = {}  # name: (family, preset, mixer, extra options)
+# with 4 experts (the routed CPU path). Each family also trains compiled (train.step compiled) and as
+# a pack of 2 (seeds 0 and 1, hyla.train.packed.train_packed; each member is compared).
+
+
+@dataclass(frozen=True)
+class Case:
+    family: str
+    preset: str
+    mixer: str
+    extra: tuple[str, ...] = ()  # more `hyla train` options, as the newest hyla spells them
+    pack: int = 1  # > 1: trained as a pack of this many runs, seeds 0, 1, ...
+
+
+CASES: dict[str, Case] = {}
 for _mixer in ("softmax", "linear", "hyla"):
-    CASES[f"logic_cpu:{_mixer}"] = ("fuzzy logic", "logic_cpu", _mixer, [])
+    CASES[f"logic_cpu:{_mixer}"] = Case("fuzzy logic", "logic_cpu", _mixer)
 for _mixer in ("softmax", "linear", "hyla"):
-    CASES[f"raven_cpu:{_mixer}"] = ("SRAVEN", "raven_cpu", _mixer, [])
-CASES["lm_cpu:softmax"] = ("text", "lm_cpu", "softmax", [])
-CASES["lm_cpu:hyla"] = ("text", "lm_cpu", "hyla", [])
-CASES["lm_cpu:softmax+moe4"] = ("text, mixture of experts", "lm_cpu", "softmax", ["--model.num_experts", "4"])
+    CASES[f"raven_cpu:{_mixer}"] = Case("SRAVEN", "raven_cpu", _mixer)
+CASES["lm_cpu:softmax"] = Case("text", "lm_cpu", "softmax")
+CASES["lm_cpu:hyla"] = Case("text", "lm_cpu", "hyla")
+CASES["lm_cpu:softmax+moe4"] = Case("text, mixture of experts", "lm_cpu", "softmax", ("--model.num_experts", "4"))
+for _family, _preset, _mixer in (
+    ("fuzzy logic", "logic_cpu", "hyla"),
+    ("SRAVEN", "raven_cpu", "softmax"),
+    ("text", "lm_cpu", "softmax"),
+):
+    CASES[f"{_preset}:{_mixer}+compiled"] = Case(f"{_family}, compiled", _preset, _mixer, ("--train.step", "compiled"))
+for _family, _preset, _mixer in (
+    ("fuzzy logic", "logic_cpu", "hyla"),
+    ("SRAVEN", "raven_cpu", "hyla"),
+    ("text", "lm_cpu", "softmax"),
+):
+    CASES[f"{_preset}:{_mixer}+pack2"] = Case(f"{_family}, a pack of 2", _preset, _mixer, pack=2)
+
+# The options of a checkout from before train.step (issue 80) for those of its successors.
+BEFORE_TRAIN_STEP = {
+    ("--train.step", "compiled"): ["--train.compile"],
+    ("--train.step", "graphed"): ["--train.cuda_graph", "on"],
+}
+# A pack of the `hyla train` options after the pack's size, members named run0, run1, ... seeded 0, 1, ...
+PACK = (
+    "import sys; from dataclasses import replace; from hyla.cli.train_args import parse_train_args; "
+    "from hyla.train.packed import train_packed; cfg = parse_train_args(sys.argv[2:])[0]; "
+    "train_packed([replace(cfg, name=f'run{i}', seed=i) for i in range(int(sys.argv[1]))])"
+)
 
 FINAL_EVAL_SAMPLES = 256
 # Values that measure time, not behaviour.
 TIMING = re.compile(r"(^|_)(time|wall|seconds?|per_second|elapsed)(_|$)")
 # Checkpoint entries that describe the run, not its state (the config gains fields, the numerics record
-# the environment); compared only where the state lives: model, optimizer, scheduler, progress.
-CHECKPOINT_SKIP = ("config", "numerics", "format")
+# the environment, the sha256 is of the whole checkpoint, config included); compared only where the
+# state lives: model, optimizer, scheduler, progress.
+CHECKPOINT_SKIP = ("config", "numerics", "format", "sha256")
 
 
 @dataclass
@@ -109,7 +152,9 @@ def probe(side: Side, tmp: Path) -> None:
     """Which hyla, torch and commit this side runs; fails unless hyla imports from the checkout."""
     code = (
         "import json, sys, torch, hyla; "
-        "print(json.dumps({'hyla_file': hyla.__file__, 'torch': torch.__version__, 'python': sys.version.split()[0]}))"
+        "from hyla.train.configs import TrainConfig; "
+        "print(json.dumps({'hyla_file': hyla.__file__, 'torch': torch.__version__, 'python': sys.version.split()[0], "
+        "'train_step': 'step' in TrainConfig.__dataclass_fields__}))"
     )
     env = environment(side, tmp / f"cache_{side.label}")
     out = subprocess.run([side.python, "-c", code], cwd=tmp, env=env, capture_output=True, text=True, check=True)
@@ -204,10 +249,7 @@ def timing_key(key: str) -> bool:
     return bool(TIMING.search(key.rsplit(".", 1)[-1]))
 
 
-def compare_checkpoints(run_b: Path, run_a: Path) -> dict:
-    """The two final checkpoints compared entry by entry (`compare_leaves`; the run's description and
-    timings aside): how many tensors, those on one side only, and whether the model's weights are
-    identical, with their largest difference."""
+def compare_runs(run_b: Path, run_a: Path) -> dict:
     ckpt_b = torch.load(run_b / "checkpoints" / "latest.pt", map_location="cpu", weights_only=True)
     ckpt_a = torch.load(run_a / "checkpoints" / "latest.pt", map_location="cpu", weights_only=True)
     flat_b, flat_a = flatten(ckpt_b), flatten(ckpt_a)
@@ -221,28 +263,9 @@ def compare_checkpoints(run_b: Path, run_a: Path) -> dict:
     missing_tensors = [k for k in checkpoint["only_before"] + checkpoint["only_after"] if k in tensors]
     model_diffs = [v for k, v in checkpoint["max_abs_diff"].items() if k.startswith("model.")]
     weights_differ = [k for k in checkpoint["differing"] if k.startswith("model.")]
-    return {
-        "weights_identical": not weights_differ and not [k for k in missing_tensors if k.startswith("model.")],
-        "tensors_compared": len([k for k in tensors if k in flat_b and k in flat_a]),
-        "max_abs_diff_params": max(model_diffs) if model_diffs else (0.0 if not weights_differ else None),
-        "checkpoint": {
-            **checkpoint,
-            "differing_count": len(checkpoint["differing"]),
-            "differing": checkpoint["differing"][:50],
-            "tensors_on_one_side": missing_tensors,
-        },
-    }
 
-
-def metric_rows(run: Path) -> list[dict]:
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-
-
-def compare_runs(run_b: Path, run_a: Path) -> dict:
-    """The two runs compared: the final checkpoints, every metrics row (the training losses apart) and
-    the summaries, timings aside."""
-    checkpoints = compare_checkpoints(run_b, run_a)
-    rows_b, rows_a = metric_rows(run_b), metric_rows(run_a)
+    rows_b = [json.loads(line) for line in (run_b / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rows_a = [json.loads(line) for line in (run_a / "metrics.jsonl").read_text().splitlines() if line.strip()]
     metrics = compare_leaves(flatten(rows_b), flatten(rows_a), timing_key)
     metrics["rows"] = [len(rows_b), len(rows_a)]
     loss_b = [r["loss"] for r in rows_b if r.get("split") == "train" and "loss" in r]
@@ -252,17 +275,18 @@ def compare_runs(run_b: Path, run_a: Path) -> dict:
         flatten(json.loads((run_a / "summary.json").read_text())),
         timing_key,
     )
-    checkpoint = checkpoints["checkpoint"]
     identical = (
-        not checkpoint["differing_count"]
-        and not checkpoint["tensors_on_one_side"]
+        not checkpoint["differing"]
+        and not missing_tensors
         and not metrics["differing"]
         and len(rows_b) == len(rows_a)
         and not summary["differing"]
     )
     return {
         "identical": identical,
-        **{key: checkpoints[key] for key in ("weights_identical", "tensors_compared", "max_abs_diff_params")},
+        "weights_identical": not weights_differ and not [k for k in missing_tensors if k.startswith("model.")],
+        "tensors_compared": len([k for k in tensors if k in flat_b and k in flat_a]),
+        "max_abs_diff_params": max(model_diffs) if model_diffs else (0.0 if not weights_differ else None),
         "train_losses": [len(loss_b), len(loss_a)],
         "train_losses_identical": loss_b == loss_a,
         "first_differing_train_step": next(
@@ -270,7 +294,12 @@ def compare_runs(run_b: Path, run_a: Path) -> dict:
             None,
         ),
         "final_train_loss": [loss_b[-1] if loss_b else None, loss_a[-1] if loss_a else None],
-        "checkpoint": checkpoint,
+        "checkpoint": {
+            **checkpoint,
+            "differing_count": len(checkpoint["differing"]),
+            "differing": checkpoint["differing"][:50],
+            "tensors_on_one_side": missing_tensors,
+        },
         "metrics": {**metrics, "differing_count": len(metrics["differing"]), "differing": metrics["differing"][:50]},
         "summary": summary,
     }
@@ -289,6 +318,63 @@ def command_without_paths(sides: list[Side], out: Path) -> str:
     return " ".join(["python experiments/bit_identical.py", *(names.get(os.path.abspath(a), a) for a in sys.argv[1:])])
 
 
+def side_options(options: list[str], side: Side) -> list[str]:
+    """`options` as `side`'s checkout takes them (one from before train.step: BEFORE_TRAIN_STEP)."""
+    if side.info["train_step"]:
+        return options
+    out = []
+    for option in options:
+        if out and (out[-1], option) in BEFORE_TRAIN_STEP:
+            out[-1:] = BEFORE_TRAIN_STEP[(out[-1], option)]
+        else:
+            out.append(option)
+    return out
+
+
+def train_side(name: str, case: Case, side: Side, tmp: Path, args) -> tuple[dict, list[Path]]:
+    """Train `case` in `side`'s checkout: what ran ({command, returncode, seconds[, log_tail]})
+    and the run folders (a pack's members in order)."""
+    options = side_options(train_command(case.preset, case.mixer, list(case.extra), args.steps), side)
+    folder = tmp / side.label / name.replace(":", "_").replace("+", "_")
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    if case.pack > 1:
+        cmd, command = [side.python, "-c", PACK, str(case.pack)], f"train_packed of {case.pack}: "
+        runs = [folder / "runs" / f"run{i}" for i in range(case.pack)]
+    else:
+        cmd, command, runs = (
+            [side.python, "-m", "hyla.cli", "train"],
+            "python -m hyla.cli train ",
+            [folder / "runs" / "run"],
+        )
+    t0 = time.time()
+    env = environment(side, tmp / f"cache_{side.label}")
+    rc = run(cmd + options, cwd=folder, env=env, log=folder / "train.log", timeout=args.timeout)
+    ran = {"command": command + " ".join(options), "returncode": rc, "seconds": round(time.time() - t0, 1)}
+    if rc != 0:
+        ran["log_tail"] = tail(folder / "train.log")
+    print(f"  {name} {side.label}: rc {rc}, {time.time() - t0:.0f} s", flush=True)
+    return ran, runs
+
+
+def train_case(name: str, case: Case, sides: list[Side], tmp: Path, args) -> list[dict]:
+    """Train `case` in both checkouts (at once with --parallel) and compare: one result per run (a
+    pack's members: NAME#0, NAME#1, ...)."""
+    with ThreadPoolExecutor(len(sides) if args.parallel else 1) as pool:
+        trained = dict(zip([s.label for s in sides], pool.map(lambda s: train_side(name, case, s, tmp, args), sides)))
+    about = {"family": case.family, "preset": case.preset, "mixer": case.mixer, "extra": list(case.extra)}
+    results = []
+    for i in range(case.pack):
+        member = f"{name}#{i}" if case.pack > 1 else name
+        result = {"case": member, **about, "sides": {label: ran for label, (ran, _) in trained.items()}}
+        if all(ran["returncode"] == 0 for ran, _ in trained.values()):
+            result.update(compare_runs(trained["before"][1][i], trained["after"][1][i]))
+        else:
+            result["identical"] = None
+        results.append(result)
+    return results
+
+
 def arguments() -> argparse.Namespace:
     """The command line, with `cases`: those --only picks (all by default)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="See the module docstring.")
@@ -302,12 +388,13 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=3600, help="seconds a run may take")
     parser.add_argument("--keep", type=Path, help="keep the runs in this folder (default: a temporary one, removed)")
     parser.add_argument("--list", action="store_true", help="list the cases and exit")
+    parser.add_argument("--parallel", action="store_true", help="train a case's two runs at once (two processes)")
     args = parser.parse_args()
     if args.list:
         return args
     if args.before is None or args.after is None:
         parser.error("--before and --after are required")
-    args.cases = {n: c for n, c in CASES.items() if not args.only or n in args.only or c[1] in args.only}
+    args.cases = {n: c for n, c in CASES.items() if not args.only or n in args.only or c.preset in args.only}
     if not args.cases:
         parser.error(f"--only matches no case; the cases: {', '.join(CASES)}")
     return args
@@ -320,45 +407,12 @@ def python_for(root: Path, given: str | None) -> str:
     return os.path.abspath(python) if os.sep in python else python  # the runs' cwd is elsewhere
 
 
-def train_side(side: Side, name: str, options: list[str], tmp: Path, timeout: float) -> tuple[dict, Path]:
-    """Train case `name` in one checkout: (its command, return code, seconds and, where it failed, the
-    tail of its log; its run folder)."""
-    folder = tmp / side.label / name.replace(":", "_").replace("+", "_")
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
-    cmd = [side.python, "-m", "hyla.cli", "train", *options]
-    t0 = time.time()
-    env = environment(side, tmp / f"cache_{side.label}")
-    rc = run(cmd, cwd=folder, env=env, log=folder / "train.log", timeout=timeout)
-    command = "python -m hyla.cli train " + " ".join(options)
-    outcome = {"command": command, "returncode": rc, "seconds": round(time.time() - t0, 1)}
-    if rc != 0:
-        outcome["log_tail"] = tail(folder / "train.log")
-    print(f"  {name} {side.label}: rc {rc}, {time.time() - t0:.0f} s", flush=True)
-    return outcome, folder / "runs" / "run"
-
-
-def run_case(name: str, sides: list[Side], tmp: Path, args: argparse.Namespace) -> dict:
-    """One case trained in both checkouts and compared (`identical` None where a run failed)."""
-    family, preset, mixer, extra = CASES[name]
-    options = train_command(preset, mixer, extra, args.steps)
-    result = {"case": name, "family": family, "preset": preset, "mixer": mixer, "extra": extra, "sides": {}}
-    runs = {}
-    for side in sides:
-        result["sides"][side.label], runs[side.label] = train_side(side, name, options, tmp, args.timeout)
-    if all(s["returncode"] == 0 for s in result["sides"].values()):
-        result.update(compare_runs(runs["before"], runs["after"]))
-    else:
-        result["identical"] = None
-    return result
-
-
 def table(results: list[dict], wall: float) -> list[str]:
     """The lines of the printed table: a case a line, then the wall time."""
     header = f"{'preset':10} {'mixer':8} {'variant':14} {'identical':9}  {'max |dparam|':12}  notes"
     lines = [header, "-" * len(header)]
     for r in results:
-        variant = " ".join(r["extra"]).replace("--model.", "") or "-"
+        variant = r["case"].partition("+")[2] or "-"  # moe4, compiled, pack2#0 (a pack's first member), ...
         if r["identical"] is None:
             verdict, diff, note = "FAILED", "", "a run failed (see the JSON's log_tail)"
         else:
@@ -370,12 +424,10 @@ def table(results: list[dict], wall: float) -> list[str]:
                 ckpt = r["checkpoint"]
                 note += f"; {ckpt['differing_count']} of {ckpt['compared']} checkpoint entries differ"
         lines.append(f"{r['preset']:10} {r['mixer']:8} {variant:14} {verdict:9}  {diff:12}  {note}")
-    lines.append(f"wall time {wall / 60:.1f} min")
-    return lines
+    return [*lines, f"wall time {wall / 60:.1f} min"]
 
 
 def write_report(args: argparse.Namespace, sides: list[Side], results: list[dict], lines: list[str], wall: float):
-    """The JSON of --out: the command, the settings, each side's commit and versions, the table and every case."""
     args.out.parent.mkdir(parents=True, exist_ok=True)
     report = {
         "command": command_without_paths(sides, args.out),
@@ -395,8 +447,8 @@ def write_report(args: argparse.Namespace, sides: list[Side], results: list[dict
 def main() -> int:
     args = arguments()
     if args.list:
-        for name, (family, preset, mixer, extra) in CASES.items():
-            print(f"{name:24} {family:26} {preset} {mixer} {' '.join(extra)}")
+        for name, c in CASES.items():
+            print(f"{name:28} {c.family:28} {c.preset} {c.mixer} {' '.join(c.extra)}")
         return 0
     sides = [
         Side("before", args.before.resolve(), python_for(args.before, args.before_python)),
@@ -408,7 +460,7 @@ def main() -> int:
     for side in sides:
         probe(side, tmp)
         print(f"{side.label}: {side.root} at {side.info['commit'][:10] or '?'} with {side.python}", flush=True)
-    results = [run_case(name, sides, tmp, args) for name in args.cases]
+    results = [result for name, case in args.cases.items() for result in train_case(name, case, sides, tmp, args)]
     wall = time.time() - started
     lines = table(results, wall)
     print("\n".join(lines))

@@ -15,7 +15,7 @@ import yaml
 from tyro.conf import Positional, arg
 
 from hyla.cli.options import check_positive, parse_options
-from hyla.cli.train_args import parse_train_args
+from hyla.cli.train_args import check_replaced, parse_train_args
 from hyla.runs.launch import run_packed_sweep, run_sweep, slurm_executor, submit_sweep
 from hyla.runs.sweep import Run, SweepSpec, print_status, train_args
 from hyla.train.configs import ConfigError, ExperimentConfig
@@ -92,7 +92,12 @@ def run_configs(spec: SweepSpec, threads: int) -> dict[str, ExperimentConfig]:
 
 
 def _check_key(spec: SweepSpec, run: Run, key: str) -> None:
-    """ConfigError unless `key` names a config field ("section.field"), listing the valid ones."""
+    """ConfigError unless `key` names a config field ("section.field"), listing the valid ones (or
+    naming the one that replaced it)."""
+    try:
+        check_replaced(key)
+    except ConfigError as e:
+        raise ConfigError(f"{spec.source}: {_where(run, key)} entry {key}: {e}") from None
     kind, path = ExperimentConfig, []
     for part in key.split("."):
         names = [f.name for f in dataclasses.fields(kind)] if dataclasses.is_dataclass(kind) else []

@@ -24,9 +24,25 @@ class _Overrides(ExperimentConfig):
     preset: tyro.conf.Suppress[str] = ""
 
 
+# Fields that train.step replaced, and what to set instead. A config that has them still loads
+# (hyla.train.configs.upgrade_train_section); an option or a sweep entry naming one is refused.
+REPLACED_FIELDS = {"train.compile": "train.step compiled", "train.cuda_graph": "train.step graphed (or eager)"}
+
+
+def check_replaced(option: str) -> None:
+    """ConfigError naming the new setting when `option` (--train.compile, --train.no-compile,
+    train.cuda_graph=on, ...) sets a field that train.step replaced."""
+    key = option.split("=")[0].removeprefix("--").replace("-", "_").replace(".no_", ".")
+    if key in REPLACED_FIELDS:
+        raise ConfigError(f"{key} was replaced by {REPLACED_FIELDS[key]}; train.step: eager | compiled | graphed")
+
+
 def parse_overrides(base: ExperimentConfig, argv: list[str], prog: str, description: str | None) -> ExperimentConfig:
-    """Apply `--section.field VALUE` overrides to `base`; invalid keys, types and values are
-    ConfigErrors."""
+    """Apply `--section.field VALUE` overrides to `base`; invalid keys, types and values (and the
+    fields train.step replaced) are ConfigErrors of one line."""
+    for arg in argv:
+        if arg.startswith("--"):
+            check_replaced(arg)
     default = _Overrides(**_shallow(base))
     cfg = ExperimentConfig(**_shallow(parse_options(_Overrides, argv, prog, description, default=default)))
     for name in TASK_DERIVED_MODEL_FIELDS:

@@ -83,7 +83,7 @@ def train_overrides(
 ) -> dict[str, Any]:
     """The sweep overrides of the preset's training settings `train` that the demo's options ask for
     (None: the preset's); a shorter run's warmup, evaluations, logs and checkpoints scale with it."""
-    overrides: dict[str, Any] = {"train.compile": compile}
+    overrides: dict[str, Any] = {"train.step": "compiled" if compile else "eager"}
     if steps is not None:
         scale = steps / train.steps
         overrides.update(

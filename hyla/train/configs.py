@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -140,14 +140,15 @@ class TextConfig(TaskConfig):
 # ============================================================================= end of language modeling
 
 
+# How a training step runs (hyla.train.step.choose_update): eagerly, compiled with torch.compile
+# (train.compile_mode), or eagerly with the whole step replayed as one CUDA graph (hyla.train.graphed)
+StepKind = Literal["eager", "compiled", "graphed"]
 # auto: reduce-overhead (inductor with CUDA graphs) on CUDA, default elsewhere (hyla.train.step.resolve_compile_mode)
-COMPILE_MODES = ("auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+CompileMode = Literal["auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 # fp32: float32 matmuls in full precision; tf32: TensorFloat-32 matmuls on CUDA; bf16: autocast to bfloat16
-PRECISIONS = ("fp32", "tf32", "bf16")
-# auto: off until whole-step CUDA graphs have trained on a GPU (hyla.train.graphed; docs/gpu.md)
-CUDA_GRAPH_SETTINGS = ("auto", "on", "off")
+Precision = Literal["fp32", "tf32", "bf16"]
 # where attention-dropout masks are drawn: the CPU's generator (the same masks on every device) or the device's
-DROPOUT_MASK_SOURCES = ("cpu", "device")
+DropoutMaskSource = Literal["cpu", "device"]
 
 
 @dataclass
@@ -184,20 +185,19 @@ class TrainConfig:
     analysis_samples: int = 1024
     stop_at: int = 0
     """> 0: end this session at that step with a checkpoint (resume later with `hyla resume`)"""
-    compile: bool = False
-    """torch.compile the model (recommended on a GPU; on a CPU it helps HYLA a little and slows the SRAVEN
-    model's softmax and linear attention, docs/speed.md; a mode that fails falls back to default, then to
-    eager, with a warning)"""
-    compile_mode: str = "auto"
-    """auto: reduce-overhead (CUDA graphs) on CUDA, default elsewhere"""
-    precision: str = "fp32"
+    step: StepKind = "eager"
+    """eager | compiled | graphed: how each training step runs. compiled: torch.compile the model with
+    train.compile_mode (recommended on a GPU; on a CPU it helps HYLA a little and slows the SRAVEN model's
+    softmax and linear attention, docs/speed.md; a mode that fails falls back to default, then to eager, with a
+    warning). graphed: on CUDA, capture each step (forward, backward, AdamW) as one CUDA graph and replay it,
+    without torch.compile (docs/gpu.md); where capture is not possible (a CPU) or fails, training warns once
+    and runs eagerly"""
+    compile_mode: CompileMode = "auto"
+    """the torch.compile mode of train.step compiled; auto: reduce-overhead (CUDA graphs) on CUDA, default elsewhere"""
+    precision: Precision = "fp32"
     """fp32 | tf32 (TensorFloat-32 matmuls on CUDA) | bf16 (bfloat16 autocast of the forward and loss; weights and
     optimizer state stay float32); docs/gpu.md says what each does to results"""
-    cuda_graph: str = "auto"
-    """auto | on | off: on CUDA, capture each training step (forward, backward, AdamW) as one CUDA graph and
-    replay it, without torch.compile (docs/gpu.md); auto is off until measured on a GPU; where capture is not
-    possible (a CPU) or fails, training warns once and runs eagerly"""
-    dropout_masks: str = "cpu"
+    dropout_masks: DropoutMaskSource = "cpu"
     """cpu | device: the generator attention-dropout masks come from (cpu: the same masks on every device;
     device: the training device's, to reproduce runs that drew them there: docs/gpu.md, "Eager HYLA on CUDA")"""
     deterministic: bool = False
@@ -213,6 +213,55 @@ class TrainConfig:
     """also log to this Weights & Biases project ("": off; needs the wandb package; WANDB_MODE=offline works)"""
     progress: bool = True
     """show a progress bar"""
+
+    def __post_init__(self) -> None:
+        """ConfigError for an invalid setting: counts and cadences, the optimizer, the numerics and
+        the device (checked whenever a TrainConfig is made: parsed, loaded or replaced)."""
+        self._check_counts()
+        _check(self.lr > 0, "train.lr", self.lr, "must be > 0")
+        _check(self.weight_decay >= 0, "train.weight_decay", self.weight_decay, "must be >= 0")
+        _check(
+            0.0 <= self.final_lr_fraction <= 1.0,
+            "train.final_lr_fraction",
+            self.final_lr_fraction,
+            "must lie in [0, 1]",
+        )
+        betas = (self.beta1, self.beta2)
+        _check(all(0.0 <= b < 1.0 for b in betas), "train.beta1/beta2", betas, "must lie in [0, 1)")
+        _check(self.eps > 0, "train.eps", self.eps, "must be > 0")
+        for name, kind in (
+            ("step", StepKind),
+            ("compile_mode", CompileMode),
+            ("precision", Precision),
+            ("dropout_masks", DropoutMaskSource),
+        ):
+            _check_choice(f"train.{name}", getattr(self, name), typing.get_args(kind))
+        graphed = self.step == "graphed"
+        _check(not (graphed and self.precision == "bf16"), "train.step", self.step, "covers fp32 and tf32 only")
+        device = self.device.split(":")[0]
+        _check_choice("train.device", device, ("auto", "cpu", "cuda"))
+        _check(
+            self.device.count(":") == 0 or (device == "cuda" and self.device.split(":")[1].isdigit()),
+            "train.device",
+            self.device,
+            "must be auto, cpu, cuda or cuda:N",
+        )
+
+    def _check_counts(self) -> None:
+        for name in (
+            "steps",
+            "batch_size",
+            "eval_batch_size",
+            "eval_samples",
+            "final_eval_samples",
+            "log_every",
+            "checkpoint_every",
+            "train_loss_window",
+        ):
+            _check(getattr(self, name) >= 1, f"train.{name}", getattr(self, name), "must be >= 1")
+        for name in ("warmup_steps", "eval_every", "stop_at", "analysis_every", "analysis_samples"):
+            _check(getattr(self, name) >= 0, f"train.{name}", getattr(self, name), "must be >= 0")
+        _check(self.threads >= 0, "train.threads", self.threads, "must be >= 0 (0: one per core this process may use)")
 
 
 @dataclass
@@ -243,7 +292,7 @@ class ExperimentConfig:
 
 
 # Settings that may change when a run is resumed: they do not change what the run computes (threads,
-# device, compile and precision settings may change its floating-point rounding: resume warns). Where
+# device, how a step runs and precision may change its floating-point rounding: resume warns). Where
 # the run lives (out_dir, name) is not a training setting: a run folder may be moved or renamed.
 RESUMABLE_CHANGES = (
     "out_dir",
@@ -262,10 +311,11 @@ RESUMABLE_CHANGES = (
     "train.final_eval_samples",
     "train.eval_batch_size",
     "train.checkpoint_every",
-    "train.compile",
+    "train.step",
     "train.compile_mode",
     "train.device",
     "train.precision",
+    "train.compile",  # the fields train.step replaced, which older records hold (`hyla results` reads them)
     "train.cuda_graph",
 )
 
@@ -334,7 +384,6 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     _check_choice("task", cfg.task, task_names())
     cfg.task_config.validate()
     _validate_model(cfg.model)
-    _validate_train(cfg.train)
     _check("/" not in cfg.name and cfg.name not in (".", ".."), "name", cfg.name, "must be a plain folder name")
     try:
         mixer = canonical_mixer_name(cfg.model.mixer)
@@ -378,44 +427,6 @@ def _validate_model_sizes(m: ModelConfig) -> None:
         )
 
 
-def _validate_train(t: TrainConfig) -> None:
-    """Check the train section: counts and cadences, the optimizer, the numerics and the device."""
-    for name in (
-        "steps",
-        "batch_size",
-        "eval_batch_size",
-        "eval_samples",
-        "final_eval_samples",
-        "log_every",
-        "checkpoint_every",
-        "train_loss_window",
-    ):
-        _check(getattr(t, name) >= 1, f"train.{name}", getattr(t, name), "must be >= 1")
-    for name in ("warmup_steps", "eval_every", "stop_at", "analysis_every", "analysis_samples"):
-        _check(getattr(t, name) >= 0, f"train.{name}", getattr(t, name), "must be >= 0")
-    _check(t.threads >= 0, "train.threads", t.threads, "must be >= 0 (0: one per core this process may use)")
-    _check(t.lr > 0, "train.lr", t.lr, "must be > 0")
-    _check(t.weight_decay >= 0, "train.weight_decay", t.weight_decay, "must be >= 0")
-    _check(0.0 <= t.final_lr_fraction <= 1.0, "train.final_lr_fraction", t.final_lr_fraction, "must lie in [0, 1]")
-    _check(0.0 <= t.beta1 < 1.0 and 0.0 <= t.beta2 < 1.0, "train.beta1/beta2", (t.beta1, t.beta2), "must lie in [0, 1)")
-    _check(t.eps > 0, "train.eps", t.eps, "must be > 0")
-    _check_choice("train.compile_mode", t.compile_mode, COMPILE_MODES)
-    _check_choice("train.precision", t.precision, PRECISIONS)
-    _check_choice("train.cuda_graph", t.cuda_graph, CUDA_GRAPH_SETTINGS)
-    _check_choice("train.dropout_masks", t.dropout_masks, DROPOUT_MASK_SOURCES)
-    graphs_on = t.cuda_graph == "on"
-    _check(not (graphs_on and t.compile), "train.cuda_graph", t.cuda_graph, "needs train.compile false")
-    _check(not (graphs_on and t.precision == "bf16"), "train.cuda_graph", t.cuda_graph, "covers fp32 and tf32 only")
-    device = t.device.split(":")[0]
-    _check_choice("train.device", device, ("auto", "cpu", "cuda"))
-    _check(
-        t.device.count(":") == 0 or (device == "cuda" and t.device.split(":")[1].isdigit()),
-        "train.device",
-        t.device,
-        "must be auto, cpu, cuda or cuda:N",
-    )
-
-
 # ----------------------------------------------------------------------------- (de)serialization
 
 
@@ -424,7 +435,10 @@ def config_to_dict(cfg: ExperimentConfig) -> dict[str, Any]:
 
 
 def config_from_dict(data: dict[str, Any], cls: type = ExperimentConfig):
-    """Rebuild a (nested) config dataclass from `config_to_dict` output; unknown keys are errors."""
+    """Rebuild a (nested) config dataclass from `config_to_dict` output; unknown keys are errors.
+    A train section written before train.step (with compile and cuda_graph) reads as its step."""
+    if cls is TrainConfig:
+        data = upgrade_train_section(data)
     hints = typing.get_type_hints(cls)
     known = {f.name for f in fields(cls)}
     unknown = sorted(set(data) - known)
@@ -435,6 +449,17 @@ def config_from_dict(data: dict[str, Any], cls: type = ExperimentConfig):
         kind = hints[name]
         kwargs[name] = config_from_dict(value, kind) if dataclasses.is_dataclass(kind) else value
     return cls(**kwargs)
+
+
+def upgrade_train_section(data: dict[str, Any]) -> dict[str, Any]:
+    """A train section of a config written before train.step (compile: bool, cuda_graph: auto | on |
+    off; auto was off) with the step it ran: compiled, graphed (cuda_graph on) or eager."""
+    if "compile" not in data and "cuda_graph" not in data:
+        return data
+    data = dict(data)
+    compiled, graphs = data.pop("compile", False), data.pop("cuda_graph", "auto")
+    data.setdefault("step", "compiled" if compiled else "graphed" if graphs == "on" else "eager")
+    return data
 
 
 def config_diff(a: ExperimentConfig, b: ExperimentConfig) -> dict[str, tuple[Any, Any]]:

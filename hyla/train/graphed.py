@@ -1,17 +1,20 @@
 """Whole-step CUDA graphs: a training step (forward, backward, AdamW) captured once and replayed.
 
-    graph = GraphedUpdate(trainers, gradient_step)
+    update = replayed(eager, trainers, steps)           train.step graphed: an eager update, replayed
+    update(trainers, steps) -> [(loss, predictions, batch), ...]
+    graph = GraphedUpdate(trainers, gradient_step)      the captured step under it:
     graph.capture(inputs) -> bool                       warm up and capture (False: it failed, warned)
     graph(inputs) -> [(loss, predictions), ...]         one replay; one pair per trainer
-    wanted(setting, device, world_size) -> bool         train.cuda_graph
+    begin_compiled_step(mode) -> bool                   torch.compile's own CUDA graphs (train.step compiled)
 
 The paper's models are small: on a GPU a step is bound by launching its few hundred kernels, not
 by their work. PyTorch's "whole-network capture" records the kernels of one step
 (`torch.cuda.graph`) and replays them with one launch. Unlike torch.compile's reduce-overhead
 mode, the kernels are the eager ones (inductor generates none), so HYLA keeps its eager backward,
-which is right on CUDA where inductor's is not (docs/gpu.md). A graphed update is one of the
-update functions a run chooses from (hyla.train.step.choose_update); a pack's is captured again
-whenever its members change (hyla.train.packed).
+which is right on CUDA where inductor's is not (docs/gpu.md). `replayed` turns an eager update
+(a run's, hyla.train.step.EagerUpdate, or a pack's, hyla.train.packed.PackedUpdate: its `inputs`
+and `gradient_step`) into a graphed one (`ReplayedUpdate`), captured before the first step and
+again whenever the trainers change (a pack's member left).
 
 How a step stays the step an eager run takes:
 - Static inputs. The captured step reads its batch and dropout masks from buffers. Each step's batch
@@ -33,7 +36,7 @@ How a step stays the step an eager run takes:
 
 If capturing fails (an operation that cannot be captured, a missing CUDA feature), `capture` warns
 and the run trains eagerly; `env.json` records what ran (`"cuda_graph": true | false` among the
-numerics).
+numerics, the key older runs recorded too).
 """
 
 from __future__ import annotations
@@ -53,16 +56,63 @@ WARMUP_STEPS = 3
 GradientStep = Callable[[Any], tuple[list[torch.Tensor], Any]]
 
 
-def wanted(setting: str, device: torch.device, world_size: int = 1) -> bool:
-    """Whether train.cuda_graph (`setting`) replays the steps as CUDA graphs on `device`: `on` on
-    CUDA in one process; `auto` is off until whole-step graphs have trained on a GPU (docs/gpu.md).
-    `on` elsewhere warns and trains eagerly."""
-    if setting != "on":
+def wanted(device: torch.device, world_size: int = 1) -> bool:
+    """Whether whole-step CUDA graphs (train.step graphed) can replay the steps on `device`: on CUDA
+    in one process. Elsewhere it warns (the run trains eagerly)."""
+    if device.type == "cuda" and world_size == 1:
+        return True
+    where = "a CUDA device" if device.type != "cuda" else "one process (no data parallelism)"
+    warnings.warn(f"train.step graphed needs {where}; training eagerly on {device}", RuntimeWarning, stacklevel=3)
+    return False
+
+
+def replayed(eager: Any, trainers: list, steps: list[int]) -> ReplayedUpdate:
+    """`eager` (an update with `inputs(trainers, steps)` and `gradient_step(trainers, inputs)`)
+    replayed as CUDA graphs, captured on the inputs of update `steps` of `trainers`."""
+    update = ReplayedUpdate(eager)
+    update.prepare(trainers, steps)
+    return update
+
+
+class ReplayedUpdate:
+    """An eager update replayed as one CUDA graph per step. `prepare` captures it (where graphs can
+    run: `wanted`; a capture that fails warns); while it is not captured, the eager update trains.
+    `kind`: the eager update's, with "cuda_graph": whether graphs replay the steps."""
+
+    def __init__(self, eager: Any):
+        self.eager, self.graph = eager, None
+        self.kind = {**eager.kind, "cuda_graph": False}
+
+    def prepare(self, trainers: list, steps: list[int]) -> None:
+        """Capture the update of `trainers` on the inputs of their update `steps`."""
+        self.graph, device = None, trainers[0].ctx.device
+        if wanted(device, trainers[0].ctx.world_size):
+            trainers = list(trainers)
+            graph = GraphedUpdate(trainers, lambda inputs: self.eager.gradient_step(trainers, inputs))
+            self.graph = graph if graph.capture(self.eager.inputs(trainers, steps)[1]) else None
+        self.kind = {**self.eager.kind, "cuda_graph": self.graph is not None}
+
+    def __call__(self, trainers: list, steps: list[int]) -> list[tuple[torch.Tensor, torch.Tensor, Any]]:
+        if self.graph is not None and self.graph.trainers != list(trainers):  # a member left: capture anew
+            self.prepare(trainers, steps)
+        if self.graph is None:
+            return self.eager(trainers, steps)
+        batches, inputs = self.eager.inputs(trainers, steps)
+        return [(loss, pred, batch) for (loss, pred), batch in zip(self.graph(inputs), batches)]
+
+
+# The torch.compile modes that replay CUDA graphs on CUDA (cudagraph trees): a compiled call's
+# outputs live in a memory pool that the next call overwrites.
+COMPILE_MODES_WITH_GRAPHS = ("reduce-overhead", "max-autotune")
+
+
+def begin_compiled_step(mode: str) -> bool:
+    """Before a step compiled in `mode`: where the mode replays CUDA graphs, begin a new graph
+    generation (this step's replay may reuse the last step's memory) and return True: the caller
+    copies the step's outputs before the next."""
+    if mode not in COMPILE_MODES_WITH_GRAPHS:
         return False
-    if device.type != "cuda" or world_size > 1:
-        where = "a CUDA device" if device.type != "cuda" else "one process (no data parallelism)"
-        warnings.warn(f"train.cuda_graph=on needs {where}; training eagerly on {device}", RuntimeWarning, stacklevel=3)
-        return False
+    torch.compiler.cudagraph_mark_step_begin()
     return True
 
 
@@ -258,4 +308,13 @@ def _takes_float64_lr(device: torch.device) -> bool:
     return True
 
 
-__all__ = ["CudaGraphs", "GraphedUpdate", "WARMUP_STEPS", "lr_dtype", "wanted"]
+__all__ = [
+    "CudaGraphs",
+    "GraphedUpdate",
+    "ReplayedUpdate",
+    "WARMUP_STEPS",
+    "begin_compiled_step",
+    "lr_dtype",
+    "replayed",
+    "wanted",
+]

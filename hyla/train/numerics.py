@@ -37,9 +37,9 @@ MATMUL_PRECISION = {"fp32": "highest", "tf32": "high", "bf16": "highest"}
 def numerics(cfg: ExperimentConfig, ctx: DistContext, update_kind: dict[str, Any]) -> dict[str, Any]:
     """The settings that change floating-point results (recorded in env.json and checkpoints), and
     OpenMP's wait policy and spin count, which change only the speed (hyla.cli.bound_openmp_waiting).
-    `update_kind`: what the update function is (hyla.train.step.choose_update): compile and
-    compile_mode (the torch.compile mode that trains, None: eager), cuda_graph (with train.cuda_graph
-    on: whether CUDA graphs replay the steps), packed (True: trained in a pack, hyla.train.packed,
+    `update_kind`: what the update function is (its `kind`, hyla.train.step): compile and
+    compile_mode (the torch.compile mode that trains, None: eager), cuda_graph (with train.step
+    graphed: whether CUDA graphs replay the steps), packed (True: trained in a pack, hyla.train.packed,
     whose batched kernels round differently)."""
     settings = {
         "threads": torch.get_num_threads(),

@@ -14,7 +14,8 @@ learning rate, weight decay, warmup, steps, evaluation, logging and checkpoint c
 
 How: each member keeps what its solo run has: its plain model, fused AdamW and schedule (a
 `Trainer`), and its own `Session`, which writes an ordinary run folder (config, env, metrics,
-summary, checkpoints). The pack's update function (`PackedUpdate`) takes the place of a solo run's:
+summary, checkpoints); the loop that steps a solo run steps the pack (hyla.train.loop.run_steps).
+The pack's update function (`PackedUpdate`) takes the place of a solo run's:
 every step the members' parameters are stacked with `torch.stack` (so the gradients flow back into
 each member's own tensors), one vmapped forward and backward computes all members, and each
 member's optimizer takes its ordinary step (`hyla.train.step.gradient_step`); then each member's
@@ -46,15 +47,14 @@ What is guaranteed (tests/train/test_packed.py checks each; kill -9 as a simulat
   and `hyla resume` continues it alone (warning that it is then not bit-identical: env.json and the
   checkpoint record `"packed": true` among the numerics).
 
-Limits: one process (no data parallelism), eager steps (train.compile is refused; with
-train.cuda_graph on, the eager step replayed as a CUDA graph, hyla.train.graphed), and the reference
+Limits: one process (no data parallelism), eager steps (train.step compiled is refused; train.step
+graphed replays the eager step as a CUDA graph, hyla.train.graphed), and the reference
 attention materializes HYLA's [B, Tq, Tk, Dv] hidden tensor for every member at once.
 """
 
 from __future__ import annotations
 
 import copy
-import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -65,17 +65,15 @@ from torch.func import functional_call, vmap
 from hyla.nn.attention import MultiHeadAttention
 from hyla.nn.feedforward import GeluMLP, MixtureOfExperts
 from hyla.nn.transformer import Transformer
-from hyla.train import distributed, graphed
+from hyla.train import graphed
 from hyla.train.configs import ConfigError, ExperimentConfig, build_task, resolve_model, validate
-from hyla.train.numerics import numerics, process_settings, warn_if_changed
-from hyla.train.progress import StepProgress
+from hyla.train.loop import opened_runs, run_steps
 from hyla.train.run_dir import RunDir
-from hyla.train.session import AnalysisHook, NonFiniteLossError, Session, Start, open_run
-from hyla.train.signals import StopSignal
-from hyla.train.step import Trainer, gradient_step
+from hyla.train.session import AnalysisHook
+from hyla.train.step import Trainer, Update, gradient_step
 
 # Process-wide settings: one value per pack.
-PROCESS_SETTINGS = ("device", "threads", "deterministic", "precision", "cuda_graph")
+PROCESS_SETTINGS = ("device", "threads", "deterministic", "precision", "step")
 
 
 def pack_key(cfg: ExperimentConfig) -> tuple:
@@ -114,40 +112,28 @@ def train_packed(cfgs: list[ExperimentConfig], analysis_hook: AnalysisHook | Non
     in the same order. Members that are complete are skipped. Raises ConfigError when the configs
     cannot share a pack, NonFiniteLossError (after the other members finished) when a member
     diverged, and KeyboardInterrupt after every member checkpointed when interrupted."""
-    cfgs = _check_pack([validate(cfg) for cfg in cfgs], analysis_hook)
-    ctx = distributed.setup(cfgs[0].train.device)
-    try:
-        if ctx.distributed:
-            raise ConfigError("packed training runs in one process: launch it without torchrun")
-        with process_settings(cfgs[0], ctx):
-            opened = [open_run(cfg, ctx) for cfg in cfgs]  # each member's run folder, task, model, AdamW
-            members = [(run, start) for run, start in opened if start is not None]  # (not those complete)
-            if members:
-                trainers, steps = [s.trainer for _, s in members], [s.progress.step for _, s in members]
-                update = PackedUpdate(trainers[0].model, graphed.wanted(cfgs[0].train.cuda_graph, ctx.device))
-                update_kind = update.prepare(trainers, steps)  # (with graphs: captured)
-                Pack([_session(start, run, ctx, analysis_hook, update_kind) for run, start in members], update).run()
-            return [run.path for run, _ in opened]
-    finally:
-        distributed.teardown(ctx)
+    with opened_runs(_check_pack([validate(cfg) for cfg in cfgs]), analysis_hook, choose_packed_update) as opened:
+        folders, sessions, update = opened
+        if sessions:
+            run_steps(sessions, update)
+    return folders
 
 
-def _session(start: Start, run: RunDir, ctx, analysis_hook: AnalysisHook | None, update_kind: dict) -> Session:
-    """A member's session, its numerics those of the pack's update (as `train` opens a solo run's)."""
-    settings = numerics(start.cfg, ctx, update_kind)
-    warn_if_changed(start.saved_numerics, settings, run.path)
-    return Session(start, run, ctx, analysis_hook, settings)
+def choose_packed_update(trainers: list[Trainer], steps: list[int]) -> Update:
+    """The update function of a pack's members, chosen before their updates `steps`: one vmapped
+    update of all (`PackedUpdate`), with train.step graphed replayed as CUDA graphs (captured on
+    those steps' inputs; hyla.train.graphed)."""
+    if trainers[0].ctx.distributed:
+        raise ConfigError("packed training runs in one process: launch it without torchrun")
+    update = PackedUpdate(trainers[0].model)
+    return graphed.replayed(update, trainers, steps) if trainers[0].cfg.train.step == "graphed" else update
 
 
-def _check_pack(cfgs: list[ExperimentConfig], analysis_hook) -> list[ExperimentConfig]:
+def _check_pack(cfgs: list[ExperimentConfig]) -> list[ExperimentConfig]:
     if not cfgs:
         raise ConfigError("train_packed needs at least one config")
-    if any(cfg.train.compile for cfg in cfgs):
-        raise ConfigError("packed training runs eagerly: set train.compile false")
-    if any(cfg.train.analysis_every for cfg in cfgs) and analysis_hook is None:
-        raise ConfigError(
-            "train.analysis_every > 0 needs an analysis hook: train_packed(cfgs, hyla.analysis.analysis_hook)"
-        )
+    if any(cfg.train.step == "compiled" for cfg in cfgs):
+        raise ConfigError("packed training does not compile: set train.step eager (or graphed)")
     keys = [pack_key(cfg) for cfg in cfgs]
     for cfg, key in zip(cfgs[1:], keys[1:]):
         if key != keys[0]:
@@ -183,43 +169,23 @@ def vmappable_copy(model: Transformer) -> Transformer:
 
 class PackedUpdate:
     """The update function of a pack: one update of several members (their `Trainer`s) as one
-    vmapped forward and backward; with `graphs`, replayed as one CUDA graph (hyla.train.graphed),
-    captured for a set of members by `prepare`, again whenever the members change (one leaves)."""
+    vmapped forward and backward: `inputs` (the members' batches and dropout masks, stacked) and
+    `gradient_step` on them, which a graphed update captures (hyla.train.graphed)."""
 
-    def __init__(self, model: Transformer, graphs: bool = False):
+    def __init__(self, model: Transformer):
         self.skeleton = vmappable_copy(model)
         self.names = [name for name, _ in self.skeleton.named_parameters()]
-        self.graphs = graphs
-        self.graph: graphed.GraphedUpdate | None = None
-
-    def _member_forward(self, params: dict, x: torch.Tensor, dropout_masks: list | None) -> torch.Tensor:
-        return functional_call(self.skeleton, params, (x,), {"dropout_masks": dropout_masks})
-
-    def prepare(self, trainers: list[Trainer], steps: list[int]) -> dict:
-        """Get ready to update these members from their update `steps` on: with graphs, capture
-        their update on those steps' inputs (a capture that fails warns, and the pack trains
-        eagerly from then on). Returns what the update is (it joins the members' numerics)."""
-        self.graph = None
-        if self.graphs:
-            graph = graphed.GraphedUpdate(list(trainers), lambda inputs: self._gradient_step(trainers, inputs))
-            self.graphs = graph.capture(self._inputs(trainers, steps)[1])
-            self.graph = graph if self.graphs else None
-        kind = {"compile": False, "compile_mode": None, "packed": True}
-        return {**kind, "cuda_graph": self.graphs} if trainers[0].cfg.train.cuda_graph == "on" else kind
+        self.kind: dict[str, Any] = {"compile": False, "compile_mode": None, "packed": True}
 
     def __call__(self, trainers: list[Trainer], steps: list[int]) -> list[tuple[torch.Tensor, torch.Tensor, Any]]:
         """Update number steps[i] of trainers[i], for every i: the members' batches and parameters
         are stacked, one vmapped forward and backward computes them all, then every member's AdamW
         steps (the caller steps the schedules). Returns each member's (loss, predictions, batch)."""
-        batches, inputs = self._inputs(trainers, steps)
-        if self.graph is not None:
-            results = self.graph(inputs)
-        else:
-            losses, preds = self._gradient_step(trainers, inputs)
-            results = [(loss.detach(), pred.detach()) for loss, pred in zip(losses, preds)]
-        return [(loss, pred, batch) for (loss, pred), batch in zip(results, batches)]
+        batches, inputs = self.inputs(trainers, steps)
+        losses, preds = self.gradient_step(trainers, inputs)
+        return [(loss.detach(), pred.detach(), batch) for loss, pred, batch in zip(losses, preds, batches)]
 
-    def _inputs(self, trainers: list[Trainer], steps: list[int]) -> tuple[list, tuple]:
+    def inputs(self, trainers: list[Trainer], steps: list[int]) -> tuple[list, tuple]:
         """The members' batches, and the update's inputs: (x [M, B, T, ...], batches, masks)."""
         batches = [trainer.batch(step) for trainer, step in zip(trainers, steps)]
         x = _stack([batch.x for batch in batches], "inputs")  # [M, B, T, ...]
@@ -228,8 +194,11 @@ class PackedUpdate:
         masks = None if masks[0] is None else [torch.stack(layer) for layer in zip(*masks)]  # per layer [M, Tq, Tk]
         return batches, (x, batches, masks)
 
-    def _gradient_step(self, trainers: list[Trainer], inputs: tuple) -> tuple[list[torch.Tensor], torch.Tensor]:
+    def gradient_step(self, trainers: list[Trainer], inputs: tuple) -> tuple[list[torch.Tensor], torch.Tensor]:
         return gradient_step(trainers, lambda: self._forward_losses(trainers, inputs))
+
+    def _member_forward(self, params: dict, x: torch.Tensor, dropout_masks: list | None) -> torch.Tensor:
+        return functional_call(self.skeleton, params, (x,), {"dropout_masks": dropout_masks})
 
     def _forward_losses(self, trainers: list[Trainer], inputs: tuple) -> tuple[list[torch.Tensor], torch.Tensor]:
         x, batches, masks = inputs
@@ -240,79 +209,6 @@ class PackedUpdate:
         return [trainer.task.loss(pred, batch) for trainer, pred, batch in zip(trainers, preds, batches)], preds
 
 
-class Pack:
-    """The live members of a pack (their `Session`s): steps them together with the pack's update
-    function, does each one's records, finishes them one by one."""
-
-    def __init__(self, sessions: list[Session], update: PackedUpdate):
-        self.sessions, self.update = sessions, update
-        self.diverged: list[NonFiniteLossError] = []
-
-    def run(self) -> None:
-        """Step the live members until each has reached its end, then raise for the diverged ones."""
-        sessions = self.sessions
-        done, total = min(s.progress.step for s in sessions), max(s.end for s in sessions)  # the pack's steps
-        shown = StepProgress(f"pack of {len(sessions)}", total, done, sessions[0].shows_progress)
-        stop = StopSignal()
-        try:
-            with stop.installed(), shown:
-                while self._finish_ended():
-                    self.step()
-                    self._after_step(stop.requested)
-                    done += 1
-                    shown.update(done)
-                    if stop.requested:
-                        raise stop.stopped()
-        except (KeyboardInterrupt, Exception) as e:
-            for session in self.sessions:
-                session.record_stop(e)
-            raise
-        finally:
-            for session in self.sessions:
-                session.close()
-        if self.diverged:
-            raise NonFiniteLossError("; ".join(map(str, self.diverged)))
-
-    def step(self) -> None:
-        """One update of every live member, each at its own next step, and its schedule's step."""
-        tick = time.perf_counter()
-        trainers = [session.trainer for session in self.sessions]
-        steps = [session.progress.step for session in self.sessions]
-        if self.update.graph is not None and self.update.graph.trainers != trainers:  # a member left: capture anew
-            kind = self.update.prepare(trainers, steps)
-            for session in self.sessions:
-                session.update_numerics(kind)
-        results = self.update(trainers, steps)
-        for session in self.sessions:
-            session.trainer.scheduler.step()
-        elapsed = time.perf_counter() - tick
-        for session, step, (loss, pred, batch) in zip(self.sessions, steps, results):
-            session.record_step(step, loss, pred, batch, elapsed)
-
-    def _after_step(self, stopping: bool) -> None:
-        """Each member's records; every member checkpoints when any is due (or on a stop), so a
-        stopped pack resumes with its members at one step. A diverged member leaves the pack."""
-        force = stopping or any(session.checkpoint_due() for session in self.sessions)
-        for session in list(self.sessions):
-            try:
-                session.after_step(force)
-            except NonFiniteLossError as e:
-                self.diverged.append(session.diverged(e))
-                self._leave(session)
-
-    def _finish_ended(self) -> bool:
-        """Finish the members at their end (final evaluation or stop_at); True while any is left."""
-        for session in list(self.sessions):
-            if session.progress.step >= session.end:
-                session.finish()
-                self._leave(session)
-        return bool(self.sessions)
-
-    def _leave(self, session: Session) -> None:
-        session.close()
-        self.sessions.remove(session)
-
-
 def _stack(tensors: list[torch.Tensor], what: str) -> torch.Tensor:
     shapes = {tuple(t.shape) for t in tensors}
     if len(shapes) > 1:
@@ -320,4 +216,4 @@ def _stack(tensors: list[torch.Tensor], what: str) -> torch.Tensor:
     return torch.stack(tensors)
 
 
-__all__ = ["Pack", "PackedUpdate", "pack_key", "plan_packs", "train_packed", "vmappable_copy"]
+__all__ = ["PackedUpdate", "choose_packed_update", "pack_key", "plan_packs", "train_packed", "vmappable_copy"]

@@ -222,7 +222,7 @@ def lm_c4_50m() -> ExperimentConfig:
         final_eval_samples=8192,
         eval_batch_size=128,
         checkpoint_every=2500,
-        compile=True,
+        step="compiled",
     )
 
 

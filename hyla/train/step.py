@@ -1,15 +1,17 @@
-"""One optimization step: what a run trains (`Trainer`) and the update functions it chooses from, once.
+"""One training step: what a run trains (`Trainer`), and the update function it chooses, once.
 
-    update(step, batch) -> (loss, predictions)     update number `step` (0-based) on this rank's batch
-    choose_update(trainer, step) -> (update, what it is)
+    update(trainers, steps) -> [(loss, predictions, batch), ...]   update number steps[i] of trainers[i]
+    choose_update([trainer], [step]) -> update                       train.step: eager | compiled | graphed
 
-Every update zeroes the gradients, runs the forward and the loss (under autocast for bf16),
-backpropagates and takes the optimizer's step (`gradient_step`); the loop that calls it steps the
-schedule. `choose_update` picks, before the first step, the eager model, the compiled model
-(train.compile: the modes of `compile_fallbacks` in turn, each warmed up on the first step's batch,
-falling back when compiling fails) or whole-step CUDA graphs (train.cuda_graph on, on CUDA:
-hyla.train.graphed). A pack's members step together through `gradient_step` (hyla.train.packed).
-The loop around the update (records, evaluations, checkpoints): hyla.train.loop.
+Read `gradient_step` and `EagerUpdate`: an update draws each trainer's batch and dropout masks
+(`Trainer.batch`, `Trainer.dropout_masks`, the one source of the masks), zeroes the gradients, runs
+the forward and the loss (under autocast for bf16), backpropagates and takes the optimizer's step;
+the loop that calls it steps the schedules (hyla.train.loop.run_steps). A run's update is eager
+(`EagerUpdate`), compiled (`CompiledUpdate`: the modes of `compile_fallbacks` in turn, each warmed
+up on the first step's batch, falling back when compiling fails) or the eager update replayed as
+whole-step CUDA graphs (hyla.train.graphed, which holds every CUDA-graph detail). A pack's update
+steps its members' trainers through the same `gradient_step` (hyla.train.packed). `update.kind`
+says what an update is (compile, compile_mode, cuda_graph, packed: hyla.train.numerics).
 """
 
 from __future__ import annotations
@@ -29,11 +31,8 @@ from hyla.train.distributed import DistContext
 from hyla.train.optim import make_optimizer
 from hyla.train.progress import say
 
-Update = Callable[[int, Any], tuple[torch.Tensor, torch.Tensor]]
-
-# The compile modes that replay CUDA graphs on CUDA: a call's outputs live in a memory pool that the
-# next call overwrites.
-CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+# update(trainers, steps) -> [(loss, predictions, batch), ...]; it also has `kind`, a dict
+Update = Callable[[list, list[int]], list[tuple[torch.Tensor, torch.Tensor, Any]]]
 
 
 def resolve_compile_mode(mode: str, device: torch.device) -> str:
@@ -43,14 +42,14 @@ def resolve_compile_mode(mode: str, device: torch.device) -> str:
     return "reduce-overhead" if device.type == "cuda" else "default"
 
 
-# A model with HYLA's value network trains eagerly on CUDA, whatever train.compile says: inductor
+# A model with HYLA's value network trains eagerly on CUDA, even with train.step compiled: inductor
 # computed wrong gradients of HYLA on CUDA (benchmarks/repro_inductor_hyla_grad.py), and compiled, the
 # paper's SRAVEN HYLA model stayed at chance on an H100 (3 of 3 seeds, 40k steps) while softmax and
 # linear attention compiled the same way learned (docs/gpu.md, experiments/RESULTS.md). `auto` keeps
 # HYLA's op out of the graph on CUDA (naive_eager), but no compiled model around that op has been
 # shown to learn on a GPU, and a model that fails to learn shows it only after a whole training.
 COMPILED_HYLA_ON_CUDA = (
-    "train.compile is ignored for a model with HYLA's value network on CUDA: compiled, the SRAVEN "
+    "train.step compiled is ignored for a model with HYLA's value network on CUDA: compiled, the SRAVEN "
     "HYLA model did not learn on an H100 (docs/gpu.md); training eagerly"
 )
 
@@ -58,7 +57,7 @@ COMPILED_HYLA_ON_CUDA = (
 def compile_fallbacks(cfg: ExperimentConfig, device: torch.device) -> list[str | None]:
     """The compile modes to try in turn until one compiles the first step: the configured mode, then
     "default", then eager (None). Only eager, with a warning, for HYLA's value network on CUDA."""
-    if not cfg.train.compile:
+    if cfg.train.step != "compiled":
         return [None]
     if device.type == "cuda" and generates_value_network(cfg):
         warnings.warn(COMPILED_HYLA_ON_CUDA, RuntimeWarning, stacklevel=3)
@@ -111,21 +110,21 @@ class Trainer:
         batch = self.task.batch("train", self.cfg.train.batch_size, step, self.ctx.rank, self.ctx.world_size)
         return batch.to(self.ctx.device)
 
-    def seed_dropout(self, step: int) -> None:
-        """Attention dropout draws from the CPU's global generator (a compiled step on CUDA, from the
-        GPU's): seed them from the step, so the masks do not depend on what ran before (train()
-        restores the generators' states when it returns)."""
+    def dropout_masks(self, step: int, seq_len: int, drawn_in_forward: bool = False) -> list[torch.Tensor] | None:
+        """The attention-dropout keep-masks of update `step` (None: no dropout), the one source of
+        every update's masks. The global generators are seeded from (seed, step), so the masks do
+        not depend on what ran before (train() restores the generators' states when it returns);
+        with train.dropout_masks cpu the masks come from the CPU's generator (the same on every
+        device), with device from the device's (to reproduce runs that drew them there: docs/gpu.md,
+        "Eager HYLA on CUDA"). `drawn_in_forward`: the caller's forward draws cpu masks itself, from
+        the seeded generator (eager: these masks; compiled: inside its graph, from the generator of
+        its device; bf16: in bfloat16), and gets None."""
         seed = stable_seed(self.cfg.seed, "step", step)
         torch.default_generator.manual_seed(seed)  # the CPU generator only: cheaper than manual_seed
         if self.ctx.device.type == "cuda":
             torch.cuda.manual_seed(seed)
-
-    def dropout_masks(self, step: int, seq_len: int) -> list[torch.Tensor] | None:
-        """The attention-dropout keep-masks of update `step` (None: no dropout): with
-        train.dropout_masks cpu those the eager forward draws; with device, masks of the same shapes
-        from the device's generator (to reproduce runs that drew them there: docs/gpu.md, "Eager HYLA
-        on CUDA")."""
-        self.seed_dropout(step)
+        if drawn_in_forward and self.cfg.train.dropout_masks == "cpu":
+            return None
         masks = self.model.draw_dropout_masks(seq_len)
         if masks is None or self.cfg.train.dropout_masks == "cpu" or self.ctx.device.type == "cpu":
             return masks
@@ -161,67 +160,83 @@ def gradient_step(trainers: list[Trainer], forward_losses: Callable[[], tuple[li
     return losses, preds
 
 
-class ModelUpdate:
-    """The update of one run with its model, eager or compiled with `compile_mode` (None: eager).
-    Under a mode that replays CUDA graphs, every step begins a new graph generation and its
-    predictions are copied (the next replay overwrites them)."""
+class EagerUpdate:
+    """The update of one run with its model, eagerly: `inputs` (the step's batch and, drawn ahead
+    when `masks_ahead`, its dropout masks) and `gradient_step` on them, which a graphed update
+    captures (hyla.train.graphed). `kind`: what it is, for the numerics."""
 
-    def __init__(self, trainer: Trainer, compile_mode: str | None = None):
-        self.trainer = trainer
-        self.forward = trainer.module if compile_mode is None else torch.compile(trainer.module, mode=compile_mode)
-        self.replays_graphs = compile_mode in CUDA_GRAPH_MODES
+    def __init__(self, trainer: Trainer, masks_ahead: bool = False):
+        self.trainer, self.forward, self.masks_ahead = trainer, trainer.module, masks_ahead
+        self.kind: dict[str, Any] = {"compile": False, "compile_mode": None}
 
-    def __call__(self, step: int, batch) -> tuple[torch.Tensor, torch.Tensor]:
-        masks = self.masks(step, batch)
-        if self.replays_graphs:
-            torch.compiler.cudagraph_mark_step_begin()  # this step's replay may reuse the last step's memory
-        [loss], [pred] = gradient_step([self.trainer], lambda: self.forward_losses(batch, masks))
-        return loss.detach(), pred.detach().clone() if self.replays_graphs else pred.detach()
+    def __call__(self, trainers: list[Trainer], steps: list[int]) -> list[tuple[torch.Tensor, torch.Tensor, Any]]:
+        batches, inputs = self.inputs(trainers, steps)
+        copies = self.begin_step()
+        losses, preds = gradient_step(trainers, lambda: self.forward_losses(*inputs))
+        return [
+            (loss.detach(), pred.detach().clone() if copies else pred.detach(), batch)
+            for loss, pred, batch in zip(losses, preds, batches)
+        ]
 
-    def warm_up(self, step: int, batch) -> None:
-        """Compile: the forward and backward of update `step` on `batch`, without the optimizer's
-        step; the gradients are cleared again."""
-        masks = self.masks(step, batch)
-        if self.replays_graphs:
-            torch.compiler.cudagraph_mark_step_begin()
-        with autocast(self.trainer.cfg.train.precision, self.trainer.ctx.device):
-            [loss], _ = self.forward_losses(batch, masks)
-        loss.backward()
-        self.trainer.optimizer.zero_grad(set_to_none=True)
+    def begin_step(self) -> bool:
+        """Before the forward: whether the step's predictions are to be copied (the next step
+        overwrites them). An eager step's are not."""
+        return False
 
-    def masks(self, step: int, batch) -> list[torch.Tensor] | None:
-        """The dropout masks to hand the forward: None where it draws them itself (train.dropout_masks
-        cpu: its generator seeded from the step)."""
-        if self.trainer.cfg.train.dropout_masks == "cpu":
-            self.trainer.seed_dropout(step)
-            return None
-        return self.trainer.dropout_masks(step, batch.x.shape[1])
+    def inputs(self, trainers: list[Trainer], steps: list[int]) -> tuple[list, tuple]:
+        """The batch of update steps[0] of the run, and its gradient step's inputs: (batch, masks)."""
+        [trainer], [step] = trainers, steps
+        batch = trainer.batch(step)
+        return [batch], (batch, trainer.dropout_masks(step, batch.x.shape[1], drawn_in_forward=not self.masks_ahead))
+
+    def gradient_step(self, trainers: list[Trainer], inputs: tuple) -> tuple[list, list]:
+        return gradient_step(trainers, lambda: self.forward_losses(*inputs))
 
     def forward_losses(self, batch, masks: list[torch.Tensor] | None) -> tuple[list, list]:
         pred = self.forward(batch.x) if masks is None else self.forward(batch.x, dropout_masks=masks)
         return [self.trainer.task.loss(pred, batch)], [pred]
 
 
-def choose_update(trainer: Trainer, step: int) -> tuple[Update, dict[str, Any]]:
-    """The update function of a run, chosen once, before update `step` (the session's first), and
-    what it is (it joins the numerics: compile, compile_mode and, with train.cuda_graph on,
-    cuda_graph). A compiled or graphed update is warmed up on that step's batch; one that fails
-    falls back, with a warning: a compile mode to the next of `compile_fallbacks`, graphs to eager."""
-    cfg, ctx = trainer.cfg, trainer.ctx
-    eager = {"compile": False, "compile_mode": None}
-    if cfg.train.cuda_graph == "on":
-        update = graphed_update(trainer, step) if graphed.wanted("on", ctx.device, ctx.world_size) else None
-        if update is not None:
-            return update, {**eager, "cuda_graph": True}
-        return ModelUpdate(trainer), {**eager, "cuda_graph": False}
-    modes = compile_fallbacks(cfg, ctx.device)
+class CompiledUpdate(EagerUpdate):
+    """The update of one run with its model compiled by torch.compile in `mode`. Under a mode that
+    replays CUDA graphs, the predictions are copies (hyla.train.graphed.begin_compiled_step)."""
+
+    def __init__(self, trainer: Trainer, mode: str):
+        super().__init__(trainer)
+        self.forward, self.mode = torch.compile(trainer.module, mode=mode), mode
+        self.kind = {"compile": True, "compile_mode": mode}
+
+    def begin_step(self) -> bool:
+        return graphed.begin_compiled_step(self.mode)
+
+    def warm_up(self, step: int) -> None:
+        """Compile: the forward and backward of update `step`, without the optimizer's step; the
+        gradients are cleared again."""
+        _, (batch, masks) = self.inputs([self.trainer], [step])
+        self.begin_step()
+        with autocast(self.trainer.cfg.train.precision, self.trainer.ctx.device):
+            [loss], _ = self.forward_losses(batch, masks)
+        loss.backward()
+        self.trainer.optimizer.zero_grad(set_to_none=True)
+
+
+def choose_update(trainers: list[Trainer], steps: list[int]) -> Update:
+    """The update function of a run (one trainer), chosen once, before update steps[0] (the
+    session's first), as train.step says: eager; compiled, warmed up on that step's batch (a mode
+    that fails falls back, with a warning, to the next of `compile_fallbacks`, the last eager); or
+    graphed, captured on that step's inputs (hyla.train.graphed; eager where it cannot be). A pack's:
+    hyla.train.packed.choose_packed_update."""
+    [trainer], [step] = trainers, steps
+    if trainer.cfg.train.step == "graphed":
+        return graphed.replayed(EagerUpdate(trainer, masks_ahead=True), trainers, steps)
+    modes = compile_fallbacks(trainer.cfg, trainer.ctx.device)
     for mode, fallback in zip(modes, modes[1:]):  # the last mode is eager (None)
-        if ctx.is_main:
+        if trainer.ctx.is_main:
             say(f"compiling the model (torch.compile mode {mode}) on the first batch")
-        update = ModelUpdate(trainer, mode)
+        update = CompiledUpdate(trainer, mode)
         try:
-            update.warm_up(step, trainer.batch(step))
-            return update, {"compile": True, "compile_mode": mode}
+            update.warm_up(step)
+            return update
         except Exception as e:  # noqa: BLE001 - any compiler failure falls back
             trainer.optimizer.zero_grad(set_to_none=True)
             warnings.warn(
@@ -231,25 +246,4 @@ def choose_update(trainer: Trainer, step: int) -> tuple[Update, dict[str, Any]]:
                 RuntimeWarning,
                 stacklevel=2,
             )
-    return ModelUpdate(trainer), eager
-
-
-def graphed_update(trainer: Trainer, step: int) -> Update | None:
-    """The eager update replayed as one CUDA graph per step (hyla.train.graphed), captured on update
-    `step`'s inputs; None when capturing failed (it warned). The dropout masks are drawn ahead,
-    outside the graph (`Trainer.dropout_masks`)."""
-    eager = ModelUpdate(trainer)
-
-    def step_on(inputs: tuple) -> tuple[list, list]:
-        return gradient_step([trainer], lambda: eager.forward_losses(*inputs))
-
-    def inputs(step: int, batch) -> tuple:
-        return batch, trainer.dropout_masks(step, batch.x.shape[1])
-
-    graph = graphed.GraphedUpdate([trainer], step_on)
-
-    def update(step: int, batch) -> tuple[torch.Tensor, torch.Tensor]:
-        [(loss, pred)] = graph(inputs(step, batch))
-        return loss, pred
-
-    return update if graph.capture(inputs(step, trainer.batch(step))) else None
+    return EagerUpdate(trainer)

@@ -44,16 +44,16 @@ def test_processes_by_packs_is_a_packed_sweep(tmp_path, capsys):
 def test_graphed_runs_and_packs_ask_for_cuda_graphs_and_the_others_do_not(tmp_path):
     args = bench.parse_args(["--smoke", "--modes", "eager", "graphed", "--packs", "3", "--packs-cuda-graph"])
     assert bench.hyla_command(args, "logic_4var_2term", "graphed", 5, tmp_path / "g")[-2:] == [
-        "--train.cuda-graph",
-        "on",
+        "--train.step",
+        "graphed",
     ]
-    assert "on" not in bench.hyla_command(args, "logic_4var_2term", "eager", 5, tmp_path / "e")
+    assert "graphed" not in bench.hyla_command(args, "logic_4var_2term", "eager", 5, tmp_path / "e")
     pack = bench.hyla_command(args, "logic_4var_2term", "pack3", 5, tmp_path / "p")
-    assert pack[pack.index("--train.cuda_graph") + 1] == "on"
+    assert pack[pack.index("--train.step") + 1] == "graphed"
     spec = sweep.SweepSpec.load(bench.hyla_command(args, "logic_4var_2term", "2x3", 5, tmp_path / "s")[4])
-    assert spec.overrides["train.cuda_graph"] == "on"
+    assert spec.overrides["train.step"] == "graphed"
     plain = bench.parse_args(["--smoke", "--packs", "3"])
-    assert "--train.cuda_graph" not in bench.hyla_command(plain, "logic_4var_2term", "pack3", 5, tmp_path / "q")
+    assert "--train.step" not in bench.hyla_command(plain, "logic_4var_2term", "pack3", 5, tmp_path / "q")
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ from hyla.train import packed, train, train_packed
 from hyla.train.configs import build_task, resolve_model
 from hyla.train.distributed import DistContext
 from hyla.train.numerics import process_settings, warn_if_changed
-from hyla.train.step import ModelUpdate, Trainer, build_model, compile_fallbacks, resolve_compile_mode
+from hyla.train.step import CompiledUpdate, Trainer, build_model, compile_fallbacks, resolve_compile_mode
 
 
 class RecordingCompile:
@@ -67,16 +67,18 @@ def test_auto_is_cuda_graphs_on_cuda_and_default_elsewhere():
     assert resolve_compile_mode("auto", torch.device("cuda", 0)) == "reduce-overhead"
     assert resolve_compile_mode("auto", torch.device("cpu")) == "default"
     assert resolve_compile_mode("max-autotune", torch.device("cuda")) == "max-autotune"
-    cfg = tiny_config(None, mixer="linear", compile=True)
+    cfg = tiny_config(None, mixer="linear", step="compiled")
     assert compile_fallbacks(cfg, torch.device("cuda")) == ["reduce-overhead", "default", None]
     assert compile_fallbacks(cfg, torch.device("cpu")) == ["default", None]
-    assert compile_fallbacks(replace(cfg, train=replace(cfg.train, compile=False)), torch.device("cuda")) == [None]
+    assert compile_fallbacks(replace(cfg, train=replace(cfg.train, step="eager")), torch.device("cuda")) == [None]
 
 
 @pytest.mark.parametrize("mixer", ["hyla", "softmax_hyla", "hyla_identity"])
 def test_hyla_family_models_train_eagerly_on_cuda_with_a_warning(mixer):
-    cfg = tiny_config(None, mixer=mixer, compile=True)
-    with pytest.warns(RuntimeWarning, match="train.compile is ignored for a model with HYLA's value network on CUDA"):
+    cfg = tiny_config(None, mixer=mixer, step="compiled")
+    with pytest.warns(
+        RuntimeWarning, match="train.step compiled is ignored for a model with HYLA's value network on CUDA"
+    ):
         assert compile_fallbacks(cfg, torch.device("cuda")) == [None]
     assert compile_fallbacks(cfg, torch.device("cpu")) == ["default", None]
 
@@ -84,22 +86,22 @@ def test_hyla_family_models_train_eagerly_on_cuda_with_a_warning(mixer):
 def test_auto_on_cpu_is_default_exactly(tmp_path, monkeypatch):
     compile_ = RecordingCompile()
     monkeypatch.setattr(torch, "compile", compile_)
-    auto = train(tiny_config(tmp_path, name="auto", steps=10, compile=True))
-    default = train(tiny_config(tmp_path, name="default", steps=10, compile=True, compile_mode="default"))
+    auto = train(tiny_config(tmp_path, name="auto", steps=10, step="compiled"))
+    default = train(tiny_config(tmp_path, name="default", steps=10, step="compiled", compile_mode="default"))
     assert compile_.modes == ["default", "default"]
     assert numerics_of(auto) == numerics_of(default)
     assert numerics_of(auto)["compile_mode"] == "default" and numerics_of(auto)["compile"] is True
     # a run of one resumed with the other: the same numerics, no warning
-    train(tiny_config(tmp_path, name="split", steps=10, stop_at=5, compile=True, compile_mode="default"))
+    train(tiny_config(tmp_path, name="split", steps=10, stop_at=5, step="compiled", compile_mode="default"))
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
-        train(replace(tiny_config(tmp_path, name="split", steps=10, compile=True), resume=True))
+        train(replace(tiny_config(tmp_path, name="split", steps=10, step="compiled"), resume=True))
 
 
 def test_failing_modes_fall_back_to_default_then_to_eager(tmp_path, monkeypatch):
     monkeypatch.setattr(torch, "compile", failing_compile({"reduce-overhead", "default"}))
     with pytest.warns(RuntimeWarning) as caught:
-        run = train(tiny_config(tmp_path, name="graphs", steps=10, compile=True, compile_mode="reduce-overhead"))
+        run = train(tiny_config(tmp_path, name="graphs", steps=10, step="compiled", compile_mode="reduce-overhead"))
     messages = [str(w.message) for w in caught if "torch.compile failed" in str(w.message)]
     assert len(messages) == 2
     assert "mode reduce-overhead: RuntimeError: cannot compile in reduce-overhead" in messages[0]
@@ -113,7 +115,7 @@ def test_failing_modes_fall_back_to_default_then_to_eager(tmp_path, monkeypatch)
 def test_a_failing_cuda_graph_mode_falls_back_to_default(tmp_path, monkeypatch):
     monkeypatch.setattr(torch, "compile", failing_compile({"reduce-overhead"}))
     with pytest.warns(RuntimeWarning, match="continuing with mode default"):
-        run = train(tiny_config(tmp_path, steps=10, compile=True, compile_mode="reduce-overhead"))
+        run = train(tiny_config(tmp_path, steps=10, step="compiled", compile_mode="reduce-overhead"))
     assert numerics_of(run)["compile_mode"] == "default"
     assert json.loads((run / "summary.json").read_text())["status"] == "completed"
 
@@ -122,14 +124,14 @@ def test_cuda_graph_outputs_are_copied_before_the_next_step(monkeypatch):
     marks = []
     monkeypatch.setattr(torch, "compile", lambda module, mode: GraphReplay(module))
     monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
-    cfg = tiny_config(None, compile=True, compile_mode="reduce-overhead")
+    cfg = tiny_config(None, step="compiled", compile_mode="reduce-overhead")
     task = build_task(cfg)
     cfg = replace(cfg, model=resolve_model(cfg.model, task))
     trainer = Trainer(cfg, task, DistContext(0, 1, torch.device("cpu")))
-    update = ModelUpdate(trainer, "reduce-overhead")
-    _, pred = update(0, trainer.batch(0))
+    update = CompiledUpdate(trainer, "reduce-overhead")
+    [(_, pred, _)] = update([trainer], [0])
     kept = pred.clone()
-    update(1, trainer.batch(1))
+    update([trainer], [1])
     assert torch.equal(pred, kept) and not pred.isnan().any()  # step 1's replay did not reach it
     assert len(marks) == 2  # every graphed step begins a new CUDA-graph generation
 

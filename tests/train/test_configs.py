@@ -1,7 +1,7 @@
 """Configs: presets, CLI overrides on top of a preset, rejection of unknown keys, bad types and values."""
 
 import json
-from dataclasses import fields
+from dataclasses import fields, replace
 
 import pytest
 
@@ -11,6 +11,7 @@ from hyla.train.configs import (
     ExperimentConfig,
     SRavenConfig,
     TaskConfig,
+    TrainConfig,
     config_from_dict,
     config_to_dict,
     task_names,
@@ -59,13 +60,14 @@ def test_overrides_apply_on_top_of_the_preset():
             "7",
             "--fuzzy_logic.seq-len",
             "32",
-            "--train.compile",
+            "--train.step",
+            "compiled",
             "--seed",
             "2",
         ]
     )
     assert cfg.model.mixer == "hyla"  # authors' name canonicalized
-    assert cfg.train.steps == 7 and cfg.fuzzy_logic.seq_len == 32 and cfg.train.compile and cfg.seed == 2
+    assert cfg.train.steps == 7 and cfg.fuzzy_logic.seq_len == 32 and cfg.train.step == "compiled" and cfg.seed == 2
     assert cfg.model.num_heads == 8 and cfg.preset == "logic_4var_2term"  # untouched preset values stay
 
 
@@ -79,6 +81,7 @@ def test_overrides_apply_on_top_of_the_preset():
         (["--task", "vision"], "fuzzy_logic"),
         (["--train.steps", "0"], "train.steps"),
         (["--train.compile_mode", "fast"], "reduce-overhead"),
+        (["--train.step", "graph"], "graphed"),
         (["--train.device", "tpu"], "cuda"),
         (["--model.qk_dim", "10"], "divisible"),
         (["--model.seq_len", "64"], "set from the task"),
@@ -123,3 +126,65 @@ def test_task_registry_is_the_task_fields():
         assert cfg.task_config is getattr(cfg, name)  # the section that `task` names, no other
     raven = ExperimentConfig(task="sraven", sraven=SRavenConfig(num_features=3))
     assert type(raven.task_config) is SRavenConfig and raven.task_config.num_features == 3
+
+
+@pytest.mark.parametrize(
+    "old, step",
+    [
+        ({"compile": True, "compile_mode": "default", "cuda_graph": "auto"}, "compiled"),
+        ({"compile": False, "cuda_graph": "on"}, "graphed"),
+        ({"compile": False, "cuda_graph": "auto"}, "eager"),
+        ({"compile": False}, "eager"),
+    ],
+)
+def test_a_config_from_before_train_step_loads_as_its_step(old, step):
+    """A run folder's config.json (or a run record's config) written with train.compile and
+    train.cuda_graph reads as the step it trained with."""
+    data = config_to_dict(get_preset("logic_cpu"))
+    del data["train"]["step"]
+    data["train"].update(old)
+    cfg = config_from_dict(data)
+    assert cfg.train.step == step and cfg == replace(get_preset("logic_cpu"), train=replace(cfg.train, step=step))
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--train.compile"], "train.compile was replaced by train.step compiled"),
+        (["--train.no-compile"], "train.compile was replaced by train.step compiled"),
+        (["--train.cuda_graph", "on"], "train.cuda_graph was replaced by train.step graphed"),
+        (["--train.cuda-graph=on"], "train.cuda_graph was replaced by train.step graphed"),
+    ],
+)
+def test_the_options_train_step_replaced_fail_with_one_line_naming_it(argv, message):
+    with pytest.raises(ConfigError, match=message) as exc:
+        parse_train_args(["--preset", "logic_cpu", *argv])
+    assert "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (dict(steps=0), "train.steps=0 must be >= 1"),
+        (dict(step="graphed", precision="bf16"), "train.step='graphed' covers fp32 and tf32 only"),
+        (dict(precision="fp16"), "train.precision='fp16' is not valid; valid choices: fp32, tf32, bf16"),
+        (dict(device="tpu"), "train.device"),
+    ],
+)
+def test_a_train_section_checks_itself_when_made(settings, message):
+    with pytest.raises(ConfigError, match=message):
+        TrainConfig(**settings)
+    with pytest.raises(ConfigError, match=message):
+        replace(TrainConfig(), **settings)
+
+
+@pytest.mark.parametrize("entry", ["train.compile: true", "train.cuda_graph: on"])
+def test_a_sweep_file_naming_a_replaced_field_fails_with_one_line_naming_train_step(tmp_path, entry):
+    from hyla.cli.sweep import run_configs
+    from hyla.runs.sweep import SweepSpec
+
+    spec = tmp_path / "old.yaml"
+    spec.write_text(f"name: old\npreset: logic_cpu\nseeds: [0]\noverrides: {{{entry}}}\n")
+    with pytest.raises(ConfigError, match=f"entry {entry.split(':')[0]}: .* was replaced by train.step") as exc:
+        run_configs(SweepSpec.load(spec), 1)
+    assert "\n" not in str(exc.value)

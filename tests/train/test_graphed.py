@@ -18,12 +18,12 @@ import torch
 from helpers_train import tiny_config
 from test_exact_resume import assert_same_run
 
-from hyla.train import graphed, step, train
+from hyla.train import graphed, train
 from hyla.train.configs import build_task, resolve_model
 from hyla.train.distributed import DistContext
 from hyla.train.packed import train_packed
 from hyla.train.presets import get_preset
-from hyla.train.step import ModelUpdate, Trainer
+from hyla.train.step import EagerUpdate, Trainer
 
 CPU = DistContext(0, 1, torch.device("cpu"))
 
@@ -61,14 +61,14 @@ class FailingCapture(StaticReplay):
 
 @pytest.fixture
 def stand_in_graphs(monkeypatch):
-    """train.cuda_graph=on replays through StaticReplay on the CPU; returns the backends made."""
+    """train.step graphed replays through StaticReplay on the CPU; returns the backends made."""
     made = []
 
     def backend(device):
         made.append(StaticReplay())
         return made[-1]
 
-    monkeypatch.setattr(graphed, "wanted", lambda setting, device, world_size=1: setting == "on")
+    monkeypatch.setattr(graphed, "wanted", lambda device, world_size=1: True)
     monkeypatch.setattr(graphed, "CudaGraphs", backend)
     return made
 
@@ -89,7 +89,7 @@ def test_masks_drawn_ahead_give_the_losses_and_gradients_of_masks_drawn_in_the_f
     cfg = replace(cfg, model=replace(cfg.model, attention_dropout=dropout))
     inside, ahead = trainer(cfg), trainer(cfg)
     batch = inside.batch(2)
-    inside.seed_dropout(2)
+    assert inside.dropout_masks(2, batch.x.shape[1], drawn_in_forward=True) is None  # the forward draws them
     losses = [inside.task.loss(inside.model(batch.x), batch)]
     masks = ahead.dropout_masks(2, batch.x.shape[1])
     assert (masks is None) == (dropout == 0.0)
@@ -107,11 +107,12 @@ def test_masks_drawn_ahead_give_the_losses_and_gradients_of_masks_drawn_in_the_f
 def test_graphed_steps_without_capture_equal_eager_steps(stand_in_graphs):
     cfg = tiny_config(None, steps=12)
     eager, graphs = trainer(cfg), trainer(cfg)
-    eager_update, graphed_update = ModelUpdate(eager), step.graphed_update(graphs, 0)
+    eager_update = EagerUpdate(eager)
+    graphed_update = graphed.replayed(EagerUpdate(graphs, masks_ahead=True), [graphs], [0])
     kept = []
     for n in range(12):
-        loss_e, pred_e = eager_update(n, eager.batch(n))
-        loss_g, pred_g = graphed_update(n, graphs.batch(n))
+        [(loss_e, pred_e, _)] = eager_update([eager], [n])
+        [(loss_g, pred_g, _)] = graphed_update([graphs], [n])
         for t in (eager, graphs):
             t.scheduler.step()
         assert torch.equal(loss_e, loss_g) and torch.equal(pred_e, pred_g), n
@@ -128,11 +129,11 @@ def test_graphed_steps_without_capture_equal_eager_steps(stand_in_graphs):
 
 def test_a_graphed_run_equals_the_eager_run_and_resumes_exactly(tmp_path, stand_in_graphs):
     eager = train(tiny_config(tmp_path, name="eager"))
-    graphs = train(tiny_config(tmp_path, name="graphs", cuda_graph="on"))
+    graphs = train(tiny_config(tmp_path, name="graphs", step="graphed"))
     assert numerics(graphs) == {**numerics(eager), "cuda_graph": True}
     assert_same_run(eager, graphs)
-    train(tiny_config(tmp_path, name="resumed", cuda_graph="on", stop_at=8))
-    resumed = train(replace(tiny_config(tmp_path, name="resumed", cuda_graph="on"), resume=True))
+    train(tiny_config(tmp_path, name="resumed", step="graphed", stop_at=8))
+    resumed = train(replace(tiny_config(tmp_path, name="resumed", step="graphed"), resume=True))
     assert_same_run(eager, resumed)
     assert len(stand_in_graphs) == 3  # one capture per session
 
@@ -146,36 +147,36 @@ def test_a_graphed_pack_equals_the_eager_pack_and_captures_again_when_a_member_l
         ]
 
     eager = train_packed(members(tmp_path / "eager"))
-    graphs = train_packed(members(tmp_path / "graphs", cuda_graph="on"))
+    graphs = train_packed(members(tmp_path / "graphs", step="graphed"))
     for a, b in zip(eager, graphs):
         assert_same_run(a, b)
         assert numerics(b) == {**numerics(a), "cuda_graph": True}
     assert sum(backend.captures for backend in stand_in_graphs) == 2  # 3 members, then 2
 
 
-def test_cuda_graph_on_without_cuda_warns_once_and_trains_eagerly(tmp_path):
+def test_graphed_without_cuda_warns_once_and_trains_eagerly(tmp_path):
     eager = train(tiny_config(tmp_path, name="eager"))
     with pytest.warns(RuntimeWarning) as caught:
-        run = train(tiny_config(tmp_path, name="asked", cuda_graph="on"))
-    messages = [str(w.message) for w in caught if "cuda_graph" in str(w.message)]
-    assert messages == ["train.cuda_graph=on needs a CUDA device; training eagerly on cpu"]
+        run = train(tiny_config(tmp_path, name="asked", step="graphed"))
+    messages = [str(w.message) for w in caught if "graphed" in str(w.message)]
+    assert messages == ["train.step graphed needs a CUDA device; training eagerly on cpu"]
     assert numerics(run) == {**numerics(eager), "cuda_graph": False}
     assert_same_run(eager, run)
 
 
-def test_auto_trains_as_before_and_records_nothing(tmp_path):
+def test_eager_steps_record_no_cuda_graphs(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        run = train(tiny_config(tmp_path, cuda_graph="auto"))
+        run = train(tiny_config(tmp_path, step="eager"))
     assert "cuda_graph" not in numerics(run)
 
 
 def test_a_failing_capture_warns_once_and_the_run_goes_on_eagerly(tmp_path, monkeypatch):
-    monkeypatch.setattr(graphed, "wanted", lambda setting, device, world_size=1: True)
+    monkeypatch.setattr(graphed, "wanted", lambda device, world_size=1: True)
     monkeypatch.setattr(graphed, "CudaGraphs", FailingCapture)
     eager = train(tiny_config(tmp_path, name="eager"))
     with pytest.warns(RuntimeWarning) as caught:
-        run = train(tiny_config(tmp_path, name="failed", cuda_graph="on"))
+        run = train(tiny_config(tmp_path, name="failed", step="graphed"))
     messages = [str(w.message) for w in caught if "capture" in str(w.message)]
     assert messages == [
         "CUDA graph capture failed (RuntimeError: operation not permitted when stream is capturing); training eagerly"
@@ -187,9 +188,8 @@ def test_a_failing_capture_warns_once_and_the_run_goes_on_eagerly(tmp_path, monk
 @pytest.mark.parametrize(
     "settings, message",
     [
-        (dict(cuda_graph="on", compile=True), "train.cuda_graph='on' needs train.compile false"),
-        (dict(cuda_graph="on", precision="bf16"), "train.cuda_graph='on' covers fp32 and tf32 only"),
-        (dict(cuda_graph="always"), "train.cuda_graph"),
+        (dict(step="graphed", precision="bf16"), "train.step='graphed' covers fp32 and tf32 only"),
+        (dict(step="always"), "train.step='always' is not valid; valid choices: eager, compiled, graphed"),
         (dict(dropout_masks="gpu"), "train.dropout_masks"),
     ],
 )
@@ -229,17 +229,18 @@ def test_graphed_steps_equal_eager_steps_on_cuda(preset, mixer):
     has a gradient of rounding noise). Under softmax the key bias is such a parameter (softmax is
     invariant to it): AdamW scales its noise up to steps of the learning rate's size, so its values
     are left out of the weights' comparison."""
-    eager, graphs = paper_trainer(preset, mixer), paper_trainer(preset, mixer, cuda_graph="on")
-    eager_update, graphed_update = ModelUpdate(eager), step.graphed_update(graphs, 0)
-    assert graphed_update is not None, "the capture failed"
+    eager, graphs = paper_trainer(preset, mixer), paper_trainer(preset, mixer, step="graphed")
+    eager_update = EagerUpdate(eager)
+    graphed_update = graphed.replayed(EagerUpdate(graphs, masks_ahead=True), [graphs], [0])
+    assert graphed_update.kind["cuda_graph"], "the capture failed"
     compared = [
         (name, a, b)
         for (name, a), b in zip(eager.model.named_parameters(), graphs.model.parameters())
         if not (mixer == "softmax" and name.endswith("attention.key.bias"))
     ]
     for n in range(STEPS):
-        loss_e, _ = eager_update(n, eager.batch(n))
-        loss_g, _ = graphed_update(n, graphs.batch(n))
+        [(loss_e, _, _)] = eager_update([eager], [n])
+        [(loss_g, _, _)] = graphed_update([graphs], [n])
         for t in (eager, graphs):
             t.scheduler.step()
         assert relative(loss_g, loss_e) < 1e-5, n
@@ -260,7 +261,7 @@ def test_a_graphed_sraven_pack_equals_the_eager_pack_on_cuda(tmp_path):
         ]
 
     eager = train_packed(members(tmp_path / "eager"))
-    graphs = train_packed(members(tmp_path / "graphs", cuda_graph="on"))
+    graphs = train_packed(members(tmp_path / "graphs", step="graphed"))
     for a, b in zip(eager, graphs):
         assert numerics(b)["cuda_graph"] is True
         losses = [

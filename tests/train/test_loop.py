@@ -17,7 +17,7 @@ from hyla.train import NonFiniteLossError, evaluate, load_run, train
 from hyla.train import checkpoint as ckpt
 from hyla.train.configs import ConfigError, build_task, resolve_model
 from hyla.train.distributed import DistContext
-from hyla.train.step import ModelUpdate, Trainer, gradient_step
+from hyla.train.step import EagerUpdate, Trainer, gradient_step
 
 
 def test_run_folder_contents(tmp_path):
@@ -205,7 +205,7 @@ def test_compile_failure_falls_back_to_eager_with_a_warning(tmp_path, monkeypatc
 
     monkeypatch.setattr(torch, "compile", broken_compile)
     with pytest.warns(RuntimeWarning, match="torch.compile failed.*no C\\+\\+ compiler"):
-        run = train(tiny_config(tmp_path, name="compiled", steps=10, compile=True))
+        run = train(tiny_config(tmp_path, name="compiled", steps=10, step="compiled"))
     eager = train(tiny_config(tmp_path, name="eager", steps=10))
     assert json.loads((run / "summary.json").read_text())["status"] == "completed"
     assert_same_weights(final_weights(run), final_weights(eager))
@@ -218,7 +218,7 @@ def test_compiled_training_compiles(tmp_path, mixer):
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # a fallback to eager would warn
-        run = train(tiny_config(tmp_path, name=mixer, mixer=mixer, steps=6, compile=True))
+        run = train(tiny_config(tmp_path, name=mixer, mixer=mixer, steps=6, step="compiled"))
     assert json.loads((run / "summary.json").read_text())["status"] == "completed"
 
 
@@ -232,22 +232,22 @@ def _trainer(seed: int) -> Trainer:
 def test_one_gradient_step_of_two_trainers_equals_their_solo_updates():
     """`gradient_step` steps several trainers with one backward of their summed losses (as a pack
     does); the two computations share no tensor, so each trainer's loss, predictions and weights are
-    bit for bit those of its solo updates (`ModelUpdate`, which calls `gradient_step` with one)."""
+    bit for bit those of its solo updates (`EagerUpdate`, which calls `gradient_step` with one)."""
     together, alone = [_trainer(0), _trainer(1)], [_trainer(0), _trainer(1)]
-    solo_updates = [ModelUpdate(trainer) for trainer in alone]
+    solo_updates = [EagerUpdate(trainer) for trainer in alone]
     for step in range(3):
         batches = [trainer.batch(step) for trainer in together]
 
         def forward_losses(step=step, batches=batches):
             preds = []
             for trainer, batch in zip(together, batches):
-                trainer.seed_dropout(step)  # the dropout masks of its solo step
+                trainer.dropout_masks(step, batch.x.shape[1], drawn_in_forward=True)  # seeded as in its solo step
                 preds.append(trainer.module(batch.x))
             return [trainer.task.loss(pred, batch) for trainer, pred, batch in zip(together, preds, batches)], preds
 
         losses, preds = gradient_step(together, forward_losses)
         for trainer, update, loss, pred in zip(alone, solo_updates, losses, preds):
-            solo_loss, solo_pred = update(step, trainer.batch(step))
+            [(solo_loss, solo_pred, _)] = update([trainer], [step])
             assert torch.equal(loss, solo_loss) and torch.equal(pred, solo_pred)
     for a, b in zip(together, alone):
         assert_same_weights(a.model.state_dict(), b.model.state_dict())

@@ -1,6 +1,6 @@
 """Training on a CUDA device: eager, compiled and CUDA-graph runs, at every precision, follow the
 eager float32 run on the CPU and record the compile mode that trained (auto: CUDA graphs; HYLA's
-value network: eager, train.compile set or not); with attention dropout (the GPU draws other masks),
+value network: eager, train.step compiled or not); with attention dropout (the GPU draws other masks),
 eager and CUDA-graph runs reach the CPU run's loss; a resumed run (deterministic mode) reaches
 exactly the weights of an uninterrupted one.
 
@@ -97,11 +97,12 @@ def test_cuda_training_follows_the_cpu_float32_curve(
     tmp_path, cpu_runs, mixer, compile, compile_mode, precision, trained_mode
 ):
     warnings.filterwarnings("error", message="torch.compile failed")  # no silent fallback
-    settings = dict(device="cuda", compile=compile, compile_mode=compile_mode, precision=precision)
+    step = "compiled" if compile else "eager"
+    settings = dict(device="cuda", step=step, compile_mode=compile_mode, precision=precision)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RuntimeWarning)
         run = train(config(tmp_path, "cuda", mixer, **settings))
-    assert any("train.compile is ignored" in str(w.message) for w in caught) == (mixer == "hyla" and compile)
+    assert any("train.step compiled is ignored" in str(w.message) for w in caught) == (mixer == "hyla" and compile)
     assert json.loads((run / "summary.json").read_text())["status"] == "completed"
     env = json.loads((run / "env.json").read_text())
     assert env["numerics"]["device"].startswith("cuda")
@@ -125,7 +126,7 @@ def test_cuda_training_with_attention_dropout_reaches_the_cpu_loss(tmp_path, cpu
     """The GPU draws other dropout masks than the CPU (and a compiled graph other masks than eager
     code): the losses agree to the spread of the masks, not to rounding."""
     warnings.filterwarnings("error", message="torch.compile failed")
-    run = train(config(tmp_path, "cuda", mixer, dropout=0.1, device="cuda", compile=compile))
+    run = train(config(tmp_path, "cuda", mixer, dropout=0.1, device="cuda", step="compiled" if compile else "eager"))
     got, want = late_mean(train_losses(run)), late_mean(cpu_runs[mixer, 0.1])
     assert abs(got - want) <= DROPOUT_MASK_TOLERANCE * want, f"steps 31-60: loss {got} on CUDA, {want} on the CPU"
 

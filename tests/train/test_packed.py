@@ -215,8 +215,8 @@ def test_incompatible_members_are_refused(tmp_path):
         train_packed([a, wider])
     with pytest.raises(ConfigError, match="distinct names"):
         train_packed([a, replace(b, name="a")])
-    with pytest.raises(ConfigError, match="train.compile"):
-        train_packed([a, replace(b, train=replace(b.train, compile=True))])
+    with pytest.raises(ConfigError, match="train.step eager"):
+        train_packed([a, replace(b, train=replace(b.train, step="compiled"))])
     assert not any(tmp_path.iterdir())
 
 

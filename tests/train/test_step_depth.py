@@ -42,7 +42,7 @@ def test_train_reaches_the_optimizer_step_within_five_hyla_frames(tmp_path, monk
 
     handle = register_optimizer_step_pre_hook(record)
     try:
-        train(tiny_config(tmp_path, steps=3, compile=compile))
+        train(tiny_config(tmp_path, steps=3, step="compiled" if compile else "eager"))
     finally:
         handle.remove()
     assert len(stacks) == 3
