@@ -122,7 +122,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--packs-cuda-graph",
         action="store_true",
-        help="packs and processes x packs replay their steps as CUDA graphs (--train.cuda-graph on)",
+        help="packs and processes x packs replay their steps as CUDA graphs (--train.step graphed)",
     )
     parser.add_argument(
         "--parallel-packs",
