@@ -310,9 +310,10 @@ def tail(path: Path, n: int = 3000) -> str:
     return text[-n:]
 
 
-def command_without_paths(sides: list[Side], out: Path) -> str:
-    """This script's command line with each checkout and its python named, not located."""
+def command_without_paths(sides: list[Side], out: Path, keep: Path | None = None) -> str:
+    """This script's command line with each checkout, its python and the --keep folder named, not located."""
     names = {os.path.abspath(s.root): f"{s.label.upper()}_CHECKOUT" for s in sides}
+    names |= {os.path.abspath(keep): "KEEP"} if keep else {}
     names |= {os.path.abspath(s.python): f"{s.label.upper()}_PYTHON" for s in sides}
     names[os.path.abspath(out)] = f"experiments/results/bit_identical/{out.name}"
     return " ".join(["python experiments/bit_identical.py", *(names.get(os.path.abspath(a), a) for a in sys.argv[1:])])
@@ -430,7 +431,7 @@ def table(results: list[dict], wall: float) -> list[str]:
 def write_report(args: argparse.Namespace, sides: list[Side], results: list[dict], lines: list[str], wall: float):
     args.out.parent.mkdir(parents=True, exist_ok=True)
     report = {
-        "command": command_without_paths(sides, args.out),
+        "command": command_without_paths(sides, args.out, args.keep),
         "steps": args.steps,
         "seed": 0,
         "threads": 1,
