@@ -134,8 +134,8 @@ def under_way(curves: list) -> str:
     text = (
         f"{len(running)} runs under way, at steps {min(c.last_step for c in running):,}–"
         f"{max(c.last_step for c in running):,} of {running[0].total_steps:,}; their latest stretch (from "
-        f"{min(s.started for s in stretches)} UTC, commit `{stretches[0].commit}`) trained at "
-        f"{min(paces):.2f}–{max(paces):.2f} steps/s each"
+        f"{min(s.started for s in stretches)} UTC, commit `{stretches[0].commit}`) "
+        + (f"trained at {min(paces):.2f}–{max(paces):.2f} steps/s each" if paces else "has logged no pace yet")
     )
     if not done:
         return text
