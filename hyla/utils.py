@@ -117,17 +117,21 @@ def dumps(value: Any, indent: int | None = None) -> str:
     return json.dumps(to_jsonable(value), indent=indent, allow_nan=False)
 
 
+def path_from_cwd(path: str | Path) -> str:
+    """`path` relative to the working directory when it lies below it, else its full path: what an
+    output names as read, so that outputs written in a repository commit no path of the machine."""
+    full = Path(path).resolve()
+    return str(full.relative_to(Path.cwd().resolve())) if full.is_relative_to(Path.cwd().resolve()) else str(full)
+
+
 def portable_path(path: str | Path) -> str:
     """`path` as committed JSON keeps it: relative to the working directory when it lies below it,
     else its last two parts (`<sweep folder>/<run name>` for a run folder); never an absolute path
     of the machine that wrote it. A relative path stays as given."""
-    path = Path(path)
-    if not path.is_absolute():
+    if not Path(path).is_absolute():
         return str(path)
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(Path(*path.parts[-2:]))
+    shown = Path(path_from_cwd(path))
+    return str(Path(*shown.parts[-2:])) if shown.is_absolute() else str(shown)
 
 
 def duration(seconds: float) -> str:

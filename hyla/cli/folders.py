@@ -8,7 +8,8 @@ models), which must stay as committed. An exported model's outputs go to `<comma
 in the working folder, or under --out.
 
 An output folder outside its model (and the folder of `hyla eval --out` or `hyla results`) names the
-full paths of what it was written from in inputs.json; a command asked to write there from other
+paths of what it was written from in inputs.json, relative to itself (so that a committed output holds no
+path of the machine that wrote it, and a moved repository still matches); a command asked to write there from other
 inputs refuses, naming the folder, unless given --overwrite: two models whose folders share a name
 never write into one output folder unnoticed.
 """
@@ -24,7 +25,7 @@ from hyla.utils import ConfigError, write_json
 
 EXPORT_MANIFEST = "manifest.json"  # what marks an exported model (hyla.nn.transformer.PRETRAINED_MANIFEST)
 RUN_CONFIG = "config.json"  # what marks a run folder (hyla.train.run_dir.RunDir.config_file)
-INPUTS_RECORD = "inputs.json"  # the full paths an output folder was written from
+INPUTS_RECORD = "inputs.json"  # the paths an output folder was written from, relative to it
 
 
 def is_export(folder: Path) -> bool:
@@ -82,7 +83,7 @@ def refuse_other_inputs(folder: Path, inputs: Sequence[Path], overwrite: bool = 
     if record is None or overwrite or not record.exists():
         return
     try:
-        earlier = json.loads(record.read_text())["inputs"]
+        earlier = sorted(str((Path(folder) / path).resolve()) for path in json.loads(record.read_text())["inputs"])
     except (ValueError, KeyError, TypeError, OSError):
         raise ConfigError(f"{record} is damaged; pass --overwrite to write into {folder} anyway") from None
     if earlier != _full_paths(inputs):
@@ -93,11 +94,13 @@ def refuse_other_inputs(folder: Path, inputs: Sequence[Path], overwrite: bool = 
 
 
 def record_inputs(folder: Path, inputs: Sequence[Path], read: dict | None = None) -> None:
-    """Name the full paths of `inputs` in `folder`/inputs.json (and `read`, what was read from them,
-    e.g. its sha256), unless `folder` lies inside the one input (RUN/analysis: that input's own)."""
+    """Name the paths of `inputs`, relative to `folder`, in `folder`/inputs.json (and `read`, what was
+    read from them, e.g. its sha256), unless `folder` lies inside the one input (RUN/analysis: that
+    input's own)."""
     record = _inputs_record(folder, inputs)
     if record is not None:
-        write_json(record, {"inputs": _full_paths(inputs), **({"read": read} if read else {})})
+        relative = sorted(os.path.relpath(path, Path(folder).resolve()) for path in _full_paths(inputs))
+        write_json(record, {"inputs": relative, **({"read": read} if read else {})})
 
 
 def _inputs_record(folder: Path, inputs: Sequence[Path]) -> Path | None:

@@ -20,6 +20,7 @@ from hyla.train.packed import pack_key, train_packed
 from hyla.train.run_dir import RunDir, RunError
 from hyla.train.session import NonFiniteLossError
 from hyla.train.step import Trainer, build_model
+from hyla.utils import path_from_cwd
 
 
 def load_run(run_dir: str | Path, task: str | tuple[str, ...] | None = None):
@@ -54,9 +55,10 @@ def load_run_at_step(run_dir: str | Path, task: str | tuple[str, ...] | None = N
 
 
 def _source(file: Path, folder: Path | None = None) -> dict:
-    """{"path", "file", "sha256"} of a model's weights `file` in `folder` (default: the file's own)."""
+    """{"path", "file", "sha256"} of a model's weights `file` in `folder` (default: the file's own); the
+    folder's path is relative to the working directory when it lies below it (`path_from_cwd`)."""
     folder = (folder or file.parent).resolve()
-    return {"path": str(folder), "file": str(file.resolve().relative_to(folder)), "sha256": sha256_of(file)}
+    return {"path": path_from_cwd(folder), "file": str(file.resolve().relative_to(folder)), "sha256": sha256_of(file)}
 
 
 def _check_task(path, cfg, task: str | tuple[str, ...] | None) -> None:

@@ -438,7 +438,9 @@ def test_interventions_command_over_several_models(tmp_path, capsys):
         "interventions_tasks2_samples8_seed0.json",
         "interventions_tasks2_samples8_seed0.png",
     ]
-    assert json.loads((out / "inputs.json").read_text()) == {"inputs": sorted(str(run.resolve()) for run in runs)}
+    assert json.loads((out / "inputs.json").read_text()) == {
+        "inputs": sorted(f"../{run.parent.name}/{run.name}" for run in runs)
+    }
     report = json.loads((out / files[1]).read_text())
     assert [m["model"]["label"] for m in report["models"]] == ["hyla-run", "hyla-run_b", "softmax-run"]
     assert all(not m["model"]["path"].startswith("/") for m in report["models"])

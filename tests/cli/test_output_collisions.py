@@ -1,6 +1,7 @@
 """Outputs that cannot collide: two different models in folders of the same name never write into
 one output folder unnoticed (`analyze`, `interventions`, `eval`, `results`), and every output
-records the full path and sha256 of what it read."""
+records the path and sha256 of what it read: relative to the working folder when it lies below it
+(inputs.json: relative to the output folder), so that committed outputs hold no path of the machine."""
 
 import json
 
@@ -36,8 +37,15 @@ def snapshot(folder) -> dict:
     return {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()}
 
 
+def inputs_recorded(folder) -> list[str]:
+    recorded = json.loads((folder / "inputs.json").read_text())["inputs"]
+    assert not any(path.startswith("/") for path in recorded), recorded
+    return recorded
+
+
 def inputs(folder) -> list[str]:
-    return json.loads((folder / "inputs.json").read_text())["inputs"]
+    """The full paths `folder`/inputs.json names, each recorded relative to `folder`."""
+    return [str((folder / path).resolve()) for path in inputs_recorded(folder)]
 
 
 ANALYSIS = "step20-samples64-plot-samples64-permutations10"
@@ -71,7 +79,7 @@ def test_a_same_named_model_is_refused_and_each_output_records_what_it_read(
     monkeypatch.chdir(tmp_path)
     assert main([command, str(a), *options]) == 0
     weights = {"file": "model.safetensors", "sha256": sha256_of(a / "model.safetensors")}
-    assert source(tmp_path / default) == {"path": str(a), **weights}
+    assert source(tmp_path / default) == {"path": str(a), **weights}  # outside the working folder: in full
     if command == "analyze":  # the report, which named only the last model written there
         report = (tmp_path / default / ANALYSIS / "report.md").read_text()
         assert f"Read: `{a}/model.safetensors`, sha256 `{weights['sha256']}`" in report
@@ -83,6 +91,9 @@ def test_a_same_named_model_is_refused_and_each_output_records_what_it_read(
     assert inputs(tmp_path / "elsewhere") == [str(b)] and source(tmp_path / "elsewhere" / beneath)["path"] == str(b)
     assert main([command, str(b), *options, "--overwrite"]) == 0
     assert inputs(tmp_path / default) == [str(b)] and source(tmp_path / default)["path"] == str(b)
+    monkeypatch.chdir(a.parent.parent)  # below the working folder: relative to it
+    assert main([command, str(a), *options, "--out", str(tmp_path / "third")]) == 0
+    assert source(tmp_path / "third" / beneath)["path"] == "a/model"
 
 
 def test_results_of_same_named_folders_are_refused(twins, tmp_path, capsys, monkeypatch):
@@ -90,7 +101,11 @@ def test_results_of_same_named_folders_are_refused(twins, tmp_path, capsys, monk
     monkeypatch.chdir(tmp_path)
     assert main(["results", str(a)]) == 0
     record = json.loads((tmp_path / "results" / "runs" / "inputs.json").read_text())
-    assert record["inputs"] == [str(a)] and record["read"]["runs"] == 1 and len(record["read"]["sha256"]) == 64
+    assert (
+        inputs(tmp_path / "results" / "runs") == [str(a)]
+        and record["read"]["runs"] == 1
+        and len(record["read"]["sha256"]) == 64
+    )
     refused(capsys, ["results", str(b)], "results/runs")
     assert main(["results", str(b), "--out", "results/runs-b"]) == 0
 
@@ -111,6 +126,18 @@ def test_a_folder_is_refused_to_other_inputs_and_a_folder_inside_the_input_is_it
     (out / "inputs.json").write_text("{")
     with pytest.raises(ConfigError, match="inputs.json is damaged"):
         refuse_other_inputs(out, [second])
+
+
+def test_inputs_are_recorded_relative_to_the_output_so_a_moved_repository_still_matches(tmp_path):
+    from hyla.cli.folders import record_inputs, refuse_other_inputs
+    from hyla.utils import ConfigError
+
+    record_inputs(tmp_path / "repo" / "out", [tmp_path / "repo" / "a" / "m"])
+    assert inputs_recorded(tmp_path / "repo" / "out") == ["../a/m"]
+    (tmp_path / "repo").rename(tmp_path / "clone")
+    refuse_other_inputs(tmp_path / "clone" / "out", [tmp_path / "clone" / "a" / "m"])
+    with pytest.raises(ConfigError, match="holds outputs of"):
+        refuse_other_inputs(tmp_path / "clone" / "out", [tmp_path / "repo" / "a" / "m"])
 
 
 def test_a_command_that_fails_leaves_no_output_folder(twins, tmp_path, capsys, monkeypatch):
