@@ -18,17 +18,19 @@ def vs_authors(commit: str) -> dict[str, float]:
 
 
 def cpu_sections() -> dict[str, str]:
-    """README's speed against the authors' code (`speed_*`), the learning-quality gate (`gate_*`), every
-    CPU measurement against the authors' code (`vs_cpu_rows`) and the speed ledger's (`ledger_*`)."""
+    """README's speed against the authors' code (`speed_*`), the learning-quality gate (`gate_*`), the
+    latest CPU measurement against the authors' code per CPU (`vs_cpu_rows`) and the earlier ones
+    (`vs_cpu_earlier_rows`, for the archive), and the speed ledger's (`ledger_*`)."""
     speed = vs_authors("a609782")
     n = {"speed_logic": f"{speed['logic_4var_2term']:.2f}", "speed_raven": f"{speed['raven_3x3_4features']:.2f}"}
     gate = json.loads((files.ROOT / "tests" / "fixtures" / "learning_quality.json").read_text())
     for preset, measured in gate["presets"].items():
         for regression, outside in measured["groups_outside"].items():
             n[f"gate_{preset}_" + re.sub(r"\W+", "_", regression)] = outside
-    n["vs_cpu_rows"] = "\n".join(
-        vs_authors_cpu_row(run) for run in read_json("vs_authors_cpu.json", "benchmarks")["runs"]
-    )
+    runs = read_json("vs_authors_cpu.json", "benchmarks")["runs"]
+    latest = {run["machine"]["cpu"]: run for run in sorted(runs, key=lambda run: run["machine"]["time_start"])}
+    n["vs_cpu_rows"] = "\n".join(vs_authors_cpu_row(run) for run in runs if run in latest.values())
+    n["vs_cpu_earlier_rows"] = "\n".join(vs_authors_cpu_row(run) for run in runs if run not in latest.values())
     for row in read_json("ledger.json", "benchmarks")["rows"]:
         low, high = f"{row['ratio_min']:.2f}", f"{row['ratio_max']:.2f}"
         n[f"ledger_{row['mechanism']}_{row['preset']}_{row['mode']}"] = f"{low}x" if low == high else f"{low}–{high}x"
