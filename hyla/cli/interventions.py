@@ -4,7 +4,6 @@ hyla.analysis.interventions; the summary of several models: hyla.analysis.interv
 from __future__ import annotations
 
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -75,12 +74,12 @@ def main(argv: list[str]) -> int:
         stage(f"loading {len(args.runs)} model(s)")
         loaded = [load_run_at_step(path, task=(FUZZY_LOGIC, SRAVEN)) for path in args.runs]  # a bad one fails first
         record_inputs(out, args.runs)
-        per_model, start = [], time.perf_counter()
+        per_model = []
         for i, (path, label, (cfg, model, task, step, source)) in enumerate(
             zip(args.runs, model_labels(args.runs), loaded)
         ):
             about = f"{label} ({cfg.task}, {cfg.model.mixer}, seed {cfg.seed})"
-            stage(f"model {i + 1}/{len(loaded)}: {about}{models_eta(start, i, len(loaded))}")
+            stage(f"model {i + 1}/{len(loaded)}: {about}", of=(i, len(loaded)))
             metadata = {
                 "label": label,
                 "path": portable_path(path),
@@ -97,12 +96,3 @@ def main(argv: list[str]) -> int:
     print(table)
     print(f"wrote {stem.with_suffix('.json')} and {stem.with_suffix('.png')}")
     return 0
-
-
-def models_eta(start: float, done: int, total: int) -> str:
-    """`; ETA ...` of the models left, from the pace of those done since `start` (none before the first)."""
-    from hyla.utils import duration
-
-    if not done:
-        return ""
-    return f"; ETA {duration((time.perf_counter() - start) / done * (total - done))} for the models left"

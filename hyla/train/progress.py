@@ -134,7 +134,9 @@ class Stages:
     """The progress of `analyze` (or the command named by `prefix`) on stderr; nothing when not
     `enabled`. A context manager: a background thread keeps the lines coming until exit.
 
-    `stage(name)` prints `analyze: NAME (12s elapsed)` as a stage starts; `stage.counter(what,
+    `stage(name)` prints `analyze: NAME (12s elapsed)` as a stage starts; `stage(name, of=(i, n))`
+    starts item i + 1 of n (a model of several) and adds the ETA of the n - i items left at the pace
+    of the i done (`analyze: model 2/3: NAME (1m05s elapsed, ETA 1m05s)`); `stage.counter(what,
     total)` returns a `tick()` to call after each of the stage's `total` items, counted by a
     `StepProgress` (a bar on a terminal; in a log `analyze: WHAT 3/9 (33%), 1m05s elapsed, ETA
     2m10s`). Its lines come `every` seconds (PROGRESS_EVERY by default) after the counter starts and
@@ -146,6 +148,7 @@ class Stages:
         self.enabled, self.every, self.prefix = enabled, PROGRESS_EVERY if every is None else every, prefix
         self.start = self.last_line = time.perf_counter()
         self.name, self.counted = "", None
+        self.items: tuple[float, int, int] | None = None  # (start of the first item, items done, total)
         self.lock, self.stopped = threading.Lock(), threading.Event()
         self.thread = threading.Thread(target=self._beat, daemon=True, name=f"{prefix}-progress")
 
@@ -160,9 +163,15 @@ class Stages:
             self.thread.join()
         self._close_counter()
 
-    def __call__(self, name: str) -> None:
+    def __call__(self, name: str, of: tuple[int, int] | None = None) -> None:
         with self.lock:
             self._close_counter()
+            if of is None:
+                self.items = None
+            else:
+                done, total = of
+                first = time.perf_counter() if done == 0 or self.items is None else self.items[0]
+                self.items = (first, done, total)
             self.name = name
             self._print(self._heading())
 
@@ -188,8 +197,13 @@ class Stages:
                     self._print(self._heading())
 
     def _heading(self) -> str:
-        """`NAME (12s elapsed)`: the current stage and the time since the start."""
-        return f"{self.name} ({duration(time.perf_counter() - self.start)} elapsed)"
+        """`NAME (12s elapsed)`: the current stage and the time since the start, and in an item of
+        several (`of`) the ETA of the items left."""
+        now = time.perf_counter()
+        if self.items is None:
+            return f"{self.name} ({duration(now - self.start)} elapsed)"
+        first, done, total = self.items
+        return f"{self.name} ({elapsed_and_eta(now - self.start, (now - first, done), total - done)})"
 
     def _print(self, text: str) -> None:
         if self.enabled:

@@ -6,6 +6,7 @@ models."""
 
 import json
 import math
+import re
 import runpy
 from pathlib import Path
 
@@ -467,8 +468,10 @@ def test_interventions_command_over_several_models(tmp_path, capsys):
     err = captured.err.splitlines()
     assert err[0].startswith("interventions: 3 model(s), 2 task pairs x 8 sequences per split, seed 0, on cpu;")
     assert err[0].endswith(f"writes {out / 'interventions_tasks2_samples8_seed0'}.json and .png")
-    second = [line for line in err if line.startswith("interventions: model 2/3: hyla-run_b (fuzzy_logic, hyla, seed")]
-    assert len(second) == 1 and "; ETA " in second[0] and " for the models left (" in second[0]
+    models = [line for line in err if line.startswith("interventions: model ")]
+    first = r"interventions: model 1/3: hyla-run \(fuzzy_logic, hyla, seed \d+\) \([\dms]+ elapsed\)"
+    second = r"interventions: model 2/3: hyla-run_b \(fuzzy_logic, hyla, seed \d+\) \([\dms]+ elapsed, ETA [\dms]+\)"
+    assert len(models) == 3 and re.fullmatch(first, models[0]) and re.fullmatch(second, models[1]), models
     # a log gets one line per model per stage (and an ETA line every 30 s: none in these seconds)
     assert sum(line.startswith("interventions: fuzzy logic valid: 2 task pairs") for line in err) == 3
     assert len(err) == 2 + 3 * 3 + 1, err  # the first line and loading; per model: itself, valid, ood; the summary

@@ -231,7 +231,8 @@ def test_changes_of_order_are_looked_for_within_a_seed_only(budget):
 
 
 def test_the_command_restores_with_the_usage_of_results_md(budget, tmp_path, monkeypatch, capsys):
-    """`python experiments/sraven_budget.py --restore DIR`, as experiments/README.md gives it, says where nothing was saved."""
+    """`python experiments/sraven_budget.py --restore DIR`, as experiments/README.md gives it, says where
+    nothing was saved."""
     main = runpy.run_path(str(ROOT / "experiments" / "sraven_budget.py"))["main"]
     monkeypatch.setattr(budget, "ROOT", tmp_path)
     monkeypatch.setattr(budget, "RESUME", tmp_path / "progress" / "resume")
