@@ -47,11 +47,9 @@ def test_invalid_option_values(tmp_path, capsys):
     fails_in_one_line(capsys, ["eval", str(run), "--samples", "-3"], "must be >= 1")
     fails_in_one_line(capsys, ["analyze", str(run), "--samples", "0"], "must be >= 1")
     fails_in_one_line(capsys, ["eval", str(run), "--split", "nope"], "nope")
-    fails_in_one_line(capsys, ["resume", str(run), "--train.lr", "0.5"], "train.lr")
+    fails_in_one_line(capsys, ["resume", str(run), "--optim.lr", "0.5"], "optim.lr")
     fails_in_one_line(capsys, ["train", "--preset", "logic_cpu", "--train.steps", "-5"], "train.steps")
-    fails_in_one_line(
-        capsys, ["train", "--preset", "logic_cpu", "--train.final_eval_samples", "0"], "train.final_eval_samples"
-    )
+    fails_in_one_line(capsys, ["train", "--preset", "logic_cpu", "--eval.final_samples", "0"], "eval.final_samples")
     fails_in_one_line(capsys, ["train", "--config", str(tmp_path / "missing.json")], "missing.json")
     assert snapshot(run) == before
 

@@ -26,8 +26,8 @@ TIMING = ("steps_per_second", "wall_time_s")
 STEPS = 20
 
 
-def config(tmp_path, name, **train_overrides):
-    return tiny_config(tmp_path, name=name, steps=STEPS, checkpoint_every=7, **train_overrides)
+def config(tmp_path, name, **overrides):
+    return tiny_config(tmp_path, name=name, **{"steps": STEPS, "checkpoint": {"every": 7}, **overrides})
 
 
 @pytest.fixture(scope="module")
@@ -112,11 +112,12 @@ def test_a_signal_stops_after_the_step_and_resume_is_exact(tmp_path, monkeypatch
 def test_a_signal_during_an_evaluation_finishes_it_then_stops(tmp_path, monkeypatch, reference):
     restore = stop_with(monkeypatch, lambda task: SignalAt(task, "ood", 1))  # ood at step 10, 2nd batch
     with pytest.raises(KeyboardInterrupt):
-        train(config(tmp_path, "stopped", eval_samples=64))
+        train(config(tmp_path, "stopped", eval={"samples": 64}))
     restore()
     rows = [json.loads(line) for line in (tmp_path / "stopped" / "metrics.jsonl").read_text().splitlines()]
     assert [(r["step"], r["split"]) for r in rows][-3:] == [(10, "valid"), (10, "ood"), (10, "novel_terms")]
-    assert_same_run(train(config(tmp_path, "full", eval_samples=64)), resume(tmp_path, "stopped", eval_samples=64))
+    samples = {"eval": {"samples": 64}}
+    assert_same_run(train(config(tmp_path, "full", **samples)), resume(tmp_path, "stopped", **samples))
 
 
 def test_a_second_signal_aborts_at_once_and_the_last_checkpoint_resumes_exactly(tmp_path, monkeypatch, reference):
@@ -272,10 +273,7 @@ def _wait_for_step(run, step: int, process, timeout: float = 120) -> None:
 def test_real_signals_to_the_hyla_command(tmp_path, sig):
     """`hyla train` killed by a real SIGTERM (stops after the step) or SIGKILL (resumes from the last
     checkpoint); `hyla resume` then ends exactly like an uninterrupted run."""
-    cfg = replace(
-        config(tmp_path, "real"),
-        train=replace(config(tmp_path, "real").train, steps=400, checkpoint_every=50, eval_every=100),
-    )
+    cfg = config(tmp_path, "real", steps=400, checkpoint={"every": 50}, eval={"every": 100})
     (tmp_path / "real.json").write_text(json.dumps(config_to_dict(cfg)))
     full = replace(cfg, name="full")
     process = _start_cli(["train", "--config", "real.json"], tmp_path)
