@@ -1,9 +1,11 @@
 """Typed experiment configuration: the schema and its validation.
 
-One `ExperimentConfig` describes a run completely: which task, its settings, the model, the
-optimization and the run folder. The named presets are in `hyla.train.presets`; `hyla train`
-starts from one and applies `--section.field value` overrides on top (parsed in hyla.cli.options;
-see `hyla train --help`).
+One `ExperimentConfig` describes a run completely: which task, its settings, the model, and the
+run in small typed sections, each checking itself in `__post_init__`: `train` (what is trained, for
+how long, how a step runs), `optim`, `eval`, `log`, `checkpoint` and `analysis`; then the run folder.
+Configs of the older flat train section still load (`upgrade_config`, MOVED_FIELDS). The named
+presets are in `hyla.train.presets`; `hyla train` starts from one and applies `--section.field value`
+overrides on top (parsed in hyla.cli.options; see `hyla train --help`).
 
 Task registry: every field of `ExperimentConfig` whose type is a `TaskConfig` subclass is a task,
 selected by `task=<field name>`. Registering a task is therefore one line, e.g.
@@ -250,6 +252,7 @@ class EvalConfig:
     final_samples: int = 16_000
     """samples per split at the final evaluation"""
     batch_size: int = 1024
+    """samples per evaluation batch"""
 
     def __post_init__(self) -> None:
         """ConfigError for an invalid setting (checked whenever an EvalConfig is made)."""
@@ -305,7 +308,8 @@ class AnalysisConfig:
 
 @dataclass
 class ExperimentConfig:
-    """A complete run: task, model, optimization and where to write."""
+    """A complete run: task, model, training, optimization, evaluation, logging, checkpoints, analysis
+    and where to write."""
 
     task: str = "fuzzy_logic"
     """which task section below is used"""
@@ -414,6 +418,7 @@ def _check(ok: bool, name: str, value, requirement: str) -> None:
 
 
 def _check_at_least(least: int, section: str, settings, names: tuple[str, ...]) -> None:
+    """ConfigError naming `section.name` for the first of the `names` of `settings` below `least`."""
     for name in names:
         value = getattr(settings, name)
         _check(value >= least, f"{section}.{name}", value, f"must be >= {least}")

@@ -20,7 +20,7 @@ from helpers_train import TaskWrapper, tiny_config
 
 from hyla.train import checkpoint as ckpt
 from hyla.train import train
-from hyla.train.configs import config_to_dict
+from hyla.train.configs import MOVED_FIELDS, config_to_dict
 
 TIMING = ("steps_per_second", "wall_time_s")
 STEPS = 20
@@ -191,6 +191,31 @@ def test_resuming_a_completed_run_changes_nothing(tmp_path, capsys):
     resume(tmp_path, "done")
     assert "is complete" in capsys.readouterr().out
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+
+
+def flat_layout(data: dict) -> dict:
+    """A config dict as hyla wrote it before the config sections (issue 80): every field that moved
+    back in the train section under its old name, the sections it moved to gone."""
+    moved = {new.split(".")[0] for new in MOVED_FIELDS.values()}
+    train_section = dict(data["train"])
+    for old, new in MOVED_FIELDS.items():
+        section, name = new.split(".")
+        train_section[old.removeprefix("train.")] = data[section][name]
+    return {**{k: v for k, v in data.items() if k not in moved}, "train": train_section}
+
+
+def test_a_run_folder_of_the_flat_layout_resumes_exactly(tmp_path, reference, capsys):
+    """A run stopped by an older hyla (its config.json in the flat layout, as the long runs' folders
+    are) continues with `hyla resume` and ends as if it had never stopped."""
+    from hyla.cli import main
+
+    run = tmp_path / "old"
+    train(config(tmp_path, "old", stop_at=10))
+    config_file = run / "config.json"
+    config_file.write_text(json.dumps(flat_layout(json.loads(config_file.read_text()))))
+    assert "optim" not in json.loads(config_file.read_text()) and "lr" in json.loads(config_file.read_text())["train"]
+    assert main(["resume", str(run)]) == 0, capsys.readouterr().err
+    assert_same_run(reference, run)
 
 
 def test_resume_warns_when_numerics_change(tmp_path):
