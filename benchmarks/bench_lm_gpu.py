@@ -138,7 +138,7 @@ def build(variant: str, cfg, device):
     for module in model.modules():
         if isinstance(module, MultiHeadAttention) and implementation not in ("sdpa", "flash"):
             module.implementation = implementation
-    optimizer, _ = make_optimizer(model, cfg.train)
+    optimizer, _ = make_optimizer(model, cfg.optim, cfg.train.steps)
     return model, optimizer
 
 

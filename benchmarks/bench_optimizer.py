@@ -38,10 +38,10 @@ def measure(preset: str, rounds: int, steps: int) -> dict:
     cfg = get_preset(preset)
     cfg = replace(cfg, model=replace(resolve_model(cfg.model, build_task(cfg)), mixer="hyla"))
     model = build_model(cfg)
-    t = cfg.train
-    hyla_adamw, _ = make_optimizer(model, t)
+    o = cfg.optim
+    hyla_adamw, _ = make_optimizer(model, o, cfg.train.steps)
     torch_adamw = torch.optim.AdamW(
-        parameter_groups(model, t.weight_decay), lr=t.lr, betas=(t.beta1, t.beta2), eps=t.eps, fused=True
+        parameter_groups(model, o.weight_decay), lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, fused=True
     )
     for p in model.parameters():
         p.grad = torch.randn_like(p) * 1e-3

@@ -199,14 +199,14 @@ def hyla_settings(args: argparse.Namespace, steps: int, packed: bool = False) ->
     settings = {
         "model.mixer": args.mixer,
         "train.steps": steps,
-        "train.eval_every": 0,
-        "train.final_eval_samples": 128,
-        "train.eval_batch_size": 128,
-        "train.checkpoint_every": steps,
+        "eval.every": 0,
+        "eval.final_samples": 128,
+        "eval.batch_size": 128,
+        "checkpoint.every": steps,
         "train.device": args.device,
     }
     if args.smoke:
-        settings.update({"train.batch_size": 16, "train.final_eval_samples": 16})
+        settings.update({"train.batch_size": 16, "eval.final_samples": 16})
     if packed and args.packs_cuda_graph:
         settings["train.step"] = "graphed"
     return settings
@@ -224,7 +224,7 @@ def hyla_flags(args: argparse.Namespace, preset: str, steps: int, out_dir: Path,
         *flags,
         "--train.threads",
         str(args.threads),
-        "--train.no-progress",
+        "--log.no-progress",
         "--out-dir",
         str(out_dir),
         "--name",
@@ -264,6 +264,8 @@ def hyla_command(args: argparse.Namespace, preset: str, variant: str, steps: int
 
 def measure_hyla(args: argparse.Namespace, preset: str, variant: str, steps: int, scratch: Path) -> dict:
     """One hyla measurement: steps/s of a single run, or aggregate model-steps/s of packs."""
+    from hyla.train.run_dir import RunDir
+
     out_dir = scratch / f"{preset}-{variant}-{time.monotonic_ns()}"
     command = hyla_command(args, preset, variant, steps, out_dir)
     _, wall = run_child(command, args.threads, ROOT)
@@ -284,7 +286,7 @@ def measure_hyla(args: argparse.Namespace, preset: str, variant: str, steps: int
         "numerics": env["numerics"],
         "num_parameters": summaries[0]["num_parameters"],
         "train_loss": summaries[0]["train_loss"],
-        "batch_size": json.loads((members[0].parent / "config.json").read_text())["train"]["batch_size"],
+        "batch_size": RunDir(members[0].parent).read_config_dict()["train"]["batch_size"],
         "run_wall_time_s": summaries[0]["wall_time_s"],
         "members": len(summaries),
     }

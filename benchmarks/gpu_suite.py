@@ -151,12 +151,14 @@ def speed_probe(args, graphs: str, out: Path) -> dict:
 
     cfg = get_preset("logic_cpu" if args.cpu_smoke else "raven_3x3_4features")
     steps = 20 if args.cpu_smoke else 300
-    train_settings = dict(steps=steps, eval_every=0, final_eval_samples=128, checkpoint_every=steps, progress=False)
     device = "cpu" if args.cpu_smoke else "cuda"
     cfg = replace(
         cfg,
         model=replace(cfg.model, mixer="hyla"),
-        train=replace(cfg.train, **train_settings, step="graphed" if graphs == "on" else "eager", device=device),
+        train=replace(cfg.train, steps=steps, step="graphed" if graphs == "on" else "eager", device=device),
+        eval=replace(cfg.eval, every=0, final_samples=128),
+        log=replace(cfg.log, progress=False),
+        checkpoint=replace(cfg.checkpoint, every=steps),
         out_dir=str(WORK / "probes"),
         name=f"probe-{graphs}-{time.monotonic_ns()}",
     )
@@ -345,10 +347,22 @@ def mask_configs(args) -> list:
 
     cfg = get_preset("raven_3x3_4features")
     steps, stop_at = (40, 20) if args.cpu_smoke else (40_000, MASK_STEPS[-1])
-    settings = dict(steps=steps, stop_at=stop_at, eval_every=0, progress=False, step="graphed", threads=8)
+    settings = dict(steps=steps, stop_at=stop_at, step="graphed", threads=8)
+    cfg = replace(
+        cfg,
+        model=replace(cfg.model, mixer="hyla"),
+        eval=replace(cfg.eval, every=0),
+        log=replace(cfg.log, progress=False),
+        out_dir=str(WORK / "masks"),
+    )
     if args.cpu_smoke:
-        settings.update(batch_size=8, log_every=10, checkpoint_every=10, final_eval_samples=16, device="cpu", threads=1)
-    cfg = replace(cfg, model=replace(cfg.model, mixer="hyla"), out_dir=str(WORK / "masks"))
+        settings.update(batch_size=8, device="cpu", threads=1)
+        cfg = replace(
+            cfg,
+            eval=replace(cfg.eval, final_samples=16),
+            log=replace(cfg.log, every=10),
+            checkpoint=replace(cfg.checkpoint, every=10),
+        )
     return [
         replace(
             cfg,
@@ -397,21 +411,16 @@ def paper_configs(args) -> dict[str, list]:
     by_mixer: dict[str, list] = {}
     for one in spec.runs():
         cfg, _ = parse_train_args(train_args(spec, one, 1 if args.cpu_smoke else 5))
-        train_settings = dict(step="graphed", progress=False)
+        cfg = replace(cfg, resume=True, train=replace(cfg.train, step="graphed"), log=replace(cfg.log, progress=False))
         if args.cpu_smoke:
-            train_settings.update(
-                steps=2000,
-                batch_size=8,
-                eval_every=0,
-                eval_samples=16,
-                final_eval_samples=16,
-                log_every=10,
-                checkpoint_every=50,
-                device="cpu",
+            cfg = replace(
+                cfg,
+                train=replace(cfg.train, steps=2000, batch_size=8, device="cpu"),
+                eval=replace(cfg.eval, every=0, samples=16, final_samples=16),
+                log=replace(cfg.log, every=10),
+                checkpoint=replace(cfg.checkpoint, every=50),
             )
-        by_mixer.setdefault(cfg.model.mixer, []).append(
-            replace(cfg, resume=True, train=replace(cfg.train, **train_settings))
-        )
+        by_mixer.setdefault(cfg.model.mixer, []).append(cfg)
     return by_mixer
 
 

@@ -4,24 +4,26 @@ For one representative preset per family (and, where dispatch differs per mixer,
 linear and HYLA) this trains the same command in both checkouts,
 
     python -m hyla.cli train --preset P --model.mixer M --seed 0 --train.steps 200 --train.threads 1
-        --train.device cpu --train.eval_every 0 --train.final_eval_samples 256 --train.log_every 1 ...
+        --train.device cpu --eval.every 0 --eval.final_samples 256 --log.every 1 ...
 
 (compiled cases with --train.step compiled; a pack of 2 as `train_packed` of those options with the
 seeds 0 and 1), and compares the two runs (a pack's: each member's) bitwise: every tensor of the
 final checkpoint (weights, optimizer state, schedule; torch.equal on each), every value of every
-metrics.jsonl record (the loss of every step with --train.log_every 1, and the final evaluation)
+metrics.jsonl record (the loss of every step with --log.every 1, and the final evaluation)
 and of summary.json and of the checkpoint's progress (the per-step losses it keeps), timings
 excepted. It prints a table and writes JSON.
 
 Usage:
 
-    python experiments/bit_identical.py --before OLD_CHECKOUT --after NEW_CHECKOUT \\
+    PYTHONPATH=. python experiments/bit_identical.py --before OLD_CHECKOUT --after NEW_CHECKOUT \\
         --after-python .venv/bin/python --out experiments/results/bit_identical/<commit>.json
     python experiments/bit_identical.py --before D --after D --only logic_cpu:hyla --steps 20   # quick
     python experiments/bit_identical.py --list                                                 # the cases
 
 A checkout from before train.step (issue 80) gets the options it spelled otherwise (--train.compile
-for --train.step compiled: BEFORE_TRAIN_STEP). --parallel trains a case's two runs at once.
+for --train.step compiled: BEFORE_TRAIN_STEP), and one from before the config sections (issue 80)
+the train.* names of the fields that moved (--train.eval_every for --eval.every; run this script with
+PYTHONPATH=. : hyla.train.configs.MOVED_FIELDS has them). --parallel trains a case's two runs at once.
 
 Each checkout runs with its own python (--before-python / --after-python; default DIR/.venv/bin/python
 where it exists, else this interpreter) and PYTHONPATH=DIR, so the code of that checkout is what runs
@@ -152,9 +154,10 @@ def probe(side: Side, tmp: Path) -> None:
     """Which hyla, torch and commit this side runs; fails unless hyla imports from the checkout."""
     code = (
         "import json, sys, torch, hyla; "
-        "from hyla.train.configs import TrainConfig; "
+        "from hyla.train.configs import ExperimentConfig, TrainConfig; "
         "print(json.dumps({'hyla_file': hyla.__file__, 'torch': torch.__version__, 'python': sys.version.split()[0], "
-        "'train_step': 'step' in TrainConfig.__dataclass_fields__}))"
+        "'train_step': 'step' in TrainConfig.__dataclass_fields__, "
+        "'sections': 'optim' in ExperimentConfig.__dataclass_fields__}))"
     )
     env = environment(side, tmp / f"cache_{side.label}")
     out = subprocess.run([side.python, "-c", code], cwd=tmp, env=env, capture_output=True, text=True, check=True)
@@ -184,12 +187,12 @@ def train_command(preset: str, mixer: str, extra: list[str], steps: int) -> list
         "--train.steps", str(steps),
         "--train.threads", "1",
         "--train.device", "cpu",
-        "--train.eval_every", "0",
-        "--train.eval_samples", str(FINAL_EVAL_SAMPLES),
-        "--train.final_eval_samples", str(FINAL_EVAL_SAMPLES),
-        "--train.log_every", "1",
-        "--train.checkpoint_every", str(steps),
-        "--train.no-progress",
+        "--eval.every", "0",
+        "--eval.samples", str(FINAL_EVAL_SAMPLES),
+        "--eval.final_samples", str(FINAL_EVAL_SAMPLES),
+        "--log.every", "1",
+        "--checkpoint.every", str(steps),
+        "--log.no-progress",
         "--out_dir", "runs",
         "--name", "run",
     ]  # fmt: skip
@@ -320,7 +323,16 @@ def command_without_paths(sides: list[Side], out: Path, keep: Path | None = None
 
 
 def side_options(options: list[str], side: Side) -> list[str]:
-    """`options` as `side`'s checkout takes them (one from before train.step: BEFORE_TRAIN_STEP)."""
+    """`options` as `side`'s checkout takes them (one from before train.step: BEFORE_TRAIN_STEP; one
+    from before the config sections: the train.* names of the fields that moved, MOVED_FIELDS)."""
+    if not side.info["sections"]:
+        from hyla.train.configs import MOVED_FIELDS
+
+        old_names = {f"--{new}": f"--{old}" for old, new in MOVED_FIELDS.items()}
+        old_names |= {
+            f"--{new.replace('.', '.no-')}": f"--{old.replace('.', '.no-')}" for old, new in MOVED_FIELDS.items()
+        }
+        options = [old_names.get(option, option) for option in options]
     if side.info["train_step"]:
         return options
     out = []

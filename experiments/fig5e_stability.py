@@ -68,14 +68,15 @@ def main(argv: list[str] | None = None) -> None:
 
     import hyla
     from hyla.analysis.collect import collect_latents
+    from hyla.train.configs import upgrade_config
 
     torch.manual_seed(0)
     out = []
     for folder in args.models:
         model, task = hyla.load(folder)
         data = collect_latents(model, task, "ood_unpermuted", SIZES[-1], progress=False)
-        manifest = json.loads((folder / "manifest.json").read_text())["record"]["config"]
-        out.append({"mixer": manifest["model"]["mixer"], "seed": manifest["seed"], "code_sets": stability(data)})
+        config = upgrade_config(json.loads((folder / "manifest.json").read_text())["record"]["config"])
+        out.append({"mixer": config["model"]["mixer"], "seed": config["seed"], "code_sets": stability(data)})
         print(folder.name, {k: v["rank_by_samples"] for k, v in out[-1]["code_sets"].items()}, flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     options = {"split": "ood_unpermuted", "sizes": SIZES, "bootstrap": BOOTSTRAP, "stable_share": STABLE_SHARE}

@@ -20,7 +20,7 @@ __all__ = [*_EXPORTS, "load", "__version__"]
 def load(path):
     """(model, task) of an exported model (a folder written by `hyla export`) or of a run folder:
     the model on the CPU, in eval mode; the task it was trained on, with the run's seed, so that
-    `hyla.evaluate(model, task, split, num_samples)` with the run's `train.final_eval_samples`
+    `hyla.evaluate(model, task, split, num_samples)` with the run's `eval.final_samples`
     repeats its final evaluation. An export needs the library alone (its files checked against
     their sha256); a run folder's checkpoint is read by the workflow (`hyla.train.load_run`)."""
     from hyla.nn.pretrained import is_export, load_export

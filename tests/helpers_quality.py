@@ -65,17 +65,10 @@ def short_run(preset: str, seed: int, out: Path) -> dict[str, float]:
         name=f"s{seed}",
         seed=seed,
         model=replace(cfg.model, mixer="hyla"),
-        train=replace(
-            cfg.train,
-            steps=STEPS[preset],
-            eval_every=0,
-            final_eval_samples=1024,
-            eval_batch_size=512,
-            checkpoint_every=STEPS[preset],
-            progress=False,
-            threads=1,
-            deterministic=True,
-        ),
+        train=replace(cfg.train, steps=STEPS[preset], threads=1, deterministic=True),
+        eval=replace(cfg.eval, every=0, final_samples=1024, batch_size=512),
+        log=replace(cfg.log, progress=False),
+        checkpoint=replace(cfg.checkpoint, every=STEPS[preset]),
     )
     return read_metrics(train(cfg), preset)
 

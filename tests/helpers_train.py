@@ -24,10 +24,10 @@ TINY_RUN = {
     "model.num_layers": 1,
     "model.mlp_dim": 16,
     "train.batch_size": 16,
-    "train.warmup_steps": 2,
-    "train.eval_every": 0,
-    "train.final_eval_samples": 64,
-    "train.eval_batch_size": 64,
+    "optim.warmup_steps": 2,
+    "eval.every": 0,
+    "eval.final_samples": 64,
+    "eval.batch_size": 64,
     "train.device": "cpu",
     "train.threads": 1,
 }
@@ -40,43 +40,45 @@ def tiny_model_config(**fields) -> ModelConfig:
     return ModelConfig(**{**TINY_MODEL, **fields})
 
 
-def quick_config(
-    out_dir,
-    preset: str = "logic_cpu",
-    name: str = "run",
-    model: dict | None = None,
-    train: dict | None = None,
-    **fields,
-) -> ExperimentConfig:
-    """`preset` training into `out_dir`/`name`, its model's and training's fields in `model` and
-    `train` changed, its other `fields` (ExperimentConfig's) replaced: quietly on one CPU thread
-    unless `train` says otherwise (the machine's cores would be oversubscribed beside other tests)."""
+def quick_config(out_dir, preset: str = "logic_cpu", name: str = "run", **changes) -> ExperimentConfig:
+    """`preset` training into `out_dir`/`name` with `changes`: a section's fields as a dict (model={"dim":
+    32}, eval={"every": 0}: those fields changed) or any field of ExperimentConfig replaced (seed=3,
+    fuzzy_logic=FuzzyLogicConfig(...)); quietly on one CPU thread unless `train` and `log` say otherwise
+    (the machine's cores would be oversubscribed beside other tests)."""
     cfg = get_preset(preset)
-    train = {"progress": False, "device": "cpu", "threads": 1, **(train or {})}
-    model = replace(cfg.model, **(model or {}))
-    return replace(cfg, out_dir=str(out_dir), name=name, model=model, train=replace(cfg.train, **train), **fields)
+    quiet = {"train": {"device": "cpu", "threads": 1}, "log": {"progress": False}}
+    changes = {**changes, **{key: {**value, **changes.get(key, {})} for key, value in quiet.items()}}
+    fields = {
+        key: replace(getattr(cfg, key), **value) if isinstance(value, dict) else value for key, value in changes.items()
+    }
+    return replace(cfg, out_dir=str(out_dir), name=name, **fields)
 
 
-def tiny_config(tmp_path, name: str = "run", mixer: str = "hyla", steps: int = 20, **train) -> ExperimentConfig:
-    """A tiny fuzzy-logic experiment that trains in seconds (checkpoints every 5 steps, evaluates every 10)."""
+def tiny_config(
+    tmp_path,
+    name: str = "run",
+    mixer: str = "hyla",
+    steps: int = 20,
+    optim: dict | None = None,
+    eval: dict | None = None,
+    log: dict | None = None,
+    checkpoint: dict | None = None,
+    **train,
+) -> ExperimentConfig:
+    """A tiny fuzzy-logic experiment that trains in seconds (checkpoints every 5 steps, evaluates every
+    10): `train` changes fields of its train section, `optim`, `eval`, `log` and `checkpoint` those of
+    theirs (optim={"lr": 3e-3})."""
     return quick_config(
         tmp_path,
         name=name,
         seed=3,
         fuzzy_logic=FuzzyLogicConfig(num_variables=3, num_terms=2, seq_len=8, frac_held_out=0.3),
         model={**TINY_MODEL, "mixer": mixer, "attention_dropout": 0.1},
-        train={
-            "steps": steps,
-            "batch_size": 16,
-            "warmup_steps": 3,
-            "eval_every": 10,
-            "eval_samples": 32,
-            "final_eval_samples": 64,
-            "eval_batch_size": 32,
-            "log_every": 5,
-            "checkpoint_every": 5,
-            **train,
-        },
+        train={"steps": steps, "batch_size": 16, **train},
+        optim={"warmup_steps": 3, **(optim or {})},
+        eval={"every": 10, "samples": 32, "final_samples": 64, "batch_size": 32, **(eval or {})},
+        log={"every": 5, **(log or {})},
+        checkpoint={"every": 5, **(checkpoint or {})},
     )
 
 

@@ -9,7 +9,7 @@ OUT=${OUT:-runs/lm_cpu}
 SEED=${SEED:-0}
 mkdir -p "$OUT"
 for mixer in softmax linear hyla; do
-  setsid nohup hyla train --preset lm_cpu --model.mixer "$mixer" --seed "$SEED" --train.threads 1 --train.no-progress \
+  setsid nohup hyla train --preset lm_cpu --model.mixer "$mixer" --seed "$SEED" --train.threads 1 --log.no-progress \
     --out_dir "$OUT" --name "$mixer-s$SEED" --resume >>"$OUT/$mixer-s$SEED.log" 2>&1 &
   echo "started $mixer (pid $!): log $OUT/$mixer-s$SEED.log"
 done

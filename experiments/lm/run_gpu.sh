@@ -19,8 +19,8 @@ for mixer in softmax linear hyla; do
   hyla train --preset lm_cpu --model.mixer "$mixer" --seed "$SEED" \
     --text.corpus "$CORPUS" --text.vocab-size 8192 --text.seq-len 256 \
     --model.num-layers 6 --model.dim 256 --model.num-heads 8 --model.qk-dim 256 --model.v-dim 256 --model.mlp-dim 1024 \
-    --train.steps "$STEPS" --train.batch-size 64 --train.warmup-steps 200 \
-    --train.eval-every 250 --train.eval-samples 1024 --train.final-eval-samples 4096 --train.checkpoint-every 500 \
-    --train.device cuda --train.no-progress \
+    --train.steps "$STEPS" --train.batch-size 64 --optim.warmup-steps 200 \
+    --eval.every 250 --eval.samples 1024 --eval.final-samples 4096 --checkpoint.every 500 \
+    --train.device cuda --log.no-progress \
     --out-dir "$OUT" --name "$mixer-s$SEED" --resume 2>&1 | tee -a "$OUT/$mixer-s$SEED.log"
 done

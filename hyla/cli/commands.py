@@ -24,7 +24,7 @@ def _run_training(cfg: ExperimentConfig) -> int:
     from hyla.train.distributed import torchrun_env
 
     hook = None
-    if cfg.train.analysis_every:
+    if cfg.analysis.every:
         from hyla.analysis import analysis_hook as hook
     try:
         path = train(cfg, hook)
@@ -82,7 +82,7 @@ def resume_main(argv: list[str]) -> int:
     from hyla.train.run_dir import RunDir
 
     if not argv or argv[0].startswith("-"):
-        print(f"usage: hyla resume RUN [--train.stop_at N] [--train.no-progress] [...]\n\n{RESUME_HELP}")
+        print(f"usage: hyla resume RUN [--train.stop_at N] [--log.no-progress] [...]\n\n{RESUME_HELP}")
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     run = RunDir(relative_run_path(argv[0]))
     saved = run.read_config()
@@ -113,13 +113,13 @@ class EvalOptions:
     """run folder or exported model"""
     split: Annotated[list[str] | None, arg(help_behavior_hint="(default: the task's evaluation splits)")] = None
     """splits to evaluate"""
-    samples: Annotated[int | None, arg(help_behavior_hint="(default: the run's train.final_eval_samples)")] = None
+    samples: Annotated[int | None, arg(help_behavior_hint="(default: the run's eval.final_samples)")] = None
     """samples per split"""
-    batch_size: Annotated[int | None, arg(help_behavior_hint="(default: the run's train.eval_batch_size)")] = None
+    batch_size: Annotated[int | None, arg(help_behavior_hint="(default: the run's eval.batch_size)")] = None
     """evaluation batch size"""
     offset: int = 0
     """samples of each split's stream to skip first, a multiple of the batch size: 0 re-reads the
-    run's own evaluation samples; its train.final_eval_samples rounded up to whole batches (16384 for
+    run's own evaluation samples; its eval.final_samples rounded up to whole batches (16384 for
     16,000 in batches of 1024) or more gives samples no recorded evaluation read"""
     device: str = "cpu"
     """cpu | cuda | cuda:N"""
@@ -149,14 +149,14 @@ def eval_main(argv: list[str]) -> int:
             task.check_split(split)
         except ValueError as e:
             raise ConfigError(str(e)) from None
-    samples = args.samples or cfg.train.final_eval_samples
-    batch_size = args.batch_size or cfg.train.eval_batch_size
+    samples = args.samples or cfg.eval.final_samples
+    batch_size = args.batch_size or cfg.eval.batch_size
     if args.offset % batch_size:
         fresh = fresh_offset(args.offset, batch_size)
         raise ConfigError(f"--offset {args.offset} is not a multiple of the batch size {batch_size}; try {fresh}")
     folder = args.out or (Path(f"eval-{args.run.resolve().name}") if is_export(args.run) else args.run)
     refuse_other_inputs(folder, [args.run], args.overwrite)
-    name = eval_file_name(step, samples, batch_size, cfg.train.eval_batch_size, args.device, args.offset)
+    name = eval_file_name(step, samples, batch_size, cfg.eval.batch_size, args.device, args.offset)
     out = folder / name
     options = {
         "run": str(args.run),
@@ -182,7 +182,7 @@ def eval_main(argv: list[str]) -> int:
 
 def eval_file_name(step: int, samples: int, batch_size: int, run_batch_size: int, device: str, offset: int = 0) -> str:
     """`eval-step<STEP>-n<SAMPLES>[-b<BATCH SIZE>][-o<OFFSET>][-<DEVICE>].json`: the batch size when not
-    the run's train.eval_batch_size, the device when not the CPU (either may change the last digits),
+    the run's eval.batch_size, the device when not the CPU (either may change the last digits),
     the offset when not 0 (other samples)."""
     batch = f"-b{batch_size}" if batch_size != run_batch_size else ""
     skipped = f"-o{offset}" if offset else ""

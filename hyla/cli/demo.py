@@ -72,7 +72,7 @@ def main(argv: list[str]) -> int:
     out = Path(args.out or f"runs/demo-{time.strftime('%Y%m%d-%H%M%S')}")
     base = get_preset(args.preset)
     overrides = train_overrides(
-        base.train, args.steps, args.compile, args.eval_samples, args.final_eval_samples, args.threads
+        base, args.steps, args.compile, args.eval_samples, args.final_eval_samples, args.threads
     )
     spec = demo_sweep(args.preset, args.mixers, args.seed, overrides, args.parallel, out)
     run_configs(spec, spec.local_threads())  # every run's config is valid

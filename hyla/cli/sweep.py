@@ -93,7 +93,7 @@ def run_configs(spec: SweepSpec, threads: int) -> dict[str, ExperimentConfig]:
 
 def _check_key(spec: SweepSpec, run: Run, key: str) -> None:
     """ConfigError unless `key` names a config field ("section.field"), listing the valid ones (or
-    naming the one that replaced it)."""
+    naming the one that replaced it, or where it moved: `check_replaced`)."""
     try:
         check_replaced(key)
     except ConfigError as e:

@@ -13,7 +13,14 @@ from pathlib import Path
 import tyro
 
 from hyla.cli.options import parse_options
-from hyla.train.configs import TASK_DERIVED_MODEL_FIELDS, ConfigError, ExperimentConfig, config_from_dict, validate
+from hyla.train.configs import (
+    MOVED_FIELDS,
+    TASK_DERIVED_MODEL_FIELDS,
+    ConfigError,
+    ExperimentConfig,
+    config_from_dict,
+    validate,
+)
 from hyla.train.presets import PRESETS, get_preset
 
 
@@ -25,21 +32,25 @@ class _Overrides(ExperimentConfig):
 
 
 # Fields that train.step replaced, and what to set instead. A config that has them still loads
-# (hyla.train.configs.upgrade_train_section); an option or a sweep entry naming one is refused.
+# (hyla.train.configs.upgrade_config, as one with the fields that moved: MOVED_FIELDS); an option or a
+# sweep entry naming one is refused.
 REPLACED_FIELDS = {"train.compile": "train.step compiled", "train.cuda_graph": "train.step graphed (or eager)"}
 
 
 def check_replaced(option: str) -> None:
-    """ConfigError naming the new setting when `option` (--train.compile, --train.no-compile,
-    train.cuda_graph=on, ...) sets a field that train.step replaced."""
+    """ConfigError of one line naming the new setting when `option` (--train.compile, --train.no-compile,
+    train.cuda_graph=on, --train.eval-every, train.lr, ...) sets a field that train.step replaced or
+    that moved to another section (MOVED_FIELDS: "train.eval_every moved to eval.every")."""
     key = option.split("=")[0].removeprefix("--").replace("-", "_").replace(".no_", ".")
     if key in REPLACED_FIELDS:
         raise ConfigError(f"{key} was replaced by {REPLACED_FIELDS[key]}; train.step: eager | compiled | graphed")
+    if key in MOVED_FIELDS:
+        raise ConfigError(f"{key} moved to {MOVED_FIELDS[key]}")
 
 
 def parse_overrides(base: ExperimentConfig, argv: list[str], prog: str, description: str | None) -> ExperimentConfig:
     """Apply `--section.field VALUE` overrides to `base`; invalid keys, types and values (and the
-    fields train.step replaced) are ConfigErrors of one line."""
+    fields train.step replaced or that moved: `check_replaced`) are ConfigErrors of one line."""
     for arg in argv:
         if arg.startswith("--"):
             check_replaced(arg)
@@ -59,8 +70,8 @@ def _shallow(cfg: ExperimentConfig) -> dict:
 
 TRAIN_HELP = """Train a model. Start from a preset (--preset NAME) or a config file (--config
 config.json, e.g. from a run folder), then override any field with --section.field VALUE
-(e.g. --model.mixer hyla --train.steps 2000 --fuzzy_logic.seq_len 32). --print-config prints the
-resolved config and exits. Under `torchrun --nproc_per_node=N` the same command trains data-parallel.
+(e.g. --model.mixer hyla --train.steps 2000 --optim.lr 3e-4 --fuzzy_logic.seq_len 32). --print-config
+prints the resolved config and exits. Under `torchrun --nproc_per_node=N` the same command trains data-parallel.
 Presets: {presets}."""
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from hyla.analysis.plots import plot_curves
 from hyla.analysis.tables import markdown_table
 from hyla.runs.sweep import SweepSpec
-from hyla.train.configs import TrainConfig
+from hyla.train.configs import ExperimentConfig
 from hyla.train.run_dir import RunDir
 from hyla.utils import write_json
 
@@ -74,29 +74,29 @@ def write_outputs(spec: SweepSpec, out: Path, preset: str, steps: int, seed: int
 
 
 def train_overrides(
-    train: TrainConfig,
+    preset: ExperimentConfig,
     steps: int | None = None,
     compile: bool = False,
     eval_samples: int | None = None,
     final_eval_samples: int | None = None,
     threads: int | None = None,
 ) -> dict[str, Any]:
-    """The sweep overrides of the preset's training settings `train` that the demo's options ask for
-    (None: the preset's); a shorter run's warmup, evaluations, logs and checkpoints scale with it."""
+    """The sweep overrides of the `preset`'s training settings that the demo's options ask for (None:
+    the preset's); a shorter run's warmup, evaluations, logs and checkpoints scale with it."""
     overrides: dict[str, Any] = {"train.step": "compiled" if compile else "eager"}
     if steps is not None:
-        scale = steps / train.steps
+        scale = steps / preset.train.steps
         overrides.update(
             {
                 "train.steps": steps,
-                "train.warmup_steps": min(train.warmup_steps, max(1, steps // 10)),
-                "train.eval_every": max(1, round(train.eval_every * scale)),
-                "train.log_every": max(1, min(train.log_every, steps // 10 or 1)),
-                "train.checkpoint_every": max(1, round(train.checkpoint_every * scale)),
+                "optim.warmup_steps": min(preset.optim.warmup_steps, max(1, steps // 10)),
+                "eval.every": max(1, round(preset.eval.every * scale)),
+                "log.every": max(1, min(preset.log.every, steps // 10 or 1)),
+                "checkpoint.every": max(1, round(preset.checkpoint.every * scale)),
             }
         )
-    given = {"eval_samples": eval_samples, "final_eval_samples": final_eval_samples, "threads": threads}
-    overrides.update({f"train.{name}": value for name, value in given.items() if value is not None})
+    given = {"eval.samples": eval_samples, "eval.final_samples": final_eval_samples, "train.threads": threads}
+    overrides.update({key: value for key, value in given.items() if value is not None})
     return overrides
 
 

@@ -57,12 +57,13 @@ def _rounded(row: dict) -> dict:
 
 
 def from_folder(run_dir: str | Path) -> dict:
-    """The record of a run folder (config.json and summary.json required); the config's out_dir made
-    relative (`portable_path`): records are committed."""
+    """The record of a run folder (config.json and summary.json required); the config in the current
+    layout (hyla.train.configs.upgrade_config), its out_dir made relative (`portable_path`): records
+    are committed."""
     from hyla.train.run_dir import RunDir
 
     run = RunDir(run_dir)
-    config = json.loads(run.config_file.read_text())
+    config = run.read_config_dict()
     return {
         "run": run_key(run.path),
         "config": {**config, "out_dir": portable_path(config["out_dir"])} if "out_dir" in config else config,
@@ -93,7 +94,9 @@ def write(record: dict, out: str | Path) -> Path:
 
 
 def read(path: str | Path) -> dict:
-    """A record file; RunError when it is not one."""
+    """A record file, its config in the current layout (hyla.train.configs.upgrade_config: a record
+    written by an older version reads as a new one); RunError when it is not one."""
+    from hyla.train.configs import upgrade_config
     from hyla.train.run_dir import RunError
 
     try:
@@ -103,7 +106,7 @@ def read(path: str | Path) -> dict:
     missing = {"run", "config", "summary", "metrics"} - set(record)
     if missing:
         raise RunError(f"{path} is not a run record (no {', '.join(sorted(missing))})")
-    return record
+    return {**record, "config": upgrade_config(record["config"])}
 
 
 def find(root: str | Path) -> list[Path]:

@@ -18,12 +18,12 @@ from hyla.utils import dumps
 
 
 def bookkeeping_fields() -> frozenset[str]:
-    """Config fields that do not change what a run computes (final_eval_samples does: it is kept)."""
+    """Config fields that do not change what a run computes (eval.final_samples does: it is kept)."""
     from hyla.train.configs import RESUMABLE_CHANGES
 
     return frozenset(
         {"seed", "name", "out_dir", "resume", "preset", "train.deterministic"} | set(RESUMABLE_CHANGES)
-    ) - {"train.final_eval_samples"}
+    ) - {"eval.final_samples"}
 
 
 def flat_config(d: dict, prefix: str = "") -> dict:
@@ -69,8 +69,7 @@ def find_runs(roots: list[Path], only: tuple[str, ...] = ()) -> list[dict]:
             run, key = RunDir(summary_file.parent), records.run_key(summary_file.parent)
             if run.config_file.exists() and key not in seen and selected(key, only):
                 seen.add(key)
-                config = json.loads(run.config_file.read_text())
-                runs.append(_run(key, run.path, config, run.read_summary(), run.read_metrics()))
+                runs.append(_run(key, run.path, run.read_config_dict(), run.read_summary(), run.read_metrics()))
     for path, record in unshadowed_records(roots, seen, only):
         runs.append(_run(record["run"], path, record["config"], record["summary"], record["metrics"], record))
     return runs

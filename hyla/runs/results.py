@@ -120,7 +120,7 @@ def structure_candidates(roots: list[Path], split: str, only: tuple[str, ...] = 
             run = RunDir(path)
             try:
                 summary = run.read_summary() if run.summary_file.exists() else {}
-                config = flat_config(json.loads(run.config_file.read_text()))
+                config = flat_config(run.read_config_dict())
             except ValueError as e:
                 notes.append(f"{name}: unreadable ({' '.join(str(e).split())})")
                 continue

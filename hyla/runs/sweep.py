@@ -195,7 +195,7 @@ def run_command(spec: SweepSpec, run: Run, threads: int) -> list[str]:
     hyla = [sys.executable, "-m", "hyla.cli"]
     if RunDir(run_dir).has_checkpoint():
         threads = run.overrides.get("train.threads", threads)  # what `train_args` gave it
-        return hyla + ["resume", str(run_dir), "--train.no-progress", "--train.threads", str(threads)]
+        return hyla + ["resume", str(run_dir), "--log.no-progress", "--train.threads", str(threads)]
     return hyla + ["train"] + train_args(spec, run, threads)
 
 
@@ -210,7 +210,7 @@ def train_args(spec: SweepSpec, run: Run, threads: int) -> list[str]:
         spec.out_dir,
         "--name",
         run.name,
-        "--train.no-progress",
+        "--log.no-progress",
         "--train.threads",
         str(threads),
     ]

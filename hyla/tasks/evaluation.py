@@ -3,7 +3,7 @@
 The samples are batches 0, 1, 2, ... of the split's own random stream, `batch_size` samples each
 (the last one the remainder), so `valid` never repeats a training batch and every evaluation with
 the same (task seed, num_samples, batch_size) sees the same samples: a run's evaluation is repeated
-with the run's task (`hyla.load`) and its `train.final_eval_samples` and `train.eval_batch_size`.
+with the run's task (`hyla.load`) and its `eval.final_samples` and `eval.batch_size`.
 Every evaluation during training reads the start of the same stream, so a re-evaluation with the
 defaults is not an independent sample of the split. `offset` skips batches: `offset=N` (a multiple
 of `batch_size`) starts at batch N / batch_size, and with N at least the recorded samples rounded up

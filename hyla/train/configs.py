@@ -1,9 +1,11 @@
 """Typed experiment configuration: the schema and its validation.
 
-One `ExperimentConfig` describes a run completely: which task, its settings, the model, the
-optimization and the run folder. The named presets are in `hyla.train.presets`; `hyla train`
-starts from one and applies `--section.field value` overrides on top (parsed in hyla.cli.options;
-see `hyla train --help`).
+One `ExperimentConfig` describes a run completely: which task, its settings, the model, and the
+run in small typed sections, each checking itself in `__post_init__`: `train` (what is trained, for
+how long, how a step runs), `optim`, `eval`, `log`, `checkpoint` and `analysis`; then the run folder.
+Configs of the older flat train section still load (`upgrade_config`, MOVED_FIELDS). The named
+presets are in `hyla.train.presets`; `hyla train` starts from one and applies `--section.field value`
+overrides on top (parsed in hyla.cli.options; see `hyla train --help`).
 
 Task registry: every field of `ExperimentConfig` whose type is a `TaskConfig` subclass is a task,
 selected by `task=<field name>`. Registering a task is therefore one line, e.g.
@@ -153,36 +155,11 @@ DropoutMaskSource = Literal["cpu", "device"]
 
 @dataclass
 class TrainConfig:
-    """Optimization, evaluation and logging (the paper presets: docs/paper_fidelity.md)."""
+    """What is trained, for how long, and how a step runs (the paper presets: docs/paper_fidelity.md)."""
 
     steps: int = 50_000
     batch_size: int = 128
     """global batch size (split across data-parallel ranks)"""
-    lr: float = 1e-3
-    weight_decay: float = 0.1
-    """AdamW decay, applied to tensors with >= 2 dims only"""
-    warmup_steps: int = 100
-    """linear warmup from 0 to lr, then cosine decay reaching final_lr_fraction * lr at step steps - warmup_steps
-    (the authors' optax schedule), constant after"""
-    final_lr_fraction: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.999
-    eps: float = 1e-8
-    eval_every: int = 1000
-    """evaluate every split every this many steps (0: only at the end)"""
-    eval_samples: int = 2048
-    """samples per split at the periodic evaluations"""
-    final_eval_samples: int = 16_000
-    """samples per split at the final evaluation"""
-    eval_batch_size: int = 1024
-    log_every: int = 100
-    """write training metrics (and check the loss is finite) every this many steps"""
-    checkpoint_every: int = 1000
-    train_loss_window: int = 100
-    """the summary's final training loss is the mean over this many last steps"""
-    analysis_every: int = 0
-    """> 0: every this many steps run the latent-code probes (hyla.analysis.analysis_hook) into RUN/analysis/"""
-    analysis_samples: int = 1024
     stop_at: int = 0
     """> 0: end this session at that step with a checkpoint (resume later with `hyla resume`)"""
     step: StepKind = "eager"
@@ -207,28 +184,13 @@ class TrainConfig:
     threads: int = 0
     """torch.set_num_threads; 0: the cores this process may use, divided among the ranks on this machine
     (a function of the machine, never of timing: the same command gives the same weights)"""
-    tensorboard: bool = False
-    """also log to TensorBoard (needs the tensorboard package)"""
-    wandb: str = ""
-    """also log to this Weights & Biases project ("": off; needs the wandb package; WANDB_MODE=offline works)"""
-    progress: bool = True
-    """show a progress bar"""
 
     def __post_init__(self) -> None:
-        """ConfigError for an invalid setting: counts and cadences, the optimizer, the numerics and
-        the device (checked whenever a TrainConfig is made: parsed, loaded or replaced)."""
-        self._check_counts()
-        _check(self.lr > 0, "train.lr", self.lr, "must be > 0")
-        _check(self.weight_decay >= 0, "train.weight_decay", self.weight_decay, "must be >= 0")
-        _check(
-            0.0 <= self.final_lr_fraction <= 1.0,
-            "train.final_lr_fraction",
-            self.final_lr_fraction,
-            "must lie in [0, 1]",
-        )
-        betas = (self.beta1, self.beta2)
-        _check(all(0.0 <= b < 1.0 for b in betas), "train.beta1/beta2", betas, "must lie in [0, 1)")
-        _check(self.eps > 0, "train.eps", self.eps, "must be > 0")
+        """ConfigError for an invalid setting: the counts, how a step runs, the numerics and the device
+        (checked whenever a TrainConfig is made: parsed, loaded or replaced)."""
+        _check_at_least(1, "train", self, ("steps", "batch_size"))
+        _check_at_least(0, "train", self, ("stop_at",))
+        _check(self.threads >= 0, "train.threads", self.threads, "must be >= 0 (0: one per core this process may use)")
         for name, kind in (
             ("step", StepKind),
             ("compile_mode", CompileMode),
@@ -247,26 +209,107 @@ class TrainConfig:
             "must be auto, cpu, cuda or cuda:N",
         )
 
-    def _check_counts(self) -> None:
-        for name in (
-            "steps",
-            "batch_size",
-            "eval_batch_size",
-            "eval_samples",
-            "final_eval_samples",
-            "log_every",
-            "checkpoint_every",
-            "train_loss_window",
-        ):
-            _check(getattr(self, name) >= 1, f"train.{name}", getattr(self, name), "must be >= 1")
-        for name in ("warmup_steps", "eval_every", "stop_at", "analysis_every", "analysis_samples"):
-            _check(getattr(self, name) >= 0, f"train.{name}", getattr(self, name), "must be >= 0")
-        _check(self.threads >= 0, "train.threads", self.threads, "must be >= 0 (0: one per core this process may use)")
+
+@dataclass
+class OptimConfig:
+    """AdamW and its learning-rate schedule."""
+
+    lr: float = 1e-3
+    weight_decay: float = 0.1
+    """AdamW decay, applied to tensors with >= 2 dims only"""
+    warmup_steps: int = 100
+    """linear warmup from 0 to optim.lr, then cosine decay reaching final_lr_fraction * lr at step
+    train.steps - warmup_steps (the authors' optax schedule), constant after"""
+    final_lr_fraction: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+
+    def __post_init__(self) -> None:
+        """ConfigError for an invalid setting (checked whenever an OptimConfig is made)."""
+        _check(self.lr > 0, "optim.lr", self.lr, "must be > 0")
+        _check(self.weight_decay >= 0, "optim.weight_decay", self.weight_decay, "must be >= 0")
+        _check_at_least(0, "optim", self, ("warmup_steps",))
+        _check(
+            0.0 <= self.final_lr_fraction <= 1.0,
+            "optim.final_lr_fraction",
+            self.final_lr_fraction,
+            "must lie in [0, 1]",
+        )
+        betas = (self.beta1, self.beta2)
+        _check(all(0.0 <= b < 1.0 for b in betas), "optim.beta1/beta2", betas, "must lie in [0, 1)")
+        _check(self.eps > 0, "optim.eps", self.eps, "must be > 0")
+
+
+@dataclass
+class EvalConfig:
+    """The evaluations of every split along training and at its end."""
+
+    every: int = 1000
+    """evaluate every split every this many steps (0: only at the end)"""
+    samples: int = 2048
+    """samples per split at the periodic evaluations"""
+    final_samples: int = 16_000
+    """samples per split at the final evaluation"""
+    batch_size: int = 1024
+    """samples per evaluation batch"""
+
+    def __post_init__(self) -> None:
+        """ConfigError for an invalid setting (checked whenever an EvalConfig is made)."""
+        _check_at_least(0, "eval", self, ("every",))
+        _check_at_least(1, "eval", self, ("samples", "final_samples", "batch_size"))
+
+
+@dataclass
+class LogConfig:
+    """Training metrics and where they go besides metrics.jsonl."""
+
+    every: int = 100
+    """write training metrics (and check the loss is finite) every this many steps"""
+    train_loss_window: int = 100
+    """the summary's final training loss is the mean over this many last steps"""
+    tensorboard: bool = False
+    """also log to TensorBoard (needs the tensorboard package)"""
+    wandb: str = ""
+    """also log to this Weights & Biases project ("": off; needs the wandb package; WANDB_MODE=offline works)"""
+    progress: bool = True
+    """show a progress bar"""
+
+    def __post_init__(self) -> None:
+        """ConfigError for an invalid setting (checked whenever a LogConfig is made)."""
+        _check_at_least(1, "log", self, ("every", "train_loss_window"))
+
+
+@dataclass
+class CheckpointConfig:
+    """When a run saves its state (RUN/checkpoints/latest.pt; also at the end and at train.stop_at)."""
+
+    every: int = 1000
+    """save a checkpoint every this many steps"""
+
+    def __post_init__(self) -> None:
+        """ConfigError for an invalid setting (checked whenever a CheckpointConfig is made)."""
+        _check_at_least(1, "checkpoint", self, ("every",))
+
+
+@dataclass
+class AnalysisConfig:
+    """The latent-code probes along training (hyla.analysis.analysis_hook, into RUN/analysis/)."""
+
+    every: int = 0
+    """> 0: run the probes every this many steps"""
+    samples: int = 1024
+    """samples per split the probes read"""
+
+    def __post_init__(self) -> None:
+        """ConfigError for an invalid setting (checked whenever an AnalysisConfig is made)."""
+        _check_at_least(0, "analysis", self, ("every", "samples"))
 
 
 @dataclass
 class ExperimentConfig:
-    """A complete run: task, model, optimization and where to write."""
+    """A complete run: task, model, training, optimization, evaluation, logging, checkpoints, analysis
+    and where to write."""
 
     task: str = "fuzzy_logic"
     """which task section below is used"""
@@ -275,6 +318,11 @@ class ExperimentConfig:
     text: TextConfig = field(default_factory=TextConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    analysis: AnalysisConfig = field(default_factory=AnalysisConfig)
     seed: int = 0
     """seeds the task split, the initialization and the per-step randomness (dropout)"""
     out_dir: str = "runs"
@@ -299,24 +347,22 @@ RESUMABLE_CHANGES = (
     "name",
     "resume",
     "train.stop_at",
-    "train.progress",
-    "train.tensorboard",
-    "train.wandb",
     "train.threads",
-    "train.analysis_every",
-    "train.analysis_samples",
-    "train.log_every",
-    "train.eval_every",
-    "train.eval_samples",
-    "train.final_eval_samples",
-    "train.eval_batch_size",
-    "train.checkpoint_every",
     "train.step",
     "train.compile_mode",
     "train.device",
     "train.precision",
-    "train.compile",  # the fields train.step replaced, which older records hold (`hyla results` reads them)
-    "train.cuda_graph",
+    "log.progress",
+    "log.tensorboard",
+    "log.wandb",
+    "log.every",
+    "analysis.every",
+    "analysis.samples",
+    "eval.every",
+    "eval.samples",
+    "eval.final_samples",
+    "eval.batch_size",
+    "checkpoint.every",
 )
 
 
@@ -369,6 +415,13 @@ def resolve_model(model: ModelConfig, task) -> ModelConfig:
 def _check(ok: bool, name: str, value, requirement: str) -> None:
     if not ok:
         raise ConfigError(f"{name}={value!r} {requirement}")
+
+
+def _check_at_least(least: int, section: str, settings, names: tuple[str, ...]) -> None:
+    """ConfigError naming `section.name` for the first of the `names` of `settings` below `least`."""
+    for name in names:
+        value = getattr(settings, name)
+        _check(value >= least, f"{section}.{name}", value, f"must be >= {least}")
 
 
 def _check_choice(name: str, value, choices) -> None:
@@ -430,15 +483,41 @@ def _validate_model_sizes(m: ModelConfig) -> None:
 # ----------------------------------------------------------------------------- (de)serialization
 
 
+# Fields that moved out of the flat train section into sections of their own: {old path: new
+# path}. A config dict that has them still loads (`upgrade_config`); an option or a sweep entry naming one
+# is refused with the new path (hyla.cli.train_args.check_replaced).
+MOVED_FIELDS = {
+    "train.lr": "optim.lr",
+    "train.weight_decay": "optim.weight_decay",
+    "train.warmup_steps": "optim.warmup_steps",
+    "train.final_lr_fraction": "optim.final_lr_fraction",
+    "train.beta1": "optim.beta1",
+    "train.beta2": "optim.beta2",
+    "train.eps": "optim.eps",
+    "train.eval_every": "eval.every",
+    "train.eval_samples": "eval.samples",
+    "train.final_eval_samples": "eval.final_samples",
+    "train.eval_batch_size": "eval.batch_size",
+    "train.log_every": "log.every",
+    "train.train_loss_window": "log.train_loss_window",
+    "train.tensorboard": "log.tensorboard",
+    "train.wandb": "log.wandb",
+    "train.progress": "log.progress",
+    "train.checkpoint_every": "checkpoint.every",
+    "train.analysis_every": "analysis.every",
+    "train.analysis_samples": "analysis.samples",
+}
+
+
 def config_to_dict(cfg: ExperimentConfig) -> dict[str, Any]:
     return asdict(cfg)
 
 
 def config_from_dict(data: dict[str, Any], cls: type = ExperimentConfig):
     """Rebuild a (nested) config dataclass from `config_to_dict` output; unknown keys are errors.
-    A train section written before train.step (with compile and cuda_graph) reads as its step."""
-    if cls is TrainConfig:
-        data = upgrade_train_section(data)
+    A config of an older layout reads as its current one (`upgrade_config`)."""
+    if cls is ExperimentConfig:
+        data = upgrade_config(data)
     hints = typing.get_type_hints(cls)
     known = {f.name for f in fields(cls)}
     unknown = sorted(set(data) - known)
@@ -449,6 +528,28 @@ def config_from_dict(data: dict[str, Any], cls: type = ExperimentConfig):
         kind = hints[name]
         kwargs[name] = config_from_dict(value, kind) if dataclasses.is_dataclass(kind) else value
     return cls(**kwargs)
+
+
+def upgrade_config(data: dict[str, Any]) -> dict[str, Any]:
+    """A config dict (a run folder's config.json, a run record's or an export's "config", a --config
+    file) in the current layout: the fields of its train section that moved (MOVED_FIELDS) in their
+    new sections, and a train section written before train.step with its step (`upgrade_train_section`).
+    Every record and run folder of an older version reads through here; a current dict is returned as
+    it is (`data` is never modified)."""
+    train = data.get("train")
+    if not isinstance(train, dict):
+        return data
+    data, train = dict(data), upgrade_train_section(train)
+    sections = {}
+    for old, new in MOVED_FIELDS.items():
+        name = old.removeprefix("train.")
+        if name in train:
+            section, field_name = new.split(".")
+            sections.setdefault(section, {})[field_name] = train[name]
+    for section, moved in sections.items():
+        data[section] = {**moved, **data.get(section, {})}
+    data["train"] = {k: v for k, v in train.items() if f"train.{k}" not in MOVED_FIELDS}
+    return data
 
 
 def upgrade_train_section(data: dict[str, Any]) -> dict[str, Any]:

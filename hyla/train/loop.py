@@ -49,7 +49,7 @@ def train(cfg: ExperimentConfig, analysis_hook: AnalysisHook | None = None) -> P
     """Train (or, with cfg.resume, continue) the run described by `cfg`; return its folder.
 
     `analysis_hook(model, task, step, out_dir, samples) -> dict` runs every
-    `train.analysis_every` steps (`hyla train` passes `hyla.analysis.analysis_hook`).
+    `analysis.every` steps (`hyla train` passes `hyla.analysis.analysis_hook`).
     Raises ConfigError for invalid settings, NonFiniteLossError if the loss diverges, and
     KeyboardInterrupt after checkpointing when interrupted.
     """
@@ -64,8 +64,8 @@ def opened_runs(cfgs: list[ExperimentConfig], analysis_hook: AnalysisHook | None
     """The runs of `cfgs` (validated; one, or a pack's members, which share the process settings of
     the first), ready to train under those settings: (their folders, the sessions of those not
     complete, the update `choose(trainers, steps)` returns for them, None without sessions)."""
-    if any(cfg.train.analysis_every for cfg in cfgs) and analysis_hook is None:
-        raise ConfigError("train.analysis_every > 0 needs an analysis hook, e.g. hyla.analysis.analysis_hook")
+    if any(cfg.analysis.every for cfg in cfgs) and analysis_hook is None:
+        raise ConfigError("analysis.every > 0 needs an analysis hook, e.g. hyla.analysis.analysis_hook")
     ctx = distributed.setup(cfgs[0].train.device)
     try:
         with process_settings(cfgs[0], ctx):

@@ -9,7 +9,7 @@ import math
 import torch
 from torch import nn
 
-from hyla.train.configs import TrainConfig
+from hyla.train.configs import OptimConfig
 from hyla.utils import switches
 
 
@@ -216,10 +216,11 @@ class AdamW(torch.optim.AdamW):
 
 
 def make_optimizer(
-    model: nn.Module, cfg: TrainConfig, state: dict | None = None
+    model: nn.Module, cfg: OptimConfig, steps: int, state: dict | None = None
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
-    """AdamW (no gradient clipping) and its LambdaLR schedule; call scheduler.step() after every update.
-    `state`: a checkpoint whose "optimizer" and "scheduler" states they continue from."""
+    """AdamW (no gradient clipping) and its LambdaLR schedule over a run of `steps` steps; call
+    scheduler.step() after every update. `state`: a checkpoint whose "optimizer" and "scheduler"
+    states they continue from."""
     device_type = next(model.parameters()).device.type
     optimizer = AdamW(
         parameter_groups(model, cfg.weight_decay),
@@ -230,7 +231,7 @@ def make_optimizer(
         fused=device_type in ("cpu", "cuda"),
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: lr_multiplier(step, cfg.steps, cfg.warmup_steps, cfg.final_lr_fraction)
+        optimizer, lambda step: lr_multiplier(step, steps, cfg.warmup_steps, cfg.final_lr_fraction)
     )
     if state is not None:
         optimizer.load_state_dict(state["optimizer"])

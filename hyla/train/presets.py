@@ -9,7 +9,18 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from hyla.nn.transformer import ModelConfig
-from hyla.train.configs import ConfigError, ExperimentConfig, FuzzyLogicConfig, SRavenConfig, TextConfig, TrainConfig
+from hyla.train.configs import (
+    CheckpointConfig,
+    ConfigError,
+    EvalConfig,
+    ExperimentConfig,
+    FuzzyLogicConfig,
+    LogConfig,
+    OptimConfig,
+    SRavenConfig,
+    TextConfig,
+    TrainConfig,
+)
 
 PRESETS: dict[str, Callable[[], ExperimentConfig]] = {}
 
@@ -46,16 +57,9 @@ def _paper_fuzzy_logic(num_variables: int, num_terms: int, steps: int = 50_000) 
             bidirectional_position=False,
             paper_init=True,
         ),
-        train=TrainConfig(
-            steps=steps,
-            batch_size=128,
-            lr=1e-3,
-            weight_decay=0.1,
-            warmup_steps=100,
-            eval_every=5000,
-            eval_samples=4096,
-            final_eval_samples=16_000,
-        ),
+        train=TrainConfig(steps=steps, batch_size=128),
+        optim=OptimConfig(lr=1e-3, weight_decay=0.1, warmup_steps=100),
+        eval=EvalConfig(every=5000, samples=4096, final_samples=16_000),
     )
 
 
@@ -95,16 +99,9 @@ def raven_3x3_4features() -> ExperimentConfig:
             bidirectional_position=False,
             paper_init=True,
         ),
-        train=TrainConfig(
-            steps=156_250,
-            batch_size=128,
-            lr=1e-3,
-            weight_decay=0.1,
-            warmup_steps=1000,
-            eval_every=10_000,
-            eval_samples=5120,
-            final_eval_samples=51_200,
-        ),
+        train=TrainConfig(steps=156_250, batch_size=128),
+        optim=OptimConfig(lr=1e-3, weight_decay=0.1, warmup_steps=1000),
+        eval=EvalConfig(every=10_000, samples=5120, final_samples=51_200),
     )
 
 
@@ -115,16 +112,11 @@ def logic_cpu() -> ExperimentConfig:
     return replace(
         cfg,
         fuzzy_logic=replace(cfg.fuzzy_logic, seq_len=16, frac_held_out=0.7),
-        train=replace(
-            cfg.train,
-            steps=6500,
-            warmup_steps=100,
-            eval_every=500,
-            eval_samples=1024,
-            final_eval_samples=4096,
-            log_every=50,
-            checkpoint_every=500,
-        ),
+        train=replace(cfg.train, steps=6500),
+        optim=replace(cfg.optim, warmup_steps=100),
+        eval=replace(cfg.eval, every=500, samples=1024, final_samples=4096),
+        log=replace(cfg.log, every=50),
+        checkpoint=CheckpointConfig(every=500),
     )
 
 
@@ -140,17 +132,11 @@ def raven_cpu() -> ExperimentConfig:
         cfg,
         sraven=replace(cfg.sraven, num_features=3),
         model=replace(cfg.model, num_layers=2, dim=64, num_heads=16, qk_dim=64, v_dim=64, mlp_dim=128),
-        train=replace(
-            cfg.train,
-            steps=10_000,
-            batch_size=128,
-            warmup_steps=100,
-            eval_every=1000,
-            eval_samples=2048,
-            final_eval_samples=8192,
-            log_every=50,
-            checkpoint_every=500,
-        ),
+        train=replace(cfg.train, steps=10_000, batch_size=128),
+        optim=replace(cfg.optim, warmup_steps=100),
+        eval=replace(cfg.eval, every=1000, samples=2048, final_samples=8192),
+        log=replace(cfg.log, every=50),
+        checkpoint=CheckpointConfig(every=500),
     )
 
 
@@ -158,7 +144,18 @@ def raven_cpu() -> ExperimentConfig:
 
 
 def _language_model(
-    text: TextConfig, num_layers: int, dim: int, num_heads: int, mlp_dim: int, attention_dropout: float = 0.0, **train
+    text: TextConfig,
+    num_layers: int,
+    dim: int,
+    num_heads: int,
+    mlp_dim: int,
+    attention_dropout: float = 0.0,
+    *,
+    train: TrainConfig,
+    warmup_steps: int,
+    evaluation: EvalConfig,
+    checkpoint_every: int,
+    log_every: int = LogConfig.every,
 ) -> ExperimentConfig:
     """A decoder-only model as in the authors' language-modeling code: SwiGLU, qk_dim = v_dim = dim,
     one-directional relative position bias, their initialization; AdamW lr 1e-3, weight decay 0.1."""
@@ -178,7 +175,11 @@ def _language_model(
             bidirectional_position=False,
             paper_init=True,
         ),
-        train=TrainConfig(lr=1e-3, weight_decay=0.1, **train),
+        train=train,
+        optim=OptimConfig(lr=1e-3, weight_decay=0.1, warmup_steps=warmup_steps),
+        eval=evaluation,
+        log=LogConfig(every=log_every),
+        checkpoint=CheckpointConfig(every=checkpoint_every),
     )
 
 
@@ -194,13 +195,9 @@ def wiki_wikitext103() -> ExperimentConfig:
         num_heads=16,
         mlp_dim=256,
         attention_dropout=0.1,
-        steps=39_000,
-        batch_size=128,
+        train=TrainConfig(steps=39_000, batch_size=128),
         warmup_steps=1000,
-        eval_every=2000,
-        eval_samples=2048,
-        final_eval_samples=2048,
-        eval_batch_size=256,
+        evaluation=EvalConfig(every=2000, samples=2048, final_samples=2048, batch_size=256),
         checkpoint_every=2000,
     )
 
@@ -214,15 +211,10 @@ def lm_c4_50m() -> ExperimentConfig:
         dim=512,
         num_heads=8,
         mlp_dim=3072,
-        steps=50_000,
-        batch_size=256,
+        train=TrainConfig(steps=50_000, batch_size=256, step="compiled"),
         warmup_steps=2000,
-        eval_every=2500,
-        eval_samples=2048,
-        final_eval_samples=8192,
-        eval_batch_size=128,
+        evaluation=EvalConfig(every=2500, samples=2048, final_samples=8192, batch_size=128),
         checkpoint_every=2500,
-        step="compiled",
     )
 
 
@@ -236,15 +228,11 @@ def lm_cpu() -> ExperimentConfig:
         dim=128,
         num_heads=8,
         mlp_dim=256,
-        steps=3000,
-        batch_size=16,
+        train=TrainConfig(steps=3000, batch_size=16),
         warmup_steps=100,
-        eval_every=250,
-        eval_samples=512,
-        final_eval_samples=512,
-        eval_batch_size=128,
-        log_every=50,
+        evaluation=EvalConfig(every=250, samples=512, final_samples=512, batch_size=128),
         checkpoint_every=250,
+        log_every=50,
     )
 
 

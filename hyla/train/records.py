@@ -71,7 +71,7 @@ class Records:
         self.pending = []
         values = losses.tolist()
         self.progress.window += values
-        self.progress.recent = (self.progress.recent + values)[-self.cfg.train.train_loss_window :]
+        self.progress.recent = (self.progress.recent + values)[-self.cfg.log.train_loss_window :]
 
     def write_training(self) -> dict:
         """Write the training record (mean loss since the last one, all ranks; metrics of the last

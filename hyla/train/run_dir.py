@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from hyla.train.configs import ExperimentConfig, config_from_dict, config_to_dict
+from hyla.train.configs import ExperimentConfig, config_from_dict, config_to_dict, upgrade_config
 from hyla.train.distributed import DistContext, barrier
 from hyla.train.progress import say
 from hyla.utils import dumps, read_jsonl, write_json, write_text_atomic
@@ -67,9 +67,13 @@ class RunDir:
     def read_config(self) -> ExperimentConfig:
         self.check()
         try:
-            return config_from_dict(json.loads(self.config_file.read_text()))
+            return config_from_dict(self.read_config_dict())
         except (ValueError, TypeError) as e:  # JSONDecodeError and ConfigError are ValueErrors
             raise RunError(f"{self.config_file} is damaged or from another version: {e}") from None
+
+    def read_config_dict(self) -> dict:
+        """config.json as a dict in the current layout, whichever version wrote it (`upgrade_config`)."""
+        return upgrade_config(json.loads(self.config_file.read_text()))
 
     def load_checkpoint(self, map_location="cpu") -> tuple[dict, Path, str]:
         """(state, file, note) of the latest readable checkpoint; see `checkpoint.load_latest`."""
@@ -117,7 +121,7 @@ class RunDir:
         self.write_env(env, step)
         if cfg.resume:
             self.truncate_metrics(rows)
-        return MetricsLog(self, rows, cfg.train.tensorboard, trackers)
+        return MetricsLog(self, rows, cfg.log.tensorboard, trackers)
 
     def read_summary(self) -> dict:
         return json.loads(self.summary_file.read_text()) if self.summary_file.exists() else {}
@@ -182,7 +186,7 @@ def open_run_dir(cfg: ExperimentConfig, ctx: DistContext) -> tuple[ExperimentCon
     from). Every rank names the run as rank 0 does (its timestamped default); the checkpoint is
     None for a new run, or a resumed run that has none yet. A new run's folder must not exist
     (FileExistsError); a damaged latest checkpoint warns and the previous one is taken."""
-    if cfg.train.tensorboard:
+    if cfg.log.tensorboard:
         require_tensorboard()
     if not cfg.name:
         names = [RunDir.for_config(cfg).path.name]
@@ -210,7 +214,7 @@ def require_tensorboard() -> None:
         import tensorboard  # noqa: F401
     except ImportError:
         raise ConfigError(
-            "--train.tensorboard needs the tensorboard package: pip install tensorboard "
+            "--log.tensorboard needs the tensorboard package: pip install tensorboard "
             "(or pip install 'hyla[tensorboard]'); metrics.jsonl is always written"
         ) from None
 

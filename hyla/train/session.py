@@ -37,7 +37,7 @@ class Progress:
 
     step: int = 0
     window: list[float] = field(default_factory=list)  # per-step losses since the last training record
-    recent: list[float] = field(default_factory=list)  # per-step losses of the last train_loss_window steps
+    recent: list[float] = field(default_factory=list)  # per-step losses of the last log.train_loss_window steps
     last_eval: dict = field(default_factory=dict)
     metrics_rows: int = 0  # records in metrics.jsonl up to this step
     train_time: float = 0.0  # seconds spent in timed steps (each session's first step is not timed)
@@ -102,7 +102,7 @@ class Session:
         self.run_dir, self.ctx = run, ctx
         t, progress = self.cfg.train, self.progress
         self.end = t.stop_at if progress.step < t.stop_at < t.steps else t.steps
-        self.shows_progress = ctx.is_main and t.progress
+        self.shows_progress = ctx.is_main and self.cfg.log.progress
         self.records = Records(start, run, ctx, numerics)
         self.evaluation = Evaluation(start, run, ctx, analysis_hook, self.records)
         self.checkpoints = Checkpoints(start, run, ctx, self.end, self.records)
@@ -111,13 +111,14 @@ class Session:
         """What is due after an update: the training record, an evaluation, an analysis, and a
         checkpoint (when due, or forced: a stop). Returns the progress bar's postfix when a
         training record was written."""
-        t, p = self.cfg.train, self.progress
-        done, postfix = p.step, None
-        if done % t.log_every == 0 or done == t.steps:
+        cfg, p = self.cfg, self.progress
+        done, steps, every_eval, every_analysis = p.step, cfg.train.steps, cfg.eval.every, cfg.analysis.every
+        postfix = None
+        if done % cfg.log.every == 0 or done == steps:
             postfix = self.records.write_training()
-        if t.eval_every and done % t.eval_every == 0 and done < t.steps:
-            p.last_eval = {"step": done, **self.evaluation.splits(t.eval_samples)}
-        if t.analysis_every and done % t.analysis_every == 0:
+        if every_eval and done % every_eval == 0 and done < steps:
+            p.last_eval = {"step": done, **self.evaluation.splits(cfg.eval.samples)}
+        if every_analysis and done % every_analysis == 0:
             self.evaluation.analyze()
         if force_checkpoint or self.checkpoints.due():
             self.checkpoints.save()
@@ -134,7 +135,7 @@ class Session:
                 say(message)
             self.write_summary("stopped", message=message)
         else:
-            result = self.write_summary("completed", final=self.evaluation.splits(t.final_eval_samples))
+            result = self.write_summary("completed", final=self.evaluation.splits(self.cfg.eval.final_samples))
             if self.ctx.is_main:
                 say(_final_line(result, self.task.metric_name))
         distributed.barrier(self.ctx)  # ranks leave together: none tears down while rank 0 still writes
@@ -147,7 +148,7 @@ class Session:
             if self.checkpoints.step is not None
             else "no checkpoint had been written yet"
         )
-        message = f"{error}; stopping: {where}. Try a lower --train.lr or more --train.warmup_steps."
+        message = f"{error}; stopping: {where}. Try a lower --optim.lr or more --optim.warmup_steps."
         self.write_summary("diverged", message=message)
         return NonFiniteLossError(message)
 
@@ -181,22 +182,22 @@ class Evaluation:
         self.folder, self.ctx, self.hook, self.records = run.path / "analysis", ctx, hook, records
 
     def splits(self, num_samples: int) -> dict:
-        results, t = {}, self.cfg.train
+        results, cfg = {}, self.cfg
         for split in self.task.eval_splits:
             results[split] = evaluate(
-                self.model, self.task, split, num_samples, t.eval_batch_size, self.ctx, progress=t.progress
+                self.model, self.task, split, num_samples, cfg.eval.batch_size, self.ctx, progress=cfg.log.progress
             )
             self.records.write(self.progress.step, split, results[split])
         return results
 
     def analyze(self) -> None:
         if self.ctx.is_main:
-            step, samples = self.progress.step, self.cfg.train.analysis_samples
+            step, samples = self.progress.step, self.cfg.analysis.samples
             self.records.write(step, "analysis", self.hook(self.model, self.task, step, self.folder, samples))
 
 
 class Checkpoints:
-    """A session's checkpoints: when one is due (every train.checkpoint_every steps, and at the
+    """A session's checkpoints: when one is due (every checkpoint.every steps, and at the
     session's end), and writing one; `step`: the last one's (None: none yet)."""
 
     def __init__(self, start: Start, run: RunDir, ctx: DistContext, end: int, records: Records):
@@ -205,7 +206,7 @@ class Checkpoints:
         self.step = self.progress.step if self.progress.step else None
 
     def due(self) -> bool:
-        return self.progress.step % self.cfg.train.checkpoint_every == 0 or self.progress.step == self.end
+        return self.progress.step % self.cfg.checkpoint.every == 0 or self.progress.step == self.end
 
     def save(self) -> None:
         """Checkpoint the weights, optimizer, schedule and progress (rank 0), after checking that the

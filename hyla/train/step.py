@@ -97,7 +97,7 @@ class Trainer:
         self.model = build_model(cfg).to(ctx.device)
         if state is not None:
             self.model.load_state_dict(state["model"])
-        self.optimizer, self.scheduler = make_optimizer(self.model, cfg.train, state)
+        self.optimizer, self.scheduler = make_optimizer(self.model, cfg.optim, cfg.train.steps, state)
         self.module = self.model
         if ctx.distributed:
             from torch.nn.parallel import DistributedDataParallel

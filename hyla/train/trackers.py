@@ -1,4 +1,4 @@
-"""Experiment trackers beside metrics.jsonl and TensorBoard: Weights & Biases (`--train.wandb PROJECT`).
+"""Experiment trackers beside metrics.jsonl and TensorBoard: Weights & Biases (`--log.wandb PROJECT`).
 
 A tracker receives every record the run folder's MetricsLog writes (`log(step, split, metrics)`)
 and is closed with it. `WandbLogger` logs the numeric metrics under the same `split/metric` names
@@ -59,14 +59,14 @@ def require_wandb() -> None:
         import wandb  # noqa: F401
     except ImportError:
         raise ConfigError(
-            "--train.wandb needs the wandb package: pip install wandb (or pip install 'hyla[wandb]'); "
+            "--log.wandb needs the wandb package: pip install wandb (or pip install 'hyla[wandb]'); "
             "metrics.jsonl is always written"
         ) from None
 
 
 def open_trackers(cfg: ExperimentConfig, run_path) -> list[Tracker]:
     """The trackers the config asks for (run on the main rank only)."""
-    if not cfg.train.wandb:
+    if not cfg.log.wandb:
         return []
     require_wandb()
-    return [WandbLogger(run_path, cfg, cfg.train.wandb)]
+    return [WandbLogger(run_path, cfg, cfg.log.wandb)]

@@ -164,9 +164,16 @@ def test_end_to_end_on_a_trained_checkpoint(tmp_path):
     cli = pytest.importorskip("hyla.cli")
     from hyla.analysis import analysis_hook
 
-    settings = dict(steps=30, warmup_steps=5, batch_size=32, log_every=10, checkpoint_every=30, eval_every=0)
-    settings |= dict(eval_samples=64, final_eval_samples=64, eval_batch_size=64, analysis_every=15, analysis_samples=64)
-    cfg = quick_config(tmp_path, model={"dim": 32, "mlp_dim": 64}, train=settings)  # logic_cpu at a width of 32
+    cfg = quick_config(  # logic_cpu at a width of 32
+        tmp_path,
+        model={"dim": 32, "mlp_dim": 64},
+        train={"steps": 30, "batch_size": 32},
+        optim={"warmup_steps": 5},
+        eval={"every": 0, "samples": 64, "final_samples": 64, "batch_size": 64},
+        log={"every": 10},
+        checkpoint={"every": 30},
+        analysis={"every": 15, "samples": 64},
+    )
     run = train.train(cfg, analysis_hook)
     code = cli.main(
         [

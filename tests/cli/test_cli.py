@@ -9,8 +9,8 @@ from hyla.cli import COMMANDS, main
 from hyla.runs.sweep import override_flags
 from hyla.train import progress
 
-TINY_SETTINGS = {**TINY_RUN, "model.mlp_dim": 32, "train.eval_samples": 32, "train.eval_batch_size": 32}
-TINY_SETTINGS |= {"train.log_every": 5, "train.checkpoint_every": 10, "train.eval_every": 10, "train.progress": False}
+TINY_SETTINGS = {**TINY_RUN, "model.mlp_dim": 32, "eval.samples": 32, "eval.batch_size": 32}
+TINY_SETTINGS |= {"log.every": 5, "checkpoint.every": 10, "eval.every": 10, "log.progress": False}
 TINY = [flag for key, value in TINY_SETTINGS.items() for flag in override_flags(key, value)]  # `hyla train` flags
 
 
@@ -83,7 +83,7 @@ def test_train_eval_resume(tmp_path, capsys):
 
 def test_train_says_what_runs_shows_lines_a_log_follows_and_ends_with_its_curves(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(progress, "PROGRESS_EVERY", 0.0)  # (a line after every step)
-    tiny = [arg for arg in TINY if arg != "--train.no-progress"]
+    tiny = [arg for arg in TINY if arg != "--log.no-progress"]
     args = ["train", "--preset", "logic_cpu", "--train.steps", "20", "--out_dir", str(tmp_path), "--name", "run"]
     assert main(args + tiny) == 0
     run = tmp_path / "run"
@@ -162,7 +162,7 @@ def test_tensorboard_without_the_package_is_a_clear_error(tmp_path, capsys, monk
         "logic_cpu",
         "--train.steps",
         "2",
-        "--train.tensorboard",
+        "--log.tensorboard",
         "--out_dir",
         str(tmp_path),
     ] + TINY

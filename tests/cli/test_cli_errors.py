@@ -47,11 +47,9 @@ def test_invalid_option_values(tmp_path, capsys):
     fails_in_one_line(capsys, ["eval", str(run), "--samples", "-3"], "must be >= 1")
     fails_in_one_line(capsys, ["analyze", str(run), "--samples", "0"], "must be >= 1")
     fails_in_one_line(capsys, ["eval", str(run), "--split", "nope"], "nope")
-    fails_in_one_line(capsys, ["resume", str(run), "--train.lr", "0.5"], "train.lr")
+    fails_in_one_line(capsys, ["resume", str(run), "--optim.lr", "0.5"], "optim.lr")
     fails_in_one_line(capsys, ["train", "--preset", "logic_cpu", "--train.steps", "-5"], "train.steps")
-    fails_in_one_line(
-        capsys, ["train", "--preset", "logic_cpu", "--train.final_eval_samples", "0"], "train.final_eval_samples"
-    )
+    fails_in_one_line(capsys, ["train", "--preset", "logic_cpu", "--eval.final_samples", "0"], "eval.final_samples")
     fails_in_one_line(capsys, ["train", "--config", str(tmp_path / "missing.json")], "missing.json")
     assert snapshot(run) == before
 
@@ -62,6 +60,22 @@ def test_a_misspelled_option_is_named_without_the_values_after_it(tmp_path, caps
     last = fails_in_one_line(capsys, ["eval", str(tmp_path), "--sampels", "64"], "--samples")
     assert "Unrecognized options: --sampels " in last and "64" not in last, last
     assert not list(tmp_path.iterdir())
+
+
+def test_an_option_or_sweep_entry_of_a_moved_field_names_the_new_one(tmp_path, capsys):
+    """The fields that moved out of the train section (issue 80): `hyla train`, `hyla resume` and a
+    sweep file naming the old path end with one line naming the new one, and run nothing."""
+    run = tiny_run(tmp_path / "runs")
+    before = snapshot(run)
+    fails_in_one_line(capsys, ["train", "--preset", "logic_cpu", "--train.lr", "1e-3"], "train.lr moved to optim.lr")
+    fails_in_one_line(capsys, ["resume", str(run), "--train.eval-every", "5"], "train.eval_every moved to eval.every")
+    assert snapshot(run) == before
+    sweep = tmp_path / "old.yaml"
+    sweep.write_text(
+        f"name: old\npreset: logic_cpu\nout_dir: {tmp_path}\nseeds: [0]\noverrides: {{train.eval_every: 100}}\n"
+    )
+    last = fails_in_one_line(capsys, ["sweep", str(sweep), "--dry-run"], "train.eval_every moved to eval.every")
+    assert "overrides entry train.eval_every" in last and not (tmp_path / "old").exists()
 
 
 def test_a_task_command_mismatch(tmp_path, capsys):

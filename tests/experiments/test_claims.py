@@ -171,7 +171,7 @@ def test_the_paper_budget_rows_follow_the_runs_from_progress_to_completion(tmp_p
 
     monkeypatch.setattr(files, "RESULTS", tmp_path)
     assert sraven_20m.sraven_20m_sections()["r20m"] == "not yet evaluated"
-    train = {"steps": 10000, "batch_size": 128, "eval_samples": 5120, "final_eval_samples": 51200}
+    train, evaluation = {"steps": 10000, "batch_size": 128}, {"samples": 5120, "final_samples": 51200}
 
     def write(folder: str, mixer: str, accuracies: list[float], status: str | None, seed: int = 0) -> None:
         steps = [5000 * (i + 1) for i in range(len(accuracies))]
@@ -186,7 +186,7 @@ def test_the_paper_budget_rows_follow_the_runs_from_progress_to_completion(tmp_p
         ]
         record = {
             "run": f"table_a1_raven_20m_cpu/mixer-{mixer}__s{seed}",
-            "config": {"model": {"mixer": mixer}, "seed": seed, "train": train},
+            "config": {"model": {"mixer": mixer}, "seed": seed, "train": train, "eval": evaluation},
             "summary": {"status": status} if status else {},
             "metrics": metrics,
         }

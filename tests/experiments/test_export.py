@@ -62,7 +62,7 @@ def test_an_export_loads_as_its_run(exported):
 
 def test_hyla_load_gives_the_model_and_task_that_repeat_the_runs_evaluation(exported, tmp_path):
     run, out = exported
-    train = json.loads((run / "config.json").read_text())["train"]
+    evaluation = json.loads((run / "config.json").read_text())["eval"]
     final = json.loads((run / "summary.json").read_text())["final"]
     x = FuzzyLogic(num_variables=3, num_terms=2, seq_len=8, frac_held_out=0.3, seed=3).batch("ood", 8, 0).x
     outputs = []
@@ -71,7 +71,7 @@ def test_hyla_load_gives_the_model_and_task_that_repeat_the_runs_evaluation(expo
         assert isinstance(model, Transformer) and not model.training and (type(task), task.seed) == (FuzzyLogic, 3)
         outputs.append(model(x))
         for split in task.eval_splits:
-            result = hyla.evaluate(model, task, split, train["final_eval_samples"], train["eval_batch_size"])
+            result = hyla.evaluate(model, task, split, evaluation["final_samples"], evaluation["batch_size"])
             assert result == pytest.approx(final[split], rel=1e-5, abs=1e-7)
     assert torch.equal(*outputs)
     with pytest.raises(RunError, match="does not exist"):

@@ -49,6 +49,27 @@ def test_tables_come_back_from_the_records_alone_and_a_folder_shadows_its_record
     assert json.loads(records.path_of(out, "sweep/a0").read_text())["summary"]["final"]["ood"]["r2"] == 0.4
 
 
+def test_runs_and_records_of_the_flat_layout_mix_with_new_ones(tmp_path):
+    """A run folder or record written before the config sections (issue 80: lr, eval_every, progress
+    in the train section; the long runs write them) reads in the new layout: beside a new run of the
+    same settings it is one group of the table, and its record is kept in the new layout."""
+    runs, out = tmp_path / "runs" / "sweep", tmp_path / "results"
+    for name, seed, r2 in (("old", 0, 0.8), ("new", 1, 0.6)):
+        fake_run(runs, name, "hyla", seed, r2)
+    new = json.loads((runs / "new" / "config.json").read_text())
+    (runs / "new" / "config.json").write_text(json.dumps({**new, "optim": {"lr": 0.002}, "eval": {"every": 200}}))
+    old = json.loads((runs / "old" / "config.json").read_text())
+    flat = {**old["train"], "lr": 0.002, "eval_every": 100, **old.pop("log")}
+    (runs / "old" / "config.json").write_text(json.dumps({**old, "train": flat}))
+    text = summarize([runs], out)
+    assert "| hyla | 2 | 70.00 ± 10.00 |" in text  # eval.every differs, a bookkeeping field: one group
+    kept = [records.read(records.path_of(out, f"sweep/{name}"))["config"] for name in ("old", "new")]
+    assert [(c["optim"], c["eval"]["every"]) for c in kept] == [({"lr": 0.002}, 100), ({"lr": 0.002}, 200)]
+    assert "lr" not in kept[0]["train"] and kept[0]["log"] == {"progress": True}
+    shutil.rmtree(tmp_path / "runs")
+    assert "| hyla | 2 | 70.00 ± 10.00 |" in summarize([out], out)  # and from the records alone
+
+
 def test_records_hold_no_absolute_path_of_the_machine(tmp_path, monkeypatch):
     from hyla.utils import portable_path
 

@@ -29,7 +29,9 @@ def runs(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("runs")
     for mixer in ("hyla", "softmax"):
         for seed in (0, 1):
-            train(replace(tiny_config(root, name=f"{mixer}_s{seed}", mixer=mixer, steps=6, eval_every=0), seed=seed))
+            train(
+                replace(tiny_config(root, name=f"{mixer}_s{seed}", mixer=mixer, steps=6, eval={"every": 0}), seed=seed)
+            )
     unfinished = root / "unfinished"
     unfinished.mkdir()
     (unfinished / "config.json").write_text((root / "hyla_s0" / "config.json").read_text())
@@ -114,7 +116,7 @@ def test_latent_structure_from_run_records_alone(runs, tmp_path, capsys, monkeyp
 def test_mixture_of_experts_runs_are_a_group_of_their_own(runs, tmp_path):
     """A HYLA run with experts in place of the feed-forward layer is correlated within "hyla + MoE",
     not pooled with the HYLA runs."""
-    cfg = tiny_config(tmp_path / "moe", name="hyla_moe_s0", steps=6, eval_every=0)
+    cfg = tiny_config(tmp_path / "moe", name="hyla_moe_s0", steps=6, eval={"every": 0})
     train(replace(cfg, model=replace(cfg.model, num_experts=3, experts_top_k=2)))
     assert (
         main(

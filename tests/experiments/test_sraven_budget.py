@@ -23,10 +23,11 @@ def record(mixer: str, accuracies: list[float], completed: bool, seed: int = 0) 
     metrics += [{"step": 5000 * (i + 1), "split": "valid", "acc": a + 0.01} for i, a in enumerate(accuracies)]
     metrics += [{"step": 5000 * (i + 1), "split": "train", "loss": 1 - a} for i, a in enumerate(accuracies)]
     metrics.insert(0, {"step": 100, "split": "train", "loss": 2.0})
-    train = {"steps": steps, "batch_size": 128, "eval_samples": 5120, "final_eval_samples": 51200}
+    train = {"steps": steps, "batch_size": 128}
+    evaluation = {"samples": 5120, "final_samples": 51200}
     return {
         "run": f"sweep/mixer-{mixer}__s{seed}",
-        "config": {"model": {"mixer": mixer}, "seed": seed, "train": train},
+        "config": {"model": {"mixer": mixer}, "seed": seed, "train": train, "eval": evaluation},
         "summary": {"status": "completed"} if completed else {},
         "metrics": metrics,
     }

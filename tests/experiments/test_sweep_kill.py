@@ -19,7 +19,7 @@ from hyla.runs.sweep import SweepSpec, alive, sweep_status
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
 
-TINY = json.dumps({**TINY_RUN, "train.log_every": 1, "train.steps": 400, "train.checkpoint_every": 5000})
+TINY = json.dumps({**TINY_RUN, "log.every": 1, "train.steps": 400, "checkpoint.every": 5000})
 
 
 def write_sweep(tmp_path):

@@ -28,7 +28,7 @@ def tiny_spec(out_dir, steps: int) -> SweepSpec:
         preset="logic_cpu",
         out_dir=str(out_dir),
         seeds=[0],
-        overrides={**TINY_RUN, "train.log_every": 10, "train.checkpoint_every": 10, "train.steps": steps},
+        overrides={**TINY_RUN, "log.every": 10, "checkpoint.every": 10, "train.steps": steps},
         grid=[{"model.mixer": ["hyla"]}],
         slurm={"cpus_per_task": 1},
     )

@@ -15,14 +15,14 @@ from helpers_train import TINY_RUN
 from hyla.cli import main
 from hyla.runs.sweep import SweepSpec, print_status, sweep_status
 
-TINY = {**TINY_RUN, "train.log_every": 1, "train.steps": 300}
+TINY = {**TINY_RUN, "log.every": 1, "train.steps": 300}
 
 
 def write_sweep(tmp_path, grid: str = "{model.mixer: [hyla]}", overrides: dict | str = TINY, checkpoint_every=1000):
-    """A sweep file of `grid` with `overrides` (a dict: with train.checkpoint_every; a str: as written)."""
+    """A sweep file of `grid` with `overrides` (a dict: with checkpoint.every; a str: as written)."""
     path = tmp_path / "sweep.yaml"
     if isinstance(overrides, dict):
-        overrides = json.dumps({**overrides, "train.checkpoint_every": checkpoint_every})
+        overrides = json.dumps({**overrides, "checkpoint.every": checkpoint_every})
     path.write_text(f"name: t\npreset: logic_cpu\nout_dir: {tmp_path / 'runs'}\noverrides: {overrides}\ngrid: {grid}\n")
     return path
 

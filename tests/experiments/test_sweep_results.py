@@ -96,7 +96,8 @@ def fake_run(
                 "seed": seed,
                 "name": name,
                 "model": {"mixer": mixer, "dim": 8},
-                "train": {"threads": threads, "stop_at": stop_at, "progress": True},
+                "train": {"threads": threads, "stop_at": stop_at},
+                "log": {"progress": True},
             }
         )
     )
@@ -313,8 +314,8 @@ preset: logic_cpu
 out_dir: {tmp_path / "runs"}
 results: {tmp_path / "results"}
 seeds: [0]
-overrides: {{train.steps: 4, train.warmup_steps: 1, train.eval_every: 0, train.eval_samples: 64,
-             train.final_eval_samples: 64, train.log_every: 2, model.num_layers: 1, model.dim: 16, model.mlp_dim: 16}}
+overrides: {{train.steps: 4, optim.warmup_steps: 1, eval.every: 0, eval.samples: 64,
+             eval.final_samples: 64, log.every: 2, model.num_layers: 1, model.dim: 16, model.mlp_dim: 16}}
 grid: {{model.mixer: [softmax, hyla]}}
 parallel: 2
 """,

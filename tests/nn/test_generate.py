@@ -137,9 +137,17 @@ def test_hyla_sample_command(tmp_path, capsys):
         corpus=str(tmp_path / "corpus.txt"), seq_len=16, vocab_size=300, cache_dir=str(tmp_path / "cache")
     )
     model = dict(num_layers=1, dim=32, num_heads=4, qk_dim=16, v_dim=16, mlp_dim=32, mixer="hyla")
-    settings = dict(steps=3, warmup_steps=1, eval_every=0, eval_samples=8, final_eval_samples=8, eval_batch_size=8)
     cfg = quick_config(
-        tmp_path / "runs", "lm_cpu", "tiny", model, settings | dict(log_every=1, checkpoint_every=3), text=text
+        tmp_path / "runs",
+        "lm_cpu",
+        "tiny",
+        model=model,
+        train={"steps": 3},
+        optim={"warmup_steps": 1},
+        eval={"every": 0, "samples": 8, "final_samples": 8, "batch_size": 8},
+        log={"every": 1},
+        checkpoint={"every": 3},
+        text=text,
     )
     run = train(cfg)
     capsys.readouterr()

@@ -177,9 +177,9 @@ BF16_TOLERANCE = 0.1
 def test_bf16_trains_in_bfloat16_with_float32_weights(tmp_path, monkeypatch):
     """Trains in bfloat16 with float32 weights and optimizer state, along the float32 run's curve."""
     dtypes = bf16_probe(monkeypatch)
-    run = train(tiny_config(tmp_path, name="bf16", steps=40, lr=3e-3, precision="bf16", log_every=10))
+    run = train(tiny_config(tmp_path, name="bf16", steps=40, optim={"lr": 3e-3}, precision="bf16", log={"every": 10}))
     assert len(dtypes) == 40 and set(dtypes) == {torch.bfloat16}
-    fp32 = train(tiny_config(tmp_path, name="fp32", steps=40, lr=3e-3, log_every=10))
+    fp32 = train(tiny_config(tmp_path, name="fp32", steps=40, optim={"lr": 3e-3}, log={"every": 10}))
     losses, reference = train_losses(run), train_losses(fp32)
     assert len(losses) == len(reference) == 4 and reference[-1] < 0.5 * reference[0]  # float32 learns: 0.21 -> 0.057
     for step, (got, want) in enumerate(zip(losses, reference), start=1):

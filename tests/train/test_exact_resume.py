@@ -20,14 +20,14 @@ from helpers_train import TaskWrapper, tiny_config
 
 from hyla.train import checkpoint as ckpt
 from hyla.train import train
-from hyla.train.configs import config_to_dict
+from hyla.train.configs import MOVED_FIELDS, config_to_dict
 
 TIMING = ("steps_per_second", "wall_time_s")
 STEPS = 20
 
 
-def config(tmp_path, name, **train_overrides):
-    return tiny_config(tmp_path, name=name, steps=STEPS, checkpoint_every=7, **train_overrides)
+def config(tmp_path, name, **overrides):
+    return tiny_config(tmp_path, name=name, **{"steps": STEPS, "checkpoint": {"every": 7}, **overrides})
 
 
 @pytest.fixture(scope="module")
@@ -112,11 +112,12 @@ def test_a_signal_stops_after_the_step_and_resume_is_exact(tmp_path, monkeypatch
 def test_a_signal_during_an_evaluation_finishes_it_then_stops(tmp_path, monkeypatch, reference):
     restore = stop_with(monkeypatch, lambda task: SignalAt(task, "ood", 1))  # ood at step 10, 2nd batch
     with pytest.raises(KeyboardInterrupt):
-        train(config(tmp_path, "stopped", eval_samples=64))
+        train(config(tmp_path, "stopped", eval={"samples": 64}))
     restore()
     rows = [json.loads(line) for line in (tmp_path / "stopped" / "metrics.jsonl").read_text().splitlines()]
     assert [(r["step"], r["split"]) for r in rows][-3:] == [(10, "valid"), (10, "ood"), (10, "novel_terms")]
-    assert_same_run(train(config(tmp_path, "full", eval_samples=64)), resume(tmp_path, "stopped", eval_samples=64))
+    samples = {"eval": {"samples": 64}}
+    assert_same_run(train(config(tmp_path, "full", **samples)), resume(tmp_path, "stopped", **samples))
 
 
 def test_a_second_signal_aborts_at_once_and_the_last_checkpoint_resumes_exactly(tmp_path, monkeypatch, reference):
@@ -190,6 +191,31 @@ def test_resuming_a_completed_run_changes_nothing(tmp_path, capsys):
     resume(tmp_path, "done")
     assert "is complete" in capsys.readouterr().out
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+
+
+def flat_layout(data: dict) -> dict:
+    """A config dict as hyla wrote it before the config sections (issue 80): every field that moved
+    back in the train section under its old name, the sections it moved to gone."""
+    moved = {new.split(".")[0] for new in MOVED_FIELDS.values()}
+    train_section = dict(data["train"])
+    for old, new in MOVED_FIELDS.items():
+        section, name = new.split(".")
+        train_section[old.removeprefix("train.")] = data[section][name]
+    return {**{k: v for k, v in data.items() if k not in moved}, "train": train_section}
+
+
+def test_a_run_folder_of_the_flat_layout_resumes_exactly(tmp_path, reference, capsys):
+    """A run stopped by an older hyla (its config.json in the flat layout, as the long runs' folders
+    are) continues with `hyla resume` and ends as if it had never stopped."""
+    from hyla.cli import main
+
+    run = tmp_path / "old"
+    train(config(tmp_path, "old", stop_at=10))
+    config_file = run / "config.json"
+    config_file.write_text(json.dumps(flat_layout(json.loads(config_file.read_text()))))
+    assert "optim" not in json.loads(config_file.read_text()) and "lr" in json.loads(config_file.read_text())["train"]
+    assert main(["resume", str(run)]) == 0, capsys.readouterr().err
+    assert_same_run(reference, run)
 
 
 def test_resume_warns_when_numerics_change(tmp_path):
@@ -272,10 +298,7 @@ def _wait_for_step(run, step: int, process, timeout: float = 120) -> None:
 def test_real_signals_to_the_hyla_command(tmp_path, sig):
     """`hyla train` killed by a real SIGTERM (stops after the step) or SIGKILL (resumes from the last
     checkpoint); `hyla resume` then ends exactly like an uninterrupted run."""
-    cfg = replace(
-        config(tmp_path, "real"),
-        train=replace(config(tmp_path, "real").train, steps=400, checkpoint_every=50, eval_every=100),
-    )
+    cfg = config(tmp_path, "real", steps=400, checkpoint={"every": 50}, eval={"every": 100})
     (tmp_path / "real.json").write_text(json.dumps(config_to_dict(cfg)))
     full = replace(cfg, name="full")
     process = _start_cli(["train", "--config", "real.json"], tmp_path)

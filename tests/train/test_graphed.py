@@ -143,7 +143,7 @@ def test_a_graphed_pack_equals_the_eager_pack_and_captures_again_when_a_member_l
         return [
             tiny_config(root, name="a", **settings),
             replace(tiny_config(root, name="b", **settings), seed=4),
-            replace(tiny_config(root, name="c", steps=12, lr=3e-3, **settings), seed=5),
+            replace(tiny_config(root, name="c", steps=12, optim={"lr": 3e-3}, **settings), seed=5),
         ]
 
     eager = train_packed(members(tmp_path / "eager"))
@@ -254,11 +254,14 @@ def test_graphed_steps_equal_eager_steps_on_cuda(preset, mixer):
 def test_a_graphed_sraven_pack_equals_the_eager_pack_on_cuda(tmp_path):
     def members(root, **settings):
         cfg = get_preset("raven_3x3_4features")
-        train_settings = dict(steps=30, log_every=5, eval_every=0, final_eval_samples=256, device="cuda", **settings)
-        return [
-            replace(cfg, out_dir=str(root), name=f"s{seed}", seed=seed, train=replace(cfg.train, **train_settings))
-            for seed in (0, 1)
-        ]
+        cfg = replace(
+            cfg,
+            out_dir=str(root),
+            train=replace(cfg.train, steps=30, device="cuda", **settings),
+            eval=replace(cfg.eval, every=0, final_samples=256),
+            log=replace(cfg.log, every=5),
+        )
+        return [replace(cfg, name=f"s{seed}", seed=seed) for seed in (0, 1)]
 
     eager = train_packed(members(tmp_path / "eager"))
     graphs = train_packed(members(tmp_path / "graphs", step="graphed"))

@@ -85,8 +85,8 @@ def test_resume_reaches_exactly_the_uninterrupted_weights(tmp_path):
 
 def test_resume_refuses_a_changed_config(tmp_path):
     train(tiny_config(tmp_path, name="run", steps=10, stop_at=5))
-    changed = tiny_config(tmp_path, name="run", steps=10, lr=5e-3)
-    with pytest.raises(ConfigError, match="train.lr"):
+    changed = tiny_config(tmp_path, name="run", steps=10, optim={"lr": 5e-3})
+    with pytest.raises(ConfigError, match="optim.lr"):
         train(replace(changed, resume=True))
     with pytest.raises(FileExistsError, match="--resume"):
         train(tiny_config(tmp_path, name="run", steps=10))
@@ -161,7 +161,7 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monk
         train(tiny_config(tmp_path, steps=40))
     assert "last good checkpoint (step 5)" in str(exc.value)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["status"] == "diverged" and summary["step"] == 10 and "lower --train.lr" in summary["message"]
+    assert summary["status"] == "diverged" and summary["step"] == 10 and "lower --optim.lr" in summary["message"]
     state = ckpt.load(tmp_path / "run" / "checkpoints" / "latest.pt")
     assert state["progress"]["step"] == 5 and all(torch.isfinite(v).all() for v in state["model"].values())
 

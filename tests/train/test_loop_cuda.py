@@ -32,7 +32,7 @@ from hyla.train.step import build_model
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
-RUN = dict(steps=60, lr=3e-3)  # a training record every 5 steps: 12 logged losses
+RUN = dict(steps=60, optim={"lr": 3e-3})  # a training record every 5 steps: 12 logged losses
 FLOAT32_TOLERANCE = 1e-3  # relative, each logged loss of a float32 run
 LOW_PRECISION_TOLERANCE = 0.1  # relative, the mean loss of steps 31-60 of a TF32 or bfloat16 run
 DROPOUT_MASK_TOLERANCE = 0.15  # relative, the mean loss of steps 31-60 with other dropout masks

@@ -8,7 +8,7 @@ from helpers_train import tiny_model_config
 
 from hyla.nn.transformer import Transformer
 from hyla.train import optim
-from hyla.train.configs import TrainConfig
+from hyla.train.configs import OptimConfig
 from hyla.train.optim import fused_adamw_step, lr_multiplier, make_optimizer, parameter_groups
 
 
@@ -68,7 +68,7 @@ def test_schedule_without_room_for_a_cosine_drops_to_the_end_value_after_warmup(
 
 def test_scheduler_drives_the_optimizer_lr():
     model = torch.nn.Linear(3, 3)
-    optimizer, scheduler = make_optimizer(model, TrainConfig(steps=10, warmup_steps=2, lr=1e-2))
+    optimizer, scheduler = make_optimizer(model, OptimConfig(warmup_steps=2, lr=1e-2), steps=10)
     lrs = []
     for _ in range(10):
         lrs.append(optimizer.param_groups[0]["lr"])
@@ -91,7 +91,7 @@ def test_weight_decay_only_on_matrices():
 
 
 def test_adamw_settings():
-    optimizer, _ = make_optimizer(torch.nn.Linear(2, 2), TrainConfig())
+    optimizer, _ = make_optimizer(torch.nn.Linear(2, 2), OptimConfig(), steps=10)
     group = optimizer.param_groups[0]
     assert group["betas"] == (0.9, 0.999) and group["eps"] == 1e-8
     assert math.isclose(group["initial_lr"], 1e-3)
@@ -116,8 +116,8 @@ def test_adamw_equals_torch_fused_adamw_bit_for_bit(monkeypatch, set_switch, tmp
         for _ in range(2)
     ]
     models[1].load_state_dict(models[0].state_dict())
-    cfg = TrainConfig(steps=8, warmup_steps=2, lr=1e-2, weight_decay=0.1)
-    ours, our_schedule = make_optimizer(models[0], cfg)
+    cfg = OptimConfig(warmup_steps=2, lr=1e-2, weight_decay=0.1)
+    ours, our_schedule = make_optimizer(models[0], cfg, steps=8)
     theirs = torch.optim.AdamW(
         parameter_groups(models[1], cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, fused=True
     )

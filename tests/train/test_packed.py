@@ -41,10 +41,10 @@ RTOL, ATOL, GRAD_RTOL = 1e-4, 1e-5, 1e-3
 
 def member_configs(tmp_path, **train_overrides):
     def member(name, seed, **overrides):
-        settings = {"steps": 20, "checkpoint_every": 7, **overrides, **train_overrides}
+        settings = {"steps": 20, "checkpoint": {"every": 7}, **overrides, **train_overrides}
         return replace(tiny_config(tmp_path, name=name, **settings), seed=seed)
 
-    return [member("a", 0), member("b", 1), member("c", 2, lr=3e-3, steps=15, checkpoint_every=5)]
+    return [member("a", 0), member("b", 1), member("c", 2, optim={"lr": 3e-3}, steps=15, checkpoint={"every": 5})]
 
 
 def resumed(cfgs):
@@ -197,7 +197,7 @@ def test_results_and_load_run_read_member_folders(packed):
     )
     runs = find_runs([packed[0].parent])
     fields, rows = aggregate(runs)
-    assert len(runs) == 3 and "train.lr" in fields
+    assert len(runs) == 3 and "optim.lr" in fields
     assert sorted(row["n"] for row in rows) == [1, 2]  # a and b differ by seed only
 
 
@@ -233,7 +233,7 @@ def test_plan_packs_groups_compatible_runs_and_stopped_packs(tmp_path):
 def test_sweep_packs_compatible_runs_and_two_processes_train_the_same(tmp_path, capsys):
     """`--pack 2` plans packs of compatible runs and trains them; with `--parallel 2` (two processes,
     each training packs) the same runs end with the same weights."""
-    tiny = {**TINY_RUN, "train.steps": 4, "train.warmup_steps": 1, "train.eval_samples": 64, "train.log_every": 2}
+    tiny = {**TINY_RUN, "train.steps": 4, "optim.warmup_steps": 1, "eval.samples": 64, "log.every": 2}
     spec = SweepSpec(
         name="tiny",
         preset="logic_cpu",

@@ -33,17 +33,10 @@ def training_losses(tmp_path, preset: str, steps: int) -> tuple[list[float], lis
         name="run",
         seed=0,
         model=replace(cfg.model, mixer="hyla"),
-        train=replace(
-            cfg.train,
-            steps=steps,
-            eval_every=0,
-            final_eval_samples=256,
-            eval_batch_size=256,
-            log_every=20,
-            checkpoint_every=steps,
-            progress=False,
-            threads=1,
-        ),
+        train=replace(cfg.train, steps=steps, threads=1),
+        eval=replace(cfg.eval, every=0, final_samples=256, batch_size=256),
+        log=replace(cfg.log, every=20, progress=False),
+        checkpoint=replace(cfg.checkpoint, every=steps),
     )
     run = train(cfg)
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

@@ -29,8 +29,7 @@ def offline_wandb(monkeypatch):
 
 
 def test_wandb_gets_the_run_metrics_and_config_offline(tmp_path, offline_wandb):
-    cfg = tiny_config(tmp_path, steps=10, stop_at=5)
-    cfg = replace(cfg, train=replace(cfg.train, wandb="hyla-test"))
+    cfg = tiny_config(tmp_path, steps=10, stop_at=5, log={"wandb": "hyla-test"})
     run = train(cfg)
     run_id = (run / "wandb_run_id").read_text().strip()
     train(replace(cfg, train=replace(cfg.train, stop_at=0), resume=True))
@@ -63,6 +62,6 @@ def test_missing_wandb_is_a_clear_config_error(tmp_path, monkeypatch):
             (_ for _ in ()).throw(ImportError(name)) if name == "wandb" else real_import(name, *a, **k)
         ),
     )
-    cfg = tiny_config(tmp_path, steps=2)
+    cfg = tiny_config(tmp_path, steps=2, log={"wandb": "hyla-test"})
     with pytest.raises(ConfigError, match="pip install"):
-        train(replace(cfg, train=replace(cfg.train, wandb="hyla-test")))
+        train(cfg)

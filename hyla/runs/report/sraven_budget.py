@@ -85,10 +85,10 @@ class Curve:
 
 def curve(record: dict) -> Curve:
     config, summary = record["config"], record["summary"]
-    train = config["train"]
+    train, evaluation = config["train"], config["eval"]
     last = train["steps"] if summary.get("status") == "completed" else None
     points = [
-        (row["step"], row["acc"], train["final_eval_samples"] if row["step"] == last else train["eval_samples"])
+        (row["step"], row["acc"], evaluation["final_samples"] if row["step"] == last else evaluation["samples"])
         for row in record["metrics"]
         if row.get("split") == "ood"
     ]
