@@ -120,8 +120,8 @@ def dumps(value: Any, indent: int | None = None) -> str:
 def path_from_cwd(path: str | Path) -> str:
     """`path` relative to the working directory when it lies below it, else its full path: what an
     output names as read, so that outputs written in a repository commit no path of the machine."""
-    full = Path(path).resolve()
-    return str(full.relative_to(Path.cwd().resolve())) if full.is_relative_to(Path.cwd().resolve()) else str(full)
+    full, cwd = Path(path).resolve(), Path.cwd().resolve()
+    return str(full.relative_to(cwd)) if full.is_relative_to(cwd) else str(full)
 
 
 def portable_path(path: str | Path) -> str:
