@@ -26,7 +26,8 @@ def parse_options(kind, argv: list[str], prog: str, description: str | None = No
             raise  # --help
         lines = [line.strip(" │╭╮╰╯") for line in messages.getvalue().splitlines()]
         lines = [line for line in lines if line.strip("─-") and not line.startswith("For full helptext")]
-        lines = [_unknown_options_only(line) for line in lines[1:]]  # lines[0]: the box's title
+        # lines[0]: the box's title
+        lines = [_without_section_prefix(_unknown_options_only(line)) for line in lines[1:]]
         raise ConfigError(f"{' '.join(lines)} (see {prog} --help)") from None
 
 
@@ -38,6 +39,15 @@ def _unknown_options_only(line: str) -> str:
         return line
     names = [item.split("=")[0] for item in listed.split(", ") if item.startswith("--")]
     return f"{prefix}: {', '.join(names)}" if names else line
+
+
+def _without_section_prefix(line: str) -> str:
+    """A config section's own check (`optim.lr=-1.0 must be > 0`) comes from tyro as "Error parsing
+    optim: optim.lr=-1.0 ...": drop the prefix where the message names the section itself; an
+    option's ("Error parsing --train.steps: ...") is kept."""
+    prefix, _, message = line.partition(": ")
+    section = prefix.removeprefix("Error parsing ")
+    return message if section != prefix and message.startswith(f"{section}.") else line
 
 
 def check_positive(**values: int | None) -> None:

@@ -54,6 +54,15 @@ def test_invalid_option_values(tmp_path, capsys):
     assert snapshot(run) == before
 
 
+def test_a_section_check_reads_as_its_own_message(capsys):
+    """A config section's check names its field, without tyro's "Error parsing optim:" before it;
+    an option tyro cannot parse keeps the option's name."""
+    last = fails_in_one_line(capsys, ["train", "--preset", "logic_cpu", "--optim.lr", "-1"])
+    assert last.endswith("error: optim.lr=-1.0 must be > 0 (see hyla train --help)"), last
+    bad_steps = ["train", "--preset", "logic_cpu", "--train.steps", "abc"]
+    fails_in_one_line(capsys, bad_steps, "Error parsing --train.steps:")
+
+
 def test_a_misspelled_option_is_named_without_the_values_after_it(tmp_path, capsys):
     last = fails_in_one_line(capsys, ["train", "--preset", "logic_cpu", "--train.stepz", "100", "--model.foo=3"])
     assert "Unrecognized options: --train.stepz, --model.foo " in last and "100" not in last, last

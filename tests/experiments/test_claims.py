@@ -252,8 +252,8 @@ def test_the_runs_under_way_are_summed_up_from_their_stretches():
     ]
     assert sraven_20m.under_way(curves) == (
         "2 runs under way, at steps 26,000–28,000 of 100,000; their latest stretch (from 2026-11-20 10:00 UTC, "
-        "commit `abc1234`) trained at 0.50–0.60 steps/s each; at the completed runs' paces three at once "
-        "(2.00–4.00 steps/s each), the 74,000 steps left take 5.1–10.3 h of the machine"
+        "commit `abc1234`) trained at 0.50–0.60 steps/s each, at which the 74,000 steps left take 34.3–41.1 h; "
+        "at the completed runs' paces three at once (2.00–4.00 steps/s each), 5.1–10.3 h"
     )
 
 

@@ -122,7 +122,7 @@ def sraven_20m_progress_sections() -> dict[str, str]:
 
 def under_way(curves: list) -> str:
     """The runs under way in a sentence: their latest stretch (when, from which commit, the step
-    reached, each run's pace) and the hours of the machine their steps left take at the paces of the
+    reached, each run's pace), the hours their steps left take at that pace, and at the paces of the
     completed runs three at once (every stretch of theirs but the last, which some ran alone)."""
     running = [c for c in curves if not c.completed and c.stretches]
     if not running:
@@ -135,15 +135,24 @@ def under_way(curves: list) -> str:
         f"{len(running)} runs under way, at steps {min(c.last_step for c in running):,}–"
         f"{max(c.last_step for c in running):,} of {running[0].total_steps:,}; their latest stretch (from "
         f"{min(s.started for s in stretches)} UTC, commit `{stretches[0].commit}`) "
-        + (f"trained at {min(paces):.2f}–{max(paces):.2f} steps/s each" if paces else "has logged no pace yet")
+        + (
+            f"trained at {min(paces):.2f}–{max(paces):.2f} steps/s each, at which the {left:,} steps left take "
+            f"{hours(left, max(paces))}–{hours(left, min(paces))} h"
+            if paces
+            else "has logged no pace yet"
+        )
     )
     if not done:
         return text
     return (
         f"{text}; at the completed runs' paces three at once ({min(done):.2f}–{max(done):.2f} steps/s "
-        f"each), the {left:,} steps left take {left / max(done) / 3600:.1f}–{left / min(done) / 3600:.1f} h "
-        "of the machine"
+        f"each), {hours(left, max(done))}–{hours(left, min(done))} h"
     )
+
+
+def hours(steps: int, steps_per_second: float) -> str:
+    """The hours `steps` take at `steps_per_second`, to a tenth."""
+    return f"{steps / steps_per_second / 3600:.1f}"
 
 
 def numbers() -> dict[str, str]:
