@@ -48,7 +48,8 @@ class AnalyzeOptions:
     feature: Annotated[int | None, arg(help_behavior_hint="(default: all)")] = None
     """SRAVEN: probe only this underlying feature (the paper: the last)"""
     overwrite: bool = False
-    """write into an output folder that holds the outputs of another model (its inputs.json names it)"""
+    """write into an output folder that holds the outputs of another model (its inputs.json names it),
+    first moving those aside to FOLDER.replaced-N"""
 
     def __post_init__(self):
         check_positive(

@@ -126,7 +126,8 @@ class EvalOptions:
     out: Annotated[Path | None, arg(help_behavior_hint="(default: see above)")] = None
     """folder for the JSON"""
     overwrite: bool = False
-    """write into an output folder that holds the outputs of another model (its inputs.json names it)"""
+    """write into an output folder that holds the outputs of another model (its inputs.json names it),
+    first moving those aside to FOLDER.replaced-N"""
 
     def __post_init__(self):
         check_positive(samples=self.samples, batch_size=self.batch_size)

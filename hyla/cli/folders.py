@@ -10,14 +10,16 @@ in the working folder, or under --out.
 An output folder outside its model (and the folder of `hyla eval --out` or `hyla results`) names the
 paths of what it was written from in inputs.json, relative to itself (so that a committed output holds no
 path of the machine that wrote it, and a moved repository still matches); a command asked to write there from other
-inputs refuses, naming the folder, unless given --overwrite: two models whose folders share a name
-never write into one output folder unnoticed.
+inputs refuses, naming the folder, unless given --overwrite, which first moves the earlier outputs aside to
+`<folder>.replaced-<n>`: two models whose folders share a name never write into one output folder
+unnoticed, and the new outputs never lie beside the earlier ones.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -77,20 +79,42 @@ def default_output(model: Path, label: str, command: str) -> Path:
 
 def refuse_other_inputs(folder: Path, inputs: Sequence[Path], overwrite: bool = False) -> None:
     """ConfigError when an earlier command wrote `folder` from other inputs than `inputs` (its
-    inputs.json names them), unless `overwrite`; reads only (`record_inputs` writes, once the
-    inputs are read)."""
+    inputs.json names them); with `overwrite`, the folder is moved aside instead (`move_aside`).
+    Otherwise reads only (`record_inputs` writes, once the inputs are read)."""
     record = _inputs_record(folder, inputs)
-    if record is None or overwrite or not record.exists():
+    if record is None or not record.exists():
         return
     try:
         earlier = sorted(str((Path(folder) / path).resolve()) for path in json.loads(record.read_text())["inputs"])
     except (ValueError, KeyError, TypeError, OSError):
-        raise ConfigError(f"{record} is damaged; pass --overwrite to write into {folder} anyway") from None
-    if earlier != _full_paths(inputs):
+        earlier = None
+    if earlier == _full_paths(inputs):
+        return
+    if overwrite:
+        move_aside(Path(folder), inputs)
+    elif earlier is None:
+        raise ConfigError(f"{record} is damaged; pass --overwrite to move {folder} aside and write there")
+    else:
         raise ConfigError(
             f"{folder} holds outputs of {', '.join(earlier)}, not of {', '.join(_full_paths(inputs))}: "
-            "choose another --out, or pass --overwrite to write there"
+            "choose another --out, or pass --overwrite to move them aside and write there"
         )
+
+
+def move_aside(folder: Path, inputs: Sequence[Path]) -> Path:
+    """Rename `folder` to the first free `<folder>.replaced-<n>` (n = 1, 2, ...) and say so; refused
+    (ConfigError) for a model folder and for a folder that holds the working folder or an input."""
+    full = folder.resolve()
+    held = [str(p) for p in (Path.cwd(), *map(Path, inputs)) if p.resolve().is_relative_to(full)]
+    if held or is_export(folder) or (folder / RUN_CONFIG).is_file():
+        what = f"it holds {held[0]}" if held else "it is a model"
+        raise ConfigError(f"--overwrite cannot move {folder} aside ({what}): choose another --out")
+    n = 1
+    while (aside := folder.with_name(f"{folder.name}.replaced-{n}")).exists():
+        n += 1
+    folder.rename(aside)
+    print(f"moved the earlier outputs in {folder} to {aside}", file=sys.stderr, flush=True)
+    return aside
 
 
 def record_inputs(folder: Path, inputs: Sequence[Path], read: dict | None = None) -> None:

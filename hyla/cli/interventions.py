@@ -38,7 +38,8 @@ class InterventionsOptions:
     device: str = "cpu"
     """cpu | cuda | cuda:N | auto"""
     overwrite: bool = False
-    """write into an output folder that holds the outputs of another model (its inputs.json names it)"""
+    """write into an output folder that holds the outputs of another model (its inputs.json names it),
+    first moving those aside to FOLDER.replaced-N"""
 
     def __post_init__(self):
         check_positive(tasks=self.tasks, samples=self.samples, batch_size=self.batch_size)

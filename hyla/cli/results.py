@@ -3,7 +3,7 @@ CSV/JSON exports and plots.
 
 The output folder names the full paths of the DIRs it was written from in inputs.json, with the
 sha256 of the runs read (their names, configs, summaries and metrics); results of other DIRs are
-refused there unless `--overwrite` (hyla.cli.folders.refuse_other_inputs).
+refused there unless `--overwrite`, which moves them aside first (hyla.cli.folders.refuse_other_inputs).
 
 Runs are grouped by every config field that varies among them and changes what a run computes
 (model, task, optimization, steps, ...): seeds are aggregated, and bookkeeping fields (name,
@@ -81,7 +81,8 @@ class ResultsOptions:
     """seed of the task subset and permutations of each run's topographic similarity, and of the
     bootstrap (the samples are those `hyla analyze` uses: the run's task seed, batch of step 0)"""
     overwrite: bool = False
-    """write into an output folder that holds the results of other folders (its inputs.json names them)"""
+    """write into an output folder that holds the results of other folders (its inputs.json names them),
+    first moving those aside to FOLDER.replaced-N"""
 
     def __post_init__(self):
         if not self.dirs:

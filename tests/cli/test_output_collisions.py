@@ -89,8 +89,13 @@ def test_a_same_named_model_is_refused_and_each_output_records_what_it_read(
     assert main([command, str(b), *options, "--out", "elsewhere"]) == 0
     beneath = "model" if command == "analyze" else ""  # analyze --out DIR: DIR/<model>/, beside their summary
     assert inputs(tmp_path / "elsewhere") == [str(b)] and source(tmp_path / "elsewhere" / beneath)["path"] == str(b)
-    assert main([command, str(b), *options, "--overwrite"]) == 0
+    assert main([command, str(b), *options, "--overwrite"]) == 0  # a's outputs moved aside, whole
     assert inputs(tmp_path / default) == [str(b)] and source(tmp_path / default)["path"] == str(b)
+    aside = tmp_path / f"{default}.replaced-1"
+    assert {p.relative_to(aside): data for p, data in snapshot(aside).items()} == {
+        p.relative_to(tmp_path / default): data for p, data in before.items()
+    }
+    assert not any(str(a) in p.read_text() for p in (tmp_path / default).rglob("*.json")), "a's outputs left beside"
     monkeypatch.chdir(a.parent.parent)  # below the working folder: relative to it
     assert main([command, str(a), *options, "--out", str(tmp_path / "third")]) == 0
     assert source(tmp_path / "third" / beneath)["path"] == "a/model"
@@ -120,12 +125,34 @@ def test_a_folder_is_refused_to_other_inputs_and_a_folder_inside_the_input_is_it
     refuse_other_inputs(out, [first])  # the same input again
     with pytest.raises(ConfigError, match=f"{out} holds outputs of {first}, not of {second}"):
         refuse_other_inputs(out, [second])
-    refuse_other_inputs(out, [second], overwrite=True)
     record_inputs(first / "analysis", [first])
     assert not (first / "analysis").exists()
     (out / "inputs.json").write_text("{")
     with pytest.raises(ConfigError, match="inputs.json is damaged"):
         refuse_other_inputs(out, [second])
+    refuse_other_inputs(out, [second], overwrite=True)  # moved aside, to the first free name
+    (tmp_path / "out.replaced-2").mkdir()
+    record_inputs(out, [first])
+    refuse_other_inputs(out, [second], overwrite=True)
+    assert not out.exists() and (tmp_path / "out.replaced-1" / "inputs.json").read_text() == "{"
+    assert (tmp_path / "out.replaced-3" / "inputs.json").exists()
+
+
+def test_overwrite_never_moves_a_model_the_working_folder_or_an_input(tmp_path, monkeypatch):
+    from hyla.cli.folders import record_inputs, refuse_other_inputs
+    from hyla.utils import ConfigError
+
+    model, other = tmp_path / "m", tmp_path / "other"
+    for folder, why in ((tmp_path / "run", "it is a model"), (tmp_path / "work", "it holds"), (tmp_path, "it holds")):
+        record_inputs(folder, [other])
+        if folder.name == "run":
+            (folder / "config.json").write_text("{}")
+        if folder.name == "work":
+            monkeypatch.chdir(folder)
+        inputs = [model] if folder == tmp_path else [tmp_path / "elsewhere"]  # tmp_path holds the input m
+        with pytest.raises(ConfigError, match=f"--overwrite cannot move {folder} aside \\({why}"):
+            refuse_other_inputs(folder, inputs, overwrite=True)
+        assert folder.is_dir()
 
 
 def test_inputs_are_recorded_relative_to_the_output_so_a_moved_repository_still_matches(tmp_path):
