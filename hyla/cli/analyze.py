@@ -12,7 +12,7 @@ from typing import Annotated
 
 from tyro.conf import Positional, UseAppendAction, arg
 
-from hyla.cli.folders import check_models, default_output, model_labels, record_inputs, refuse_other_inputs
+from hyla.cli.folders import check_models, claim_output_folder, default_output, model_labels, record_inputs
 from hyla.cli.options import check_positive, parse_options
 
 
@@ -69,7 +69,7 @@ def main(argv: list[str]) -> int:
         args.out / label if args.out else default_output(run, label, "analysis")
         for run, label in zip(args.runs, labels)
     ]
-    refuse_other_inputs(args.out or roots[0], args.runs, args.overwrite)  # several models need --out
+    claim_output_folder(args.out or roots[0], args.runs, args.overwrite)  # several models need --out
     print(first_line(args, roots), file=sys.stderr, flush=True)
     from hyla.analysis.latent_report import write_report
     from hyla.analysis.pipeline import analyze_run

@@ -12,7 +12,7 @@ from typing import Annotated
 
 from tyro.conf import Positional, arg
 
-from hyla.cli.folders import is_export, record_inputs, refuse_other_inputs
+from hyla.cli.folders import claim_output_folder, is_export, record_inputs
 from hyla.cli.options import check_positive, parse_options
 from hyla.cli.train_args import parse_overrides, parse_train_args
 from hyla.train.configs import ConfigError, ExperimentConfig, config_to_dict, describe_mixers, task_names
@@ -156,7 +156,7 @@ def eval_main(argv: list[str]) -> int:
         fresh = fresh_offset(args.offset, batch_size)
         raise ConfigError(f"--offset {args.offset} is not a multiple of the batch size {batch_size}; try {fresh}")
     folder = args.out or (Path(f"eval-{args.run.resolve().name}") if is_export(args.run) else args.run)
-    refuse_other_inputs(folder, [args.run], args.overwrite)
+    claim_output_folder(folder, [args.run], args.overwrite)
     name = eval_file_name(step, samples, batch_size, cfg.eval.batch_size, args.device, args.offset)
     out = folder / name
     options = {

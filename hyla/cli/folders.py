@@ -10,9 +10,9 @@ in the working folder, or under --out.
 An output folder outside its model (and the folder of `hyla eval --out` or `hyla results`) names the
 paths of what it was written from in inputs.json, relative to itself (so that a committed output holds no
 path of the machine that wrote it, and a moved repository still matches); a command asked to write there from other
-inputs refuses, naming the folder, unless given --overwrite, which first moves the earlier outputs aside to
-`<folder>.replaced-<n>`: two models whose folders share a name never write into one output folder
-unnoticed, and the new outputs never lie beside the earlier ones.
+inputs, or into a folder of files that name no inputs, refuses, naming the folder, unless given --overwrite, which
+first moves the earlier outputs aside to `<folder>.replaced-<n>`: two models whose folders share a name never write
+into one output folder unnoticed, and the new outputs never lie beside the earlier ones.
 """
 
 from __future__ import annotations
@@ -77,31 +77,34 @@ def default_output(model: Path, label: str, command: str) -> Path:
     return Path(f"{command}-{label}") if is_export(model) else Path(model) / command
 
 
-def refuse_other_inputs(folder: Path, inputs: Sequence[Path], overwrite: bool = False) -> None:
-    """ConfigError when an earlier command wrote `folder` from other inputs than `inputs` (its
-    inputs.json names them); with `overwrite`, the folder is moved aside instead (`move_aside`).
-    Otherwise reads only (`record_inputs` writes, once the inputs are read)."""
+def claim_output_folder(folder: Path, inputs: Sequence[Path], overwrite: bool = False) -> None:
+    """Make `folder` ready for the outputs of `inputs`. Nothing to do when it does not exist, is empty,
+    lies inside the one input, or was written from the same inputs (its inputs.json names them), or is
+    itself an input that names none (`hyla results A T --out T`: the table T grows from its own records).
+    Otherwise it holds the outputs of other inputs, or of inputs it does not name (written before hyla
+    recorded them, or by hand): ConfigError, or with `overwrite` the folder moved aside (`move_aside`).
+    Reads only, unless it moves (`record_inputs` writes, once the inputs are read)."""
+    folder = Path(folder)
     record = _inputs_record(folder, inputs)
-    if record is None or not record.exists():
+    if record is None or not folder.is_dir() or not any(folder.iterdir()):
         return
-    try:
-        earlier = sorted(str((Path(folder) / path).resolve()) for path in json.loads(record.read_text())["inputs"])
-    except (ValueError, KeyError, TypeError, OSError):
-        earlier = None
-    if earlier == _full_paths(inputs):
+    wanted = _full_paths(inputs)
+    if not record.exists():
+        if str(folder.resolve()) in wanted:
+            return
+        problem = f"{folder} holds outputs whose inputs it does not name (no {INPUTS_RECORD})"
+    elif (earlier := _recorded_inputs(record)) == wanted:
         return
-    if overwrite:
-        move_aside(Path(folder), inputs)
     elif earlier is None:
-        raise ConfigError(f"{record} is damaged; pass --overwrite to move {folder} aside and write there")
+        problem = f"{record} is damaged"
     else:
-        raise ConfigError(
-            f"{folder} holds outputs of {', '.join(earlier)}, not of {', '.join(_full_paths(inputs))}: "
-            "choose another --out, or pass --overwrite to move them aside and write there"
-        )
+        problem = f"{folder} holds outputs of {', '.join(earlier)}, not of {', '.join(wanted)}"
+    if not overwrite:
+        raise ConfigError(f"{problem}: choose another --out, or pass --overwrite to move them aside and write there")
+    move_aside(folder, inputs)
 
 
-def move_aside(folder: Path, inputs: Sequence[Path]) -> Path:
+def move_aside(folder: Path, inputs: Sequence[Path]) -> None:
     """Rename `folder` to the first free `<folder>.replaced-<n>` (n = 1, 2, ...) and say so; refused
     (ConfigError) for a model folder and for a folder that holds the working folder or an input."""
     full = folder.resolve()
@@ -114,7 +117,6 @@ def move_aside(folder: Path, inputs: Sequence[Path]) -> Path:
         n += 1
     folder.rename(aside)
     print(f"moved the earlier outputs in {folder} to {aside}", file=sys.stderr, flush=True)
-    return aside
 
 
 def record_inputs(folder: Path, inputs: Sequence[Path], read: dict | None = None) -> None:
@@ -132,6 +134,14 @@ def _inputs_record(folder: Path, inputs: Sequence[Path]) -> Path | None:
     paths = _full_paths(inputs)
     inside = len(paths) == 1 and Path(folder).resolve().is_relative_to(paths[0])
     return None if inside else Path(folder) / INPUTS_RECORD
+
+
+def _recorded_inputs(record: Path) -> list[str] | None:
+    """The full paths `record` (an inputs.json) names; None when it is damaged."""
+    try:
+        return sorted(str((record.parent / path).resolve()) for path in json.loads(record.read_text())["inputs"])
+    except (ValueError, KeyError, TypeError, OSError):
+        return None
 
 
 def _full_paths(inputs: Sequence[Path]) -> list[str]:

@@ -10,7 +10,7 @@ from typing import Annotated
 
 from tyro.conf import Positional, arg
 
-from hyla.cli.folders import check_models, default_output, model_labels, record_inputs, refuse_other_inputs
+from hyla.cli.folders import check_models, claim_output_folder, default_output, model_labels, record_inputs
 from hyla.cli.options import check_positive, parse_options
 from hyla.utils import ConfigError, portable_path
 
@@ -52,7 +52,7 @@ def main(argv: list[str]) -> int:
     args = parse_options(InterventionsOptions, argv, "hyla interventions")
     check_models(args.runs, args.out)  # here, not in tyro: its error box would wrap a long path
     out = args.out or default_output(args.runs[0], model_labels(args.runs)[0], "interventions")
-    refuse_other_inputs(out, args.runs, args.overwrite)
+    claim_output_folder(out, args.runs, args.overwrite)
     stem = out / f"interventions_tasks{args.tasks}_samples{args.samples}_seed{args.seed}"
     print(
         f"interventions: {len(args.runs)} model(s), {args.tasks} task pairs x {args.samples} sequences per split, "

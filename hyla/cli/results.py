@@ -3,7 +3,7 @@ CSV/JSON exports and plots.
 
 The output folder names the full paths of the DIRs it was written from in inputs.json, with the
 sha256 of the runs read (their names, configs, summaries and metrics); results of other DIRs are
-refused there unless `--overwrite`, which moves them aside first (hyla.cli.folders.refuse_other_inputs).
+refused there unless `--overwrite`, which moves them aside first (hyla.cli.folders.claim_output_folder).
 
 Runs are grouped by every config field that varies among them and changes what a run computes
 (model, task, optimization, steps, ...): seeds are aggregated, and bookkeeping fields (name,
@@ -39,7 +39,7 @@ from typing import Annotated
 
 from tyro.conf import Positional, arg
 
-from hyla.cli.folders import record_inputs, refuse_other_inputs
+from hyla.cli.folders import claim_output_folder, record_inputs
 from hyla.cli.options import check_positive, parse_options
 from hyla.runs.result_tables import find_runs, runs_sha256
 from hyla.runs.results import default_out, latent_structure, summarize
@@ -98,7 +98,7 @@ def main(argv: list[str]) -> int:
     """`hyla results DIR [DIR ...] [--out DIR] [--paper] [--only PATTERN ...] [--latent-structure ...]`"""
     args = parse_options(ResultsOptions, argv, "hyla results", __doc__)
     out = args.out or default_out(args.dirs)
-    refuse_other_inputs(out, args.dirs, args.overwrite)
+    claim_output_folder(out, args.dirs, args.overwrite)
     if args.latent_structure:
         text = latent_structure(
             args.dirs,

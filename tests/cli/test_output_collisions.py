@@ -115,31 +115,70 @@ def test_results_of_same_named_folders_are_refused(twins, tmp_path, capsys, monk
     assert main(["results", str(b), "--out", "results/runs-b"]) == 0
 
 
+def test_a_results_table_read_as_an_input_grows_though_it_names_no_inputs(twins, tmp_path, capsys, monkeypatch):
+    """`hyla results RUNS T --out T` (experiments/README.md): T's records are an input, so T is not
+    refused for lacking inputs.json, as a table committed before hyla recorded its inputs lacks it."""
+    _, (a, b) = twins
+    monkeypatch.chdir(tmp_path)
+    assert main(["results", str(a), "--out", "table"]) == 0
+    (tmp_path / "table" / "inputs.json").unlink()
+    refused_unnamed = main(["results", str(b), "--out", "table"])
+    assert refused_unnamed == 2 and "holds outputs whose inputs it does not name" in capsys.readouterr().err
+    assert main(["results", str(b), "table", "--out", "table"]) == 0
+    assert inputs(tmp_path / "table") == sorted([str(b), str(tmp_path / "table")])
+
+
 def test_a_folder_is_refused_to_other_inputs_and_a_folder_inside_the_input_is_its_own(tmp_path):
-    from hyla.cli.folders import record_inputs, refuse_other_inputs
+    from hyla.cli.folders import claim_output_folder, record_inputs
     from hyla.utils import ConfigError
 
     first, second, out = tmp_path / "a" / "m", tmp_path / "b" / "m", tmp_path / "out"
-    refuse_other_inputs(out, [second])  # no folder yet: anything may write there
+    claim_output_folder(out, [second])  # no folder yet: anything may write there
     record_inputs(out, [first])
-    refuse_other_inputs(out, [first])  # the same input again
+    claim_output_folder(out, [first])  # the same input again
     with pytest.raises(ConfigError, match=f"{out} holds outputs of {first}, not of {second}"):
-        refuse_other_inputs(out, [second])
+        claim_output_folder(out, [second])
     record_inputs(first / "analysis", [first])
     assert not (first / "analysis").exists()
     (out / "inputs.json").write_text("{")
     with pytest.raises(ConfigError, match="inputs.json is damaged"):
-        refuse_other_inputs(out, [second])
-    refuse_other_inputs(out, [second], overwrite=True)  # moved aside, to the first free name
+        claim_output_folder(out, [second])
+    claim_output_folder(out, [second], overwrite=True)  # moved aside, to the first free name
     (tmp_path / "out.replaced-2").mkdir()
     record_inputs(out, [first])
-    refuse_other_inputs(out, [second], overwrite=True)
+    claim_output_folder(out, [second], overwrite=True)
     assert not out.exists() and (tmp_path / "out.replaced-1" / "inputs.json").read_text() == "{"
     assert (tmp_path / "out.replaced-3" / "inputs.json").exists()
 
 
+def test_a_folder_of_outputs_that_name_no_inputs_is_refused_and_an_empty_one_taken(tmp_path):
+    """Outputs written before hyla recorded their inputs (or by hand) are not taken over unnoticed."""
+    from hyla.cli.folders import claim_output_folder
+    from hyla.utils import ConfigError
+
+    out, model = tmp_path / "out", tmp_path / "m"
+    out.mkdir()
+    claim_output_folder(out, [model])  # empty: anything may write there
+    (out / "latent_summary.json").write_text("{}")
+    with pytest.raises(ConfigError, match=f"{out} holds outputs whose inputs it does not name \\(no inputs.json\\)"):
+        claim_output_folder(out, [model])
+    claim_output_folder(out, [model], overwrite=True)
+    assert not out.exists() and (tmp_path / "out.replaced-1" / "latent_summary.json").exists()
+
+
+def test_a_command_refuses_a_folder_of_unnamed_outputs(twins, tmp_path, capsys, monkeypatch):
+    (a, _), _ = twins
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "eval-model").mkdir()
+    (tmp_path / "eval-model" / "notes.txt").write_text("mine")
+    assert main(["eval", str(a), "--split", "ood", "--samples", "16"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "error: eval-model holds outputs whose inputs it does not name" in last and "--overwrite" in last, last
+    assert snapshot(tmp_path / "eval-model") == {tmp_path / "eval-model" / "notes.txt": b"mine"}
+
+
 def test_overwrite_never_moves_a_model_the_working_folder_or_an_input(tmp_path, monkeypatch):
-    from hyla.cli.folders import record_inputs, refuse_other_inputs
+    from hyla.cli.folders import claim_output_folder, record_inputs
     from hyla.utils import ConfigError
 
     model, other = tmp_path / "m", tmp_path / "other"
@@ -151,20 +190,20 @@ def test_overwrite_never_moves_a_model_the_working_folder_or_an_input(tmp_path, 
             monkeypatch.chdir(folder)
         inputs = [model] if folder == tmp_path else [tmp_path / "elsewhere"]  # tmp_path holds the input m
         with pytest.raises(ConfigError, match=f"--overwrite cannot move {folder} aside \\({why}"):
-            refuse_other_inputs(folder, inputs, overwrite=True)
+            claim_output_folder(folder, inputs, overwrite=True)
         assert folder.is_dir()
 
 
 def test_inputs_are_recorded_relative_to_the_output_so_a_moved_repository_still_matches(tmp_path):
-    from hyla.cli.folders import record_inputs, refuse_other_inputs
+    from hyla.cli.folders import claim_output_folder, record_inputs
     from hyla.utils import ConfigError
 
     record_inputs(tmp_path / "repo" / "out", [tmp_path / "repo" / "a" / "m"])
     assert inputs_recorded(tmp_path / "repo" / "out") == ["../a/m"]
     (tmp_path / "repo").rename(tmp_path / "clone")
-    refuse_other_inputs(tmp_path / "clone" / "out", [tmp_path / "clone" / "a" / "m"])
+    claim_output_folder(tmp_path / "clone" / "out", [tmp_path / "clone" / "a" / "m"])
     with pytest.raises(ConfigError, match="holds outputs of"):
-        refuse_other_inputs(tmp_path / "clone" / "out", [tmp_path / "repo" / "a" / "m"])
+        claim_output_folder(tmp_path / "clone" / "out", [tmp_path / "repo" / "a" / "m"])
 
 
 def test_a_command_that_fails_leaves_no_output_folder(twins, tmp_path, capsys, monkeypatch):
