@@ -18,7 +18,9 @@ from hyla.runs.report import sraven_budget as budget
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--snapshot", type=Path, help="a sweep's run folder: record its runs and save what they resume from first"
+        "--snapshot",
+        type=Path,
+        help="a sweep's run folder: take in what completed runs wrote, record the others, save what they resume from",
     )
     parser.add_argument("--restore", type=Path, help="a sweep's run folder: put the saved resume state back into it")
     args = parser.parse_args(argv)
@@ -29,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.snapshot:
         if not args.snapshot.is_dir():
             parser.error(f"--snapshot {args.snapshot}: no such folder")
-        for line in budget.snapshot(args.snapshot) + budget.save_resume_state(args.snapshot):
+        collected = budget.collect_completed(args.snapshot)
+        for line in collected + budget.snapshot(args.snapshot) + budget.save_resume_state(args.snapshot):
             print(line)
     print(budget.write_curves())
     return 0

@@ -107,6 +107,40 @@ def test_a_snapshot_records_the_runs_under_way_and_drops_those_completed(budget,
     assert budget.snapshot(tmp_path / "sweep")[0] == "wrote progress/records/sweep/mixer-linear__s0.run.json"
 
 
+def test_a_snapshot_copies_what_a_completed_run_wrote_in_its_own_checkout(budget, tmp_path, monkeypatch):
+    import subprocess
+
+    from hyla.runs import records
+
+    monkeypatch.setattr(budget, "ROOT", tmp_path / "main")
+    monkeypatch.setattr(budget, "FULL", tmp_path / "main" / "results" / "full")
+    checkout = tmp_path / "batch"
+    subprocess.run(["git", "init", "-q", str(checkout)], check=True)
+    theirs = checkout / "results" / "full"
+    for name, status in (("mixer-hyla__s1", "completed"), ("mixer-linear__s1", "running")):
+        run = checkout / "runs" / "sweep" / name
+        run.mkdir(parents=True)
+        (run / "config.json").write_text(json.dumps({"seed": 1}))
+        (run / "summary.json").write_text(json.dumps({"status": status}))
+        (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "split": "train", "loss": 1.0}) + "\n")
+    run_root = checkout / "runs" / "sweep"
+    assert budget.collect_completed(run_root) == [
+        f"mixer-hyla__s1: completed, but its record and weights are not in {theirs}"
+    ]
+    records.write(records.from_folder(run_root / "mixer-hyla__s1"), theirs)  # as hyla.runs.launch does
+    (theirs / "models" / "mixer-hyla__s1").mkdir(parents=True)
+    (theirs / "models" / "mixer-hyla__s1" / "manifest.json").write_text("{}")
+    (theirs / "models" / "mixer-hyla__s1" / "model.safetensors").write_bytes(b"weights")
+    assert budget.collect_completed(run_root) == [f"mixer-hyla__s1: completed, record and weights copied from {theirs}"]
+    full = tmp_path / "main" / "results" / "full"
+    assert (
+        records.path_of(full, "sweep/mixer-hyla__s1").read_text()
+        == records.path_of(theirs, "sweep/mixer-hyla__s1").read_text()
+    )
+    assert (full / "models" / "mixer-hyla__s1" / "model.safetensors").read_bytes() == b"weights"
+    assert budget.collect_completed(run_root) == []  # main has it now; the run under way is not collected
+
+
 def test_the_report_tables_how_each_run_fits_its_training_tasks(budget):
     curves = [budget.curve(record(m, a, completed=False)) for m, a in (("softmax", [0.3, 0.4]), ("hyla", [0.1]))]
     text = budget.report(curves)

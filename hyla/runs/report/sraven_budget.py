@@ -15,6 +15,11 @@ weights and Adam state, with its config, environment and metrics) into
 `--restore DIR` (`restore_resume_state`) puts those files back into DIR (a run already as far or
 further there is left alone), after which `hyla sweep` resumes each run where the snapshot was.
 
+A run that completes writes its record and exported weights into the results folder of the checkout
+it trains in (its batch's commit, not main). Before anything else, `--snapshot` (`collect_completed`)
+copies them from there into this checkout's `table_a1_raven_20m_cpu/`, so a completed run's resume
+copy is never dropped while main lacks what it produced.
+
 `write_curves` writes `ood_vs_examples.png` and `curves.md` into
 experiments/results/table_a1_raven_20m_cpu/: every evaluation of the full-budget runs with its
 binomial standard error sqrt(p(1-p)/n) (n: the tasks evaluated at that point), every change of
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 import math
 import shutil
+import subprocess
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -258,6 +264,28 @@ def snapshot(run_root: Path) -> list[str]:
         elif (progress := records.path_of(PROGRESS, key)).exists():
             progress.unlink()
             done.append(f"{run_dir.name}: completed, progress record dropped")
+    return done
+
+
+def collect_completed(run_root: Path) -> list[str]:
+    """Copy into FULL the record and exported weights of each completed run below run_root that FULL
+    lacks, from the same results folder of the checkout holding run_root, where the run wrote them.
+    One line of what was done per run."""
+    checkout = subprocess.run(["git", "-C", str(run_root), "rev-parse", "--show-toplevel"], capture_output=True, text=True)
+    theirs = Path(checkout.stdout.strip()) / FULL.relative_to(ROOT) if checkout.returncode == 0 else Path("(no checkout)")
+    done = []
+    for run_dir in sorted(p for p in run_root.iterdir() if (p / "config.json").exists()):
+        key = records.run_key(run_dir)
+        if RunDir(run_dir).read_summary().get("status") != "completed" or records.path_of(FULL, key).exists():
+            continue
+        record, model = records.path_of(theirs, key), theirs / "models" / run_dir.name
+        if not (record.is_file() and (model / "manifest.json").is_file()):
+            done.append(f"{run_dir.name}: completed, but its record and weights are not in {theirs}")
+            continue
+        records.path_of(FULL, key).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(record, records.path_of(FULL, key))
+        shutil.copytree(model, FULL / "models" / run_dir.name, dirs_exist_ok=True)
+        done.append(f"{run_dir.name}: completed, record and weights copied from {theirs}")
     return done
 
 
