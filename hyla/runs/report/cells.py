@@ -93,3 +93,19 @@ def run_numbers(prefix: str, runs: list[dict], columns: dict, row=mixer_row) -> 
             n[f"{prefix}_{name}_{column}_mean"] = number(mean_se(list(values.values()))[0], digits, sign)
             n[f"{prefix}_{name}_{column}_seeds"] = " / ".join(number(v, digits, sign) for v in values.values())
     return n
+
+
+MIXER_LABELS = {"hyla": "HYLA", "hyla_identity": "HYLA, identity value network"}
+
+
+def label(mixer: str) -> str:
+    """A mixer's name in the report's tables: 'HYLA', 'linear', ..."""
+    return MIXER_LABELS.get(mixer, mixer)
+
+
+def seeds_text(seeds: list[int]) -> str:
+    """'seed 0', 'seeds 0–2' (consecutive) or 'seeds 0, 2'."""
+    if len(seeds) == 1:
+        return f"seed {seeds[0]}"
+    consecutive = seeds == list(range(seeds[0], seeds[-1] + 1))
+    return f"seeds {seeds[0]}–{seeds[-1]}" if consecutive else "seeds " + ", ".join(map(str, seeds))

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[3]
 RESULTS = ROOT / "experiments" / "results"
 BENCHMARKS = ROOT / "benchmarks" / "results"
 MIXERS = ("hyla", "linear", "softmax")
+SRAVEN_MIXERS = (*MIXERS, "hyla_identity")  # the SRAVEN Table A1 rows trained at the paper's budget
 
 
 def read_json(path: str, root: str = "results"):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from hyla.analysis.tables import mean_se_text
 from hyla.runs.report import files
-from hyla.runs.report.cells import number, pm
-from hyla.runs.report.files import read_json
+from hyla.runs.report.cells import label, number, pm, seeds_text
+from hyla.runs.report.files import SRAVEN_MIXERS, read_json
 
 
 def intervention_numbers(file: str, prefix: str = "iv", reference: str = "random_rule") -> dict[str, str]:
@@ -65,6 +65,7 @@ def intervention_sections() -> dict[str, str]:
     n.update(intervention_verdicts())
     n.update(sraven_model_interventions("interventions_weights_sraven_40k_cpu", "iv40"))
     n.update(sraven_model_interventions("interventions_table_a1_raven_20m_cpu", "iv20m"))
+    n["iv20m_rows"] = sraven_intervention_rows("interventions_table_a1_raven_20m_cpu", "iv20m", "20M examples")
     n.update(superseded_intervention_numbers("interventions_fuzzy_50k", "ivo_logic", "row"))
     n.update(superseded_intervention_numbers("interventions_raven_cpu", "ivo_raven", "probe"))
     return n
@@ -108,21 +109,60 @@ def intervention_verdicts() -> dict[str, str]:
                 else "no: reached by " + ", ".join(LABELS[b] for b in v["blockers"] if b != "patched")
             )
     n["ivv_summary"] = f"{len(transfers)} of {groups} patches transfer: {', '.join(transfers) or 'none'}"
+    n["ivv_s20m_rows"] = verdict_rows(n, "s20m", "SRAVEN 20M examples")
     return n
 
 
+def verdict_rows(n: dict[str, str], tag: str, models: str) -> str:
+    """The verdicts table's rows of the set `tag` from `intervention_verdicts`' cells `n`, one per mixer
+    in SRAVEN_MIXERS' order: `{models}, {seeds}`, the mixer, the patch, the constant and the verdict."""
+    report = read_json(f"{INTERVENTION_SETS[tag]}/interventions_tasks16_samples32_seed0.json")
+    groups = {group["mixer"]: group for group in report["groups"]}
+    rows = []
+    for mixer in [m for m in SRAVEN_MIXERS if m in groups]:
+        name, seeds = f"ivv_{tag}_{mixer}", seeds_text(group_seeds(report, groups[mixer]))
+        cells = " | ".join(n[f"{name}_{cell}"] for cell in ("mean", "median", "constant", "verdict"))
+        rows.append(f"| {models}, {seeds} | {label(mixer)} | {cells} |")
+    return "\n".join(rows)
+
+
+def group_seeds(report: dict, group: dict) -> list[int]:
+    """The seeds of a group's models in `hyla interventions`' report."""
+    seeds = {model["model"]["label"]: model["model"]["seed"] for model in report["models"]}
+    return sorted(seeds[name] for name in group["models"])
+
+
 def sraven_model_interventions(folder: str, prefix: str) -> dict[str, str]:
-    """Per model (one seed per mixer) of `hyla interventions --out folder` on SRAVEN, OOD split, row
-    site: every condition and reference at all layers (`{prefix}_{mixer}_{patched,leak,...}`) and the
-    best single layer's patch (`{prefix}_{mixer}_best`)."""
+    """Per mixer of `hyla interventions --out folder` on SRAVEN (mean ± s.e. over its models, or over
+    queries for one), OOD split, row site: every condition and reference at all layers
+    (`{prefix}_{mixer}_{patched,leak,...}`), the best single layer's patch (`{prefix}_{mixer}_best`), and
+    the models' seeds (`{prefix}_{mixer}_seeds`)."""
     n = {}
-    for model in read_json(f"{folder}/interventions_tasks16_samples32_seed0.json")["models"]:
-        name, ood = f"{prefix}_{model['model']['mixer']}", model["splits"]["ood"]
+    report = read_json(f"{folder}/interventions_tasks16_samples32_seed0.json")
+    for group in report["groups"]:
+        name, ood = f"{prefix}_{group['mixer']}", group["splits"]["ood"]
         n.update({f"{name}_{k}": calibrated(v) for k, v in intervention_cells(ood).items()})
         layers = {k: v["patched"] for k, v in ood["sites"]["row"].items() if k != "all layers"}
         best = max(layers, key=lambda k: layers[k]["mean"])
         n[f"{name}_best"] = f"{calibrated(layers[best])} ({best})"
+        n[f"{name}_seeds"] = seeds_text(group_seeds(report, group))
     return n
+
+
+def sraven_intervention_rows(folder: str, prefix: str, budget: str) -> str:
+    """`sraven_model_interventions`' cells as table rows, one per mixer in SRAVEN_MIXERS' order:
+    `{label}, {budget}, {seeds}`; the patch in bold where its verdict is that it transfers."""
+    from hyla.analysis.intervention_report import verdict
+
+    n, rows = sraven_model_interventions(folder, prefix), []
+    groups = {group["mixer"]: group for group in read_json(f"{folder}/interventions_tasks16_samples32_seed0.json")["groups"]}
+    for mixer in [m for m in SRAVEN_MIXERS if m in groups]:
+        name = f"{prefix}_{mixer}"
+        patched = n[f"{name}_patched"]
+        cells = [n[f"{name}_best"], f"**{patched}**" if verdict(groups[mixer])["ood"]["transfers"] else patched]
+        cells += [n[f"{name}_{k}"] for k in ("leak", "random", "shuffled", "constant", "perfect", "wrecked")]
+        rows.append(f"| {label(mixer)}, {budget}, {n[f'{name}_seeds']} | {' | '.join(cells)} |")
+    return "\n".join(rows)
 
 
 def superseded_intervention_numbers(folder: str, prefix: str, site: str) -> dict[str, str]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-from hyla.analysis.tables import mean_se_text
+from hyla.analysis.tables import mean_se, mean_se_text
 from hyla.runs.report import files
-from hyla.runs.report.cells import number, over_models, per_model
-from hyla.runs.report.files import MIXERS, final, read_json, records_in, summary_rows
+from hyla.runs.report.cells import label, number, over_models, per_model, seeds_text
+from hyla.runs.report.files import SRAVEN_MIXERS, final, read_json, records_in, summary_rows
 
 
 def latent_code_numbers(
@@ -63,28 +63,74 @@ def latent_code_sections() -> dict[str, str]:
 
 
 def sraven_rule_probes(folder: str, runs: str, prefix: str) -> dict[str, str]:
-    """Per mixer analyzed, seed 0, from `hyla analyze --out folder` on SRAVEN models whose records are in
-    `runs`: the final OOD panel accuracy (`{prefix}_{mixer}_acc`), the held-out rule probe's accuracy and
-    chance per code set (`{prefix}_{mixer}_{l0,..,all}`, `..._chance`) and the topographic similarity
+    """Per mixer analyzed (`rule_probe_values`), the mean over its seeds: the final OOD panel accuracy
+    ×100 (`{prefix}_{mixer}_acc`), the held-out rule probe's accuracy and chance per code set
+    (`{prefix}_{mixer}_{l0,..,all}`, `..._chance`) and the topographic similarity
     (`{prefix}_{mixer}_ts_{l0,..,all}`)."""
-    n, probe = {}, "valid_unpermuted->ood_unpermuted"
-    accuracy = {r["config"]["model"]["mixer"]: final("ood", "acc")(r) for r in records_in(runs)}
-    for mixer in MIXERS:
-        paths = list((files.RESULTS / folder).glob(f"mixer-{mixer}__s0/*/analysis.json"))
-        if not paths:  # not analyzed (yet): a run still training
+    return {
+        f"{prefix}_{mixer}_{tag}": number(mean_se(values)[0], probe_digits(tag))
+        for mixer, (_, by_tag) in rule_probe_values(folder, runs).items()
+        for tag, values in by_tag.items()
+    }
+
+
+def rule_probe_rows(folder: str, runs: str, budget: str) -> str:
+    """The table rows of `rule_probe_values`, one per mixer: `{label}, {budget}, {seeds} (OOD acc)`, the
+    probe's accuracy (chance) per layer and over all layers, and the topographic similarity per layer;
+    each value's mean ± s.e. over the seeds (chance: the mean)."""
+    rows = []
+    for mixer, (seeds, values) in rule_probe_values(folder, runs).items():
+
+        def cell(tag: str) -> str:
+            return mean_se_text(mean_se(values[tag]), digits=f".{probe_digits(tag)}f", true_minus=True)
+
+        layers = [tag for tag in values if tag[0] == "l" and not tag.endswith("_chance")]
+        probes = " | ".join(f"{cell(tag)} ({number(mean_se(values[f'{tag}_chance'])[0], 3)})" for tag in [*layers, "all"])
+        ts = " / ".join(cell(f"ts_{tag}") for tag in layers)
+        rows.append(f"| {label(mixer)}, {budget}, {seeds_text(seeds)} ({cell('acc')}%) | {probes} | {ts} |")
+    return "\n".join(rows)
+
+
+def rule_probe_values(folder: str, runs: str) -> dict[str, tuple[list[int], dict[str, list[float]]]]:
+    """{mixer: (its seeds, {tag: a value per seed})} of the SRAVEN models (`mixer-<mixer>__s<seed>`)
+    that `hyla analyze --out folder` analyzed, their records in `runs`: `acc`, the final OOD panel
+    accuracy ×100; `l0`.. and `all`, the held-out rule probe's accuracy per code set, `..._chance`
+    its chance level; `ts_l0`.., the topographic similarity. Mixers not analyzed (yet) are left out."""
+    probe, out = "valid_unpermuted->ood_unpermuted", {}
+    accuracy = {(r["config"]["model"]["mixer"], r["config"]["seed"]): final("ood", "acc")(r) for r in records_in(runs)}
+    for mixer in SRAVEN_MIXERS:
+        analyses = analyses_by_seed(folder, mixer)
+        if not analyses:
             continue
-        [path] = paths
-        analysis = json.loads(path.read_text())
-        n[f"{prefix}_{mixer}_acc"] = number(accuracy[mixer], 1)
-        for code_set, result in analysis["probes"][probe].items():
-            tag = code_set.replace("layer ", "l").replace("all layers", "all")
-            n[f"{prefix}_{mixer}_{tag}"] = number(result["accuracy"], 3)
-            n[f"{prefix}_{mixer}_{tag}_chance"] = number(result["chance_accuracy"], 3)
-        for code_set, result in analysis["topographic_similarity"]["ood_unpermuted"].items():
-            n[f"{prefix}_{mixer}_ts_{code_set.replace('layer ', 'l').replace('all layers', 'all')}"] = number(
-                result["spearman"], 2
-            )
-    return n
+        values = {"acc": [accuracy[(mixer, seed)] for seed in analyses]}
+        for analysis in analyses.values():
+            for code_set, result in analysis["probes"][probe].items():
+                values.setdefault(code_tag(code_set), []).append(result["accuracy"])
+                values.setdefault(f"{code_tag(code_set)}_chance", []).append(result["chance_accuracy"])
+            for code_set, result in analysis["topographic_similarity"]["ood_unpermuted"].items():
+                values.setdefault(f"ts_{code_tag(code_set)}", []).append(result["spearman"])
+        out[mixer] = (list(analyses), values)
+    return out
+
+
+def probe_digits(tag: str) -> int:
+    """Decimals of a `rule_probe_values` tag: accuracy ×100 1, topographic similarity 2, probes 3."""
+    return 1 if tag == "acc" else 2 if tag.startswith("ts_") else 3
+
+
+def analyses_by_seed(folder: str, mixer: str) -> dict[int, dict]:
+    """{seed: its analysis.json} of the models `mixer-<mixer>__s<seed>` that `hyla analyze --out folder`
+    analyzed (one analysis each), by seed."""
+    by_seed = {}
+    for model in sorted((files.RESULTS / folder).glob(f"mixer-{mixer}__s*")):
+        [path] = model.glob("*/analysis.json")
+        by_seed[int(model.name.rsplit("__s", 1)[1])] = json.loads(path.read_text())
+    return dict(sorted(by_seed.items()))
+
+
+def code_tag(code_set: str) -> str:
+    """'layer 2' → 'l2', 'all layers' → 'all'."""
+    return code_set.replace("layer ", "l").replace("all layers", "all")
 
 
 def chance_range(folder: str, split: str, layer: int, mixer: str = "*") -> str:
@@ -100,15 +146,34 @@ def addition_subtraction(folder: str, prefix: str) -> dict[str, str]:
     """Fig. 5E from `hyla analyze --out folder` on 4-layer SRAVEN models, held-out tasks
     (`{prefix}_{mixer}_{l0..l3,all}`): the centered cosine of addition's and subtraction's mean codes /
     the most similar other rule pair, bold where (addition, subtraction) is the most similar of the 28
-    pairs (permutation p = 1/28)."""
+    pairs (permutation p = 1/28); over several models of a mixer, the cosine's mean ± s.e., the other
+    pair's mean and in how many it is the most similar, bold where in every one."""
     n = {}
-    file = f"{folder}/latent_summary.json"
-    measure = "addition-subtraction similarity (centered cosine)"
     for code_set, tag in [*((f"layer {i}", f"l{i}") for i in range(4)), ("all layers", "all")]:
-        for mixer, row in summary_rows(file, measure, "ood_unpermuted", code_set).items():
-            cell = f"{number(row['mean'], 3)} / {number(row['baselines']['most similar other pair'], 3)}"
-            n[f"{prefix}_{mixer}_{tag}"] = f"**{cell}**" if row["passes"].startswith("1 ") else cell
+        for mixer, row in addition_subtraction_rows(folder, code_set).items():
+            other, models = number(row["baselines"]["most similar other pair"], 3), len(row["per_model"])
+            cosine = number(row["mean"], 3) if models == 1 else over_models(row, 3)
+            cell = f"{cosine} / {other}" if models == 1 else f"{cosine} / {other}, {row['passes']}"
+            n[f"{prefix}_{mixer}_{tag}"] = f"**{cell}**" if row["passes"] == f"{models} of {models}" else cell
     return n
+
+
+def addition_subtraction_table(folder: str, budget: str) -> str:
+    """`addition_subtraction`'s cells as table rows, one per mixer analyzed: `{label}, {budget}, {seeds}`."""
+    cells, rows = addition_subtraction(folder, "as"), []
+    for mixer, row in addition_subtraction_rows(folder, "all layers").items():
+        seeds = seeds_text(sorted(model["seed"] for model in row["per_model"]))
+        by_layer = " | ".join(cells[f"as_{mixer}_{tag}"] for tag in ("l0", "l1", "l2", "l3", "all"))
+        rows.append(f"| {label(mixer)}, {budget}, {seeds} | {by_layer} |")
+    return "\n".join(rows)
+
+
+def addition_subtraction_rows(folder: str, code_set: str) -> dict[str, dict]:
+    """{mixer: its summary row} of the addition-subtraction similarity on held-out tasks, in
+    SRAVEN_MIXERS' order."""
+    measure = "addition-subtraction similarity (centered cosine)"
+    rows = summary_rows(f"{folder}/latent_summary.json", measure, "ood_unpermuted", code_set)
+    return {mixer: rows[mixer] for mixer in SRAVEN_MIXERS if mixer in rows}
 
 
 def addition_subtraction_over_seeds(folder: str, prefix: str) -> dict[str, str]:
@@ -135,4 +200,6 @@ def numbers() -> dict[str, str]:
         **addition_subtraction("latent_weights_sraven_40k_cpu", "as40"),
         **addition_subtraction("latent_table_a1_raven_20m_cpu", "as20m"),
         **addition_subtraction_over_seeds("latent_weights_raven_cpu", "asr"),
+        "as20m_rows": addition_subtraction_table("latent_table_a1_raven_20m_cpu", "20M examples"),
+        "s20m_rows": rule_probe_rows("latent_table_a1_raven_20m_cpu", "table_a1_raven_20m_cpu", "20M examples"),
     }

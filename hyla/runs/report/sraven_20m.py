@@ -8,9 +8,9 @@ import math
 
 from hyla.runs.paper import TABLE_A1
 from hyla.runs.report import files
-from hyla.runs.report.cells import number
+from hyla.runs.report.cells import label, number
 from hyla.runs.report.files import MIXERS, read_json
-from hyla.runs.report.sraven_budget import full_budget_curves, hours_left, label, paired_table, seed_table
+from hyla.runs.report.sraven_budget import full_budget_curves, hours_left, paired_table, seed_table
 
 SRAVEN_20M_LAYOUTS = {
     # layout: the bench_training.py outputs measured at once (benchmarks/results/sraven_layout_2cores/)

@@ -40,7 +40,7 @@ from pathlib import Path
 from hyla.analysis.tables import markdown_table, mean_se
 from hyla.runs import records
 from hyla.runs.paper import TABLE_A1
-from hyla.runs.report.cells import over_seeds, paper, signed
+from hyla.runs.report.cells import label, over_seeds, paper, signed
 from hyla.runs.report.files import RESULTS, ROOT
 from hyla.train.run_dir import RunDir
 
@@ -49,7 +49,6 @@ PROGRESS = RESULTS / "table_a1_raven_20m_cpu_progress"
 QUARTER = RESULTS / "table_a1_raven_40k_cpu"
 MIXERS = ("softmax", "linear", "hyla", "hyla_identity")
 COLORS = {"softmax": "tab:blue", "linear": "tab:orange", "hyla": "tab:green", "hyla_identity": "tab:red"}
-LABELS = {"hyla": "HYLA", "hyla_identity": "HYLA, identity value network"}
 PAIRS = (("hyla", "linear"), ("hyla", "hyla_identity"), ("hyla", "softmax"))  # the paper's claims, as differences
 PAPER_EXAMPLES = 20e6
 RESUME = PROGRESS / "resume"
@@ -131,10 +130,6 @@ def stretches(record: dict) -> list[Stretch]:
         pace = len(paces) / sum(1 / p for p in paces) if paces else None
         out.append(Stretch(started, session.get("git_commit", "")[:7], session["from_step"], end, pace))
     return out
-
-
-def label(mixer: str) -> str:
-    return LABELS.get(mixer, mixer)
 
 
 def final_ood(curves: list[Curve], mixer: str) -> dict[int, tuple[float, float]]:
