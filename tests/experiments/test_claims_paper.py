@@ -72,3 +72,18 @@ def test_the_committed_figures_are_drawn_from_the_records_and_a_changed_one_fail
     record.write_text(json.dumps(changed))
     monkeypatch.setattr(files, "RESULTS", tmp_path)
     assert figures.main(["--check"]) == 1 and "figures.json is out of date" in capsys.readouterr().err
+
+
+def test_the_nonlinearity_is_tested_on_sraven_once_its_ablation_has_completed():
+    """HYLA against HYLA − nonlinearity on SRAVEN: not tested before the ablation completes, undecided at
+    one seed a side, then decided by twice the s.e.; fuzzy logic is shown, never checked."""
+    fuzzy = {("hyla", False): [91.0, 92.0], ("hyla_identity", False): [93.0, 94.0]}  # ahead: not HYLA's claim
+    row = cp.nonlinear_row(fuzzy, {("hyla", False): [64.0]})
+    assert cp.verdict(row["checks"]) == "**not tested**: no completed HYLA − nonlinearity run at 20M examples"
+    assert "fuzzy logic: HYLA 91.5 ± 0.5, HYLA − nonlinearity 93.5 ± 0.5" in row["hyla"]
+    one = {("hyla", False): [64.0, 66.0], ("hyla_identity", False): [56.0]}
+    assert cp.verdict(cp.nonlinear_row(fuzzy, one)["checks"]).startswith("**not decided at 1 seed**")
+    ahead = {("hyla", False): [64.0, 66.0], ("hyla_identity", False): [56.0, 57.0]}
+    assert cp.verdict(cp.nonlinear_row(fuzzy, ahead)["checks"]) == "**reproduced** (1 of 1 checks hold)"
+    tied = {("hyla", False): [64.0, 66.0], ("hyla_identity", False): [64.0, 65.0]}
+    assert cp.verdict(cp.nonlinear_row(fuzzy, tied)["checks"]) == "**not reproduced** (0 of 1 checks hold)"

@@ -84,7 +84,6 @@ def add_intervention_models(results: Path) -> None:
 def results(tmp_path, monkeypatch):
     """A copy of the committed 20M results with HYLA seed 1 and `hyla_identity` seed 0 added."""
     from hyla.runs.report import files
-
     from hyla.runs.report.interventions import INTERVENTION_SETS
 
     for folder in {LATENT, RUNS, *INTERVENTION_SETS.values()}:
