@@ -87,3 +87,21 @@ def test_the_nonlinearity_is_tested_on_sraven_once_its_ablation_has_completed():
     assert cp.verdict(cp.nonlinear_row(fuzzy, ahead)["checks"]) == "**reproduced** (1 of 1 checks hold)"
     tied = {("hyla", False): [64.0, 66.0], ("hyla_identity", False): [64.0, 65.0]}
     assert cp.verdict(cp.nonlinear_row(fuzzy, tied)["checks"]) == "**not reproduced** (0 of 1 checks hold)"
+
+
+def test_fig5e_keeps_every_seed_of_a_mixer(tmp_path, monkeypatch):
+    """A second HYLA model in the stability file is a check and a name of its own, not a replacement."""
+    for folder in files.RESULTS.iterdir():
+        (tmp_path / folder.name).symlink_to(folder)
+    (tmp_path / cp.FIG5E_STABILITY).unlink()
+    stability = json.loads((files.RESULTS / cp.FIG5E_STABILITY / "fig5e_stability.json").read_text())
+    hyla = next(m for m in stability["models"] if m["mixer"] == "hyla")
+    unstable = {name: {**v, "stable": False} for name, v in hyla["code_sets"].items()}
+    stability["models"].append({"mixer": "hyla", "seed": 1, "code_sets": unstable})
+    (tmp_path / cp.FIG5E_STABILITY).mkdir()
+    (tmp_path / cp.FIG5E_STABILITY / "fig5e_stability.json").write_text(json.dumps(stability))
+    monkeypatch.setattr(files, "RESULTS", tmp_path)
+    row = cp.fig5e()
+    assert "HYLA s1 none" in row["hyla"] and "HYLA s0 " in row["hyla"]
+    assert len(row["checks"]) == 3 + len(stability["models"])  # raven_cpu's three mixers, then each 20M model
+    assert row["checks"][-1].outcome == cp.FAILS
