@@ -33,7 +33,7 @@ pinned to the same `--threads` cores (when fewer than the process may use) and h
 intra-op threads. The models' parameter counts are compared (they must match at the paper presets).
 JSON (commands, versions, machine, load average, every measurement) goes to
 benchmarks/results/vs_authors_<device>.json, one entry of its "runs" per setting (threads,
-OMP_WAIT_POLICY, glibc's MALLOC_* variables, mixer, presets, steps, modes, compile mode, packs,
+OMP_WAIT_POLICY, GOMP_SPINCOUNT, glibc's MALLOC_* variables, mixer, presets, steps, modes, compile mode, packs,
 processes x packs, smoke; a new run of the same setting replaces the old one), rewritten after
 every measurement.
 """
@@ -408,6 +408,7 @@ def machine(args: argparse.Namespace) -> dict:
         "authors_checkout": portable_path(args.authors) if args.authors else None,
         "authors_git_commit": authors_commit,
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"),  # unset: hyla's bounded waiting (hyla.cli)
         "malloc_env": malloc_env(),
         "load_average_start": os.getloadavg(),
         "time_start": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -483,6 +484,7 @@ def record(args: argparse.Namespace, info: dict, measurements: list[dict]) -> di
     setting = {
         "threads": args.threads,
         "omp_wait_policy": info["omp_wait_policy"],
+        "gomp_spincount": info["gomp_spincount"],
         "malloc_env": info["malloc_env"],
         "mixer": args.mixer,
         "presets": args.presets,
