@@ -125,6 +125,7 @@ def _measure(cfg, ctx: DistContext, steps: int, repeats: int) -> dict:
         "windows": windows,
         "warmup_s": warmup,
         "compile_fell_back": fell_back,
+        "compile_mode": update.kind["compile_mode"],  # the mode that compiled the step; None: eager
         # steps per second of this process's CPU time: with 1 thread, what an otherwise idle core
         # would give (the wall-clock rate on a shared machine is lower by the share it gets)
         "steps_per_cpu_second": max(cpu_windows),

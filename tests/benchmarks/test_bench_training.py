@@ -24,6 +24,7 @@ def test_an_override_is_measured_and_recorded(tmp_path):
     assert done.returncode == 0, done.stderr
     (row,) = json.loads(out.read_text())["rows"]
     assert row["overrides"] == ["fuzzy_logic.seq_len=32"] and row["steps_per_second"] > 0
+    assert row["compile_mode"] is None  # eager
     assert "| logic_4var_2term fuzzy_logic.seq_len=32 | linear | eager |" in done.stdout
 
 
