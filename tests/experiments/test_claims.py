@@ -233,7 +233,7 @@ def test_the_paper_budget_rows_follow_the_runs_from_progress_to_completion(tmp_p
         ["| linear", "0", "10,000"],
         ["| HYLA", "0", "10,000"],
         ["| HYLA", "1", "5,000"],
-        ["| HYLA, identity value network", "0", "5,000"],
+        ["| HYLA − nonlinearity", "0", "5,000"],
     ]
 
 

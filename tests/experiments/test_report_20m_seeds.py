@@ -112,7 +112,7 @@ def test_the_probe_rows_average_each_mixers_seeds_and_add_the_identity_row(resul
         "HYLA, 20M examples, seeds 0–1 (62.0 ± 2.0%)",  # 63.98 and 60.00
         "linear, 20M examples, seed 0 (64.0%)",
         "softmax, 20M examples, seed 0 (56.4%)",
-        "HYLA, identity value network, 20M examples, seed 0 (55.0%)",
+        "HYLA − nonlinearity, 20M examples, seed 0 (55.0%)",
     ]
     hyla = rows.splitlines()[0].split(" | ")
     assert hyla[2].startswith(f"{layer1 + 0.05:.3f} ± 0.050 (")  # layer 1: mean and s.e. of the two seeds
@@ -129,7 +129,7 @@ def test_fig_5e_rows_count_the_seeds_where_addition_and_subtraction_are_closest(
         "HYLA, 20M examples, seeds 0–1",
         "linear, 20M examples, seed 0",
         "softmax, 20M examples, seed 0",
-        "HYLA, identity value network, 20M examples, seed 0",
+        "HYLA − nonlinearity, 20M examples, seed 0",
     ]
     hyla_layer1 = rows.splitlines()[0].split(" | ")[2]
     assert " ± 0.100 / " in hyla_layer1 and hyla_layer1.endswith(", 1 of 2") and "**" not in hyla_layer1
@@ -143,7 +143,7 @@ def test_the_intervention_rows_are_one_per_mixer_over_its_models(results):
         "HYLA, 20M examples, seeds 0–1",
         "linear, 20M examples, seed 0",
         "softmax, 20M examples, seed 0",
-        "HYLA, identity value network, 20M examples, seed 0",
+        "HYLA − nonlinearity, 20M examples, seed 0",
     ]
     softmax, identity = rows.splitlines()[2].split(" | "), rows.splitlines()[3].split(" | ")
     assert softmax[2].startswith("**") and not identity[2].startswith("**")  # only softmax's patch transfers
@@ -152,5 +152,5 @@ def test_the_intervention_rows_are_one_per_mixer_over_its_models(results):
         ["| SRAVEN 20M examples, seeds 0–1", "HYLA"],
         ["| SRAVEN 20M examples, seed 0", "linear"],
         ["| SRAVEN 20M examples, seed 0", "softmax"],
-        ["| SRAVEN 20M examples, seed 0", "HYLA, identity value network"],
+        ["| SRAVEN 20M examples, seed 0", "HYLA − nonlinearity"],
     ]

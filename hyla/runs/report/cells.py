@@ -95,12 +95,22 @@ def run_numbers(prefix: str, runs: list[dict], columns: dict, row=mixer_row) -> 
     return n
 
 
-MIXER_LABELS = {"hyla": "HYLA", "hyla_identity": "HYLA, identity value network"}
+# the paper's names of Table A1's rows, in its order
+MIXER_NAMES = {
+    "hyla": "HYLA",
+    "linear": "linear",
+    "softmax": "softmax",
+    "linear_rms_head": "linear + RMS head",
+    "hyla_no_rms_head": "HYLA − RMS head",
+    "hyla_identity": "HYLA − nonlinearity",
+    "hyla_identity_no_rms_head": "HYLA − nonlinearity − RMS head",
+    "softmax_hyla": "softmax HYLA",
+}
 
 
 def label(mixer: str) -> str:
-    """A mixer's name in the report's tables: 'HYLA', 'linear', ..."""
-    return MIXER_LABELS.get(mixer, mixer)
+    """A mixer's name in the report: the paper's ('HYLA', 'HYLA − nonlinearity', ...), else its own."""
+    return MIXER_NAMES.get(mixer, mixer)
 
 
 def seeds_text(seeds: list[int]) -> str:

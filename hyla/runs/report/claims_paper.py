@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from hyla.analysis.tables import mean_se
 from hyla.runs.paper import TABLE_A1
-from hyla.runs.report.cells import over_seeds, paper
+from hyla.runs.report.cells import MIXER_NAMES, label, over_seeds, paper
 from hyla.runs.report.files import (
     MIXERS,
     final,
@@ -39,17 +39,7 @@ from hyla.runs.report.files import (
 )
 
 HOLDS, FAILS, UNDECIDED, UNTESTED = "holds", "fails", "undecided", "untested"
-NAMES = {
-    "hyla": "HYLA",
-    "linear": "linear",
-    "softmax": "softmax",
-    "linear_rms_head": "linear + RMS head",
-    "hyla_no_rms_head": "HYLA − RMS head",
-    "hyla_identity": "HYLA − nonlinearity",
-    "hyla_identity_no_rms_head": "HYLA − nonlinearity − RMS head",
-    "softmax_hyla": "softmax HYLA",
-}
-A1_MIXERS = tuple(NAMES)
+A1_MIXERS = tuple(MIXER_NAMES)
 
 
 # ----------------------------------------------------------------------------- checks and the rule
@@ -139,7 +129,7 @@ def budget(folder: str, unit: str = "examples") -> str:
 
 
 def named(values: dict[str, str]) -> str:
-    return ", ".join(f"{NAMES.get(m, m)} {v}" for m, v in values.items())
+    return ", ".join(f"{label(m)} {v}" for m, v in values.items())
 
 
 # ----------------------------------------------------------------------------- the claims
@@ -333,7 +323,7 @@ def fig5e() -> dict[str, object]:
 
     def model_name(model: dict) -> str:  # the mixer, and its seed where it has several
         mixer = model["mixer"]
-        return mixer if per_mixer.count(mixer) == 1 else f"{NAMES.get(mixer, mixer)} s{model['seed']}"
+        return mixer if per_mixer.count(mixer) == 1 else f"{label(mixer)} s{model['seed']}"
 
     stable = {
         model_name(m): [name.removeprefix("layer ") for name, v in m["code_sets"].items() if v["stable"]]

@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 
 from hyla.runs.paper import TABLE_A1
-from hyla.runs.report.claims_paper import A1_MIXERS, FUZZY, NAMES, SRAVEN_20M, held_out_seeds, seeds
+from hyla.runs.report.cells import label
+from hyla.runs.report.claims_paper import A1_MIXERS, FUZZY, SRAVEN_20M, held_out_seeds, seeds
 from hyla.runs.report.files import MIXERS, ROOT
 
 FIGURES = ROOT / "experiments" / "figures"
@@ -33,7 +34,7 @@ def data() -> dict:
         runs = seeds(folder, "ood", metric)
         table[task] = [
             {
-                "row": NAMES[mixer] + (" + experts" if moe else ""),
+                "row": label(mixer) + (" + experts" if moe else ""),
                 "paper": list(TABLE_A1[task][(mixer, moe)]),
                 "hyla": [round(v, 4) for v in runs.get((mixer, moe), [])],
             }
@@ -89,7 +90,7 @@ def fig2c_figure(fig2c: dict):
     for mixer, by_percent in fig2c.items():
         x = [int(p) for p in by_percent]
         means = [sum(v) / len(v) for v in by_percent.values()]
-        ax.plot(x, means, "-", color=COLORS[mixer], label=NAMES[mixer])
+        ax.plot(x, means, "-", color=COLORS[mixer], label=label(mixer))
         for p, values in by_percent.items():
             ax.plot([int(p)] * len(values), values, "o", color=COLORS[mixer], ms=3, alpha=0.6)
     ax.set_xticks([30, 50, 70])
