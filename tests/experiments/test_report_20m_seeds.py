@@ -136,9 +136,14 @@ def test_fig_5e_rows_count_the_seeds_where_addition_and_subtraction_are_closest(
 
 
 def test_the_intervention_rows_are_one_per_mixer_over_its_models(results):
-    from hyla.runs.report.interventions import intervention_verdicts, sraven_intervention_rows
+    from hyla.runs.report.interventions import (
+        intervention_verdicts,
+        sraven_intervention_rows,
+        sraven_model_interventions,
+    )
 
-    rows = sraven_intervention_rows(INTERVENTIONS, "iv20m", "20M examples")
+    n = sraven_model_interventions(INTERVENTIONS, "iv20m")
+    rows = sraven_intervention_rows(n, INTERVENTIONS, "iv20m", "20M examples")
     assert first_cells(rows) == [
         "HYLA, 20M examples, seeds 0–1",
         "linear, 20M examples, seed 0",

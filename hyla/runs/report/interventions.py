@@ -65,7 +65,7 @@ def intervention_sections() -> dict[str, str]:
     n.update(intervention_verdicts())
     n.update(sraven_model_interventions("interventions_weights_sraven_40k_cpu", "iv40"))
     n.update(sraven_model_interventions("interventions_table_a1_raven_20m_cpu", "iv20m"))
-    n["iv20m_rows"] = sraven_intervention_rows("interventions_table_a1_raven_20m_cpu", "iv20m", "20M examples")
+    n["iv20m_rows"] = sraven_intervention_rows(n, "interventions_table_a1_raven_20m_cpu", "iv20m", "20M examples")
     n.update(superseded_intervention_numbers("interventions_fuzzy_50k", "ivo_logic", "row"))
     n.update(superseded_intervention_numbers("interventions_raven_cpu", "ivo_raven", "probe"))
     return n
@@ -149,12 +149,12 @@ def sraven_model_interventions(folder: str, prefix: str) -> dict[str, str]:
     return n
 
 
-def sraven_intervention_rows(folder: str, prefix: str, budget: str) -> str:
-    """`sraven_model_interventions`' cells as table rows, one per mixer in SRAVEN_MIXERS' order:
+def sraven_intervention_rows(n: dict[str, str], folder: str, prefix: str, budget: str) -> str:
+    """`sraven_model_interventions(folder, prefix)`' cells `n` as table rows, one per mixer in SRAVEN_MIXERS' order:
     `{label}, {budget}, {seeds}`; the patch in bold where its verdict is that it transfers."""
     from hyla.analysis.intervention_report import verdict
 
-    n, rows = sraven_model_interventions(folder, prefix), []
+    rows = []
     groups = {group["mixer"]: group for group in read_json(f"{folder}/interventions_tasks16_samples32_seed0.json")["groups"]}
     for mixer in [m for m in SRAVEN_MIXERS if m in groups]:
         name = f"{prefix}_{mixer}"
