@@ -46,15 +46,10 @@ def save_figure(fig: Figure, path: str | Path, dpi: int = 120, tight: bool = Fal
     return path
 
 
-def mean_curve(runs: list[list[dict]], split: str, key: str) -> tuple[list[int], list[float]]:
-    """(steps, mean of `key` over the runs at each step) from metrics.jsonl records of one or
-    more runs (e.g. seeds); records without a finite value (missing, or null for NaN) are skipped."""
-    steps, means, _ = mean_se_curve(runs, split, key)
-    return steps, means
-
-
 def mean_se_curve(runs: list[list[dict]], split: str, key: str) -> tuple[list[int], list[float], list[float | None]]:
-    """`mean_curve` with the standard error over the runs at each step (None where fewer than 2)."""
+    """(steps, mean of `key` over the runs at each step, its standard error, None where fewer than 2
+    runs have it) from metrics.jsonl records of one or more runs (e.g. seeds); records without a
+    finite value (missing, or null for NaN) are skipped."""
     values = defaultdict(list)
     for records in runs:
         for record in records:
