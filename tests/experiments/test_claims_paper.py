@@ -105,3 +105,20 @@ def test_fig5e_keeps_every_seed_of_a_mixer(tmp_path, monkeypatch):
     assert "HYLA s1 none" in row["hyla"] and "HYLA s0 " in row["hyla"]
     assert len(row["checks"]) == 3 + len(stability["models"])  # raven_cpu's three mixers, then each 20M model
     assert row["checks"][-1].outcome == cp.FAILS
+
+
+def test_the_table_a1_figure_draws_the_mean_and_its_standard_error_from_two_seeds_on():
+    """Each seed a dot, the mean a bar, and its s.e. over the seeds an error bar where there are 2 or more."""
+    from hyla.runs.report.figures import table_a1_figure
+
+    rows = [
+        {"row": "HYLA", "paper": [69.13, 1.90], "hyla": [63.0, 65.0, 64.0]},
+        {"row": "softmax", "paper": [56.56, 1.05], "hyla": [56.4]},
+        {"row": "linear", "paper": [56.30, 1.11], "hyla": []},
+    ]
+    fig = table_a1_figure({"fuzzy_logic": rows, "sraven": rows})
+    for ax in fig.axes:
+        [bar] = [c for c in ax.containers if c.get_label() == "hyla, mean ± s.e. over seeds"]  # the 3-seed row's
+        [segment] = bar.lines[2][0].get_segments()  # [[low, y], [high, y]]
+        assert segment[:, 0] == pytest.approx([64.0 - 1 / 3**0.5, 64.0 + 1 / 3**0.5])  # s.e. = 1/√3
+        assert segment[0, 1] == pytest.approx(0 - 0.15)  # beside the HYLA row's dots

@@ -1,9 +1,9 @@
 """The figures of the paper's claims, drawn from the committed records into experiments/figures/
 (`python experiments/figures.py`: `write`, `up_to_date`).
 
-- `table_a1.png`: Table A1 for both tasks, a row per mixer: hyla's seeds as dots and their mean as a
-  bar beside the paper's mean ± s.e. (fuzzy logic: experiments/results/table_a1_logic_50k_cpu;
-  SRAVEN: table_a1_raven_20m_cpu, the seeds recorded so far);
+- `table_a1.png`: Table A1 for both tasks, a row per mixer: hyla's seeds as dots, their mean as a
+  bar with its s.e. over the seeds (from 2 seeds on), beside the paper's mean ± s.e. (fuzzy logic:
+  experiments/results/table_a1_logic_50k_cpu; SRAVEN: table_a1_raven_20m_cpu, the seeds recorded so far);
 - `fig2c.png`: fuzzy logic's OOD R² against the fraction of tasks held out (Fig. 2C), each seed a
   dot, the means joined.
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 
+from hyla.analysis.tables import mean_se
 from hyla.runs.paper import TABLE_A1
 from hyla.runs.report.cells import label
 from hyla.runs.report.claims_paper import A1_MIXERS, FUZZY, SRAVEN_20M, held_out_seeds, seeds
@@ -65,8 +66,18 @@ def table_a1_figure(table: dict):
                     alpha=0.8,
                     label="hyla, one seed each",
                 )
-                hyla_mean = sum(row["hyla"]) / len(row["hyla"])
+                hyla_mean, hyla_se = mean_se(row["hyla"])
                 ax.plot([hyla_mean] * 2, [y - 0.4, y + 0.1], color="tab:blue", lw=2, label="hyla, mean")
+                if hyla_se is not None:
+                    ax.errorbar(
+                        hyla_mean,
+                        y - 0.15,
+                        xerr=hyla_se,
+                        fmt="none",
+                        ecolor="tab:blue",
+                        capsize=3,
+                        label="hyla, mean ± s.e. over seeds",
+                    )
         for y, row in enumerate(rows):  # once the axis has its limits
             if not row["hyla"]:
                 ax.text(ax.get_xlim()[0], y - 0.15, " hyla: not run", fontsize=7, va="center", color="0.4")
@@ -76,7 +87,7 @@ def table_a1_figure(table: dict):
     axes[0].invert_yaxis()
     handles, labels = axes[0].get_legend_handles_labels()
     unique = dict(zip(labels, handles))
-    fig.legend(unique.values(), unique.keys(), loc="lower center", ncol=3, fontsize=8, frameon=False)
+    fig.legend(unique.values(), unique.keys(), loc="lower center", ncol=4, fontsize=8, frameon=False)
     fig.suptitle("Table A1: hyla's seeds beside the paper's mean ± s.e.", fontsize=11)
     fig.subplots_adjust(left=0.2, right=0.98, bottom=0.14, top=0.9, wspace=0.08)
     return fig
