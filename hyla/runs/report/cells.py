@@ -107,6 +107,9 @@ MIXER_NAMES = {
     "softmax_hyla": "softmax HYLA",
 }
 
+MIXER_COLORS = {"hyla": "tab:blue", "linear": "tab:orange", "softmax": "tab:green", "hyla_identity": "tab:red"}
+"""One color per mixer in every figure of the report."""
+
 
 def label(mixer: str) -> str:
     """A mixer's name in the report: the paper's ('HYLA', 'HYLA − nonlinearity', ...), else its own."""

@@ -18,14 +18,13 @@ import json
 
 from hyla.analysis.tables import mean_se
 from hyla.runs.paper import TABLE_A1
-from hyla.runs.report.cells import label
+from hyla.runs.report.cells import MIXER_COLORS, label
 from hyla.runs.report.claims_paper import A1_MIXERS, FUZZY, SRAVEN_20M, held_out_seeds, seeds
 from hyla.runs.report.files import MIXERS, ROOT
 
 FIGURES = ROOT / "experiments" / "figures"
 A1_TASKS = {"fuzzy_logic": (FUZZY, "r2", "OOD R² ×100"), "sraven": (SRAVEN_20M, "acc", "OOD panel accuracy ×100")}
 TITLES = {"fuzzy_logic": "fuzzy logic, 50k steps", "sraven": "SRAVEN, 20M examples"}
-COLORS = {"hyla": "tab:blue", "linear": "tab:orange", "softmax": "tab:green"}
 
 
 def data() -> dict:
@@ -101,9 +100,9 @@ def fig2c_figure(fig2c: dict):
     for mixer, by_percent in fig2c.items():
         x = [int(p) for p in by_percent]
         means = [sum(v) / len(v) for v in by_percent.values()]
-        ax.plot(x, means, "-", color=COLORS[mixer], label=label(mixer))
+        ax.plot(x, means, "-", color=MIXER_COLORS[mixer], label=label(mixer))
         for p, values in by_percent.items():
-            ax.plot([int(p)] * len(values), values, "o", color=COLORS[mixer], ms=3, alpha=0.6)
+            ax.plot([int(p)] * len(values), values, "o", color=MIXER_COLORS[mixer], ms=3, alpha=0.6)
     ax.set_xticks([30, 50, 70])
     ax.set_xlabel("tasks held out (%)")
     ax.set_ylabel("OOD R² ×100")

@@ -40,7 +40,7 @@ from pathlib import Path
 from hyla.analysis.tables import markdown_table, mean_se
 from hyla.runs import records
 from hyla.runs.paper import TABLE_A1
-from hyla.runs.report.cells import label, over_seeds, paper, signed
+from hyla.runs.report.cells import MIXER_COLORS, label, over_seeds, paper, seeds_text, signed
 from hyla.runs.report.files import RESULTS, ROOT
 from hyla.train.run_dir import RunDir
 
@@ -48,7 +48,6 @@ FULL = RESULTS / "table_a1_raven_20m_cpu"
 PROGRESS = RESULTS / "table_a1_raven_20m_cpu_progress"
 QUARTER = RESULTS / "table_a1_raven_40k_cpu"
 MIXERS = ("softmax", "linear", "hyla", "hyla_identity")
-COLORS = {"softmax": "tab:blue", "linear": "tab:orange", "hyla": "tab:green", "hyla_identity": "tab:red"}
 PAIRS = (("hyla", "linear"), ("hyla", "hyla_identity"), ("hyla", "softmax"))  # the paper's claims, as differences
 PAPER_EXAMPLES = 20e6
 RESUME = PROGRESS / "resume"
@@ -467,27 +466,27 @@ def figure(full: list[Curve], quarter: list[Curve], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(8, 5))
     for c in quarter:
         x = [s * c.batch_size / 1e6 for s, _, _ in c.points]
-        ax.plot(x, [100 * p for _, p, _ in c.points], color=COLORS[c.mixer], lw=0.8, ls="--", alpha=0.6)
+        ax.plot(x, [100 * p for _, p, _ in c.points], color=MIXER_COLORS[c.mixer], lw=0.8, ls="--", alpha=0.6)
     drawn = [m for m in MIXERS if any(c.mixer == m for c in full)]
     for mixer in drawn:
         runs = [c for c in full if c.mixer == mixer and c.points]
         for c in runs:
             x = [s * c.batch_size / 1e6 for s, _, _ in c.points]
-            ax.plot(x, [100 * p for _, p, _ in c.points], color=COLORS[mixer], lw=1, alpha=0.8)
+            ax.plot(x, [100 * p for _, p, _ in c.points], color=MIXER_COLORS[mixer], lw=1, alpha=0.8)
         if not runs:
             continue
         x, mean, se = seed_band(runs)
-        ax.plot(x, mean, color=COLORS[mixer], lw=2, marker="o", ms=3)
+        ax.plot(x, mean, color=MIXER_COLORS[mixer], lw=2, marker="o", ms=3)
         ax.fill_between(
-            x, [m - e for m, e in zip(mean, se)], [m + e for m, e in zip(mean, se)], color=COLORS[mixer], alpha=0.2
+            x, [m - e for m, e in zip(mean, se)], [m + e for m, e in zip(mean, se)], color=MIXER_COLORS[mixer], alpha=0.2
         )
     for i, mixer in enumerate(drawn):
         mean, se = TABLE_A1["sraven"][(mixer, False)]
         offset = 0.25 * (i - (len(drawn) - 1) / 2)
-        ax.errorbar(PAPER_EXAMPLES / 1e6 + offset, mean, yerr=se, color=COLORS[mixer], marker="*", ms=12, capsize=4)
+        ax.errorbar(PAPER_EXAMPLES / 1e6 + offset, mean, yerr=se, color=MIXER_COLORS[mixer], marker="*", ms=12, capsize=4)
     for mixer in drawn:
         seeds = sorted(c.seed for c in full if c.mixer == mixer)
-        ax.plot([], [], color=COLORS[mixer], lw=6, label=f"{label(mixer)}, seeds {', '.join(map(str, seeds))}")
+        ax.plot([], [], color=MIXER_COLORS[mixer], lw=6, label=f"{label(mixer)}, {seeds_text(seeds)}")
     ax.plot([], [], color="gray", lw=1, label="paper's budget (20M): each seed")
     ax.plot(
         [],
