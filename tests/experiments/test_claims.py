@@ -240,20 +240,25 @@ def test_the_paper_budget_rows_follow_the_runs_from_progress_to_completion(tmp_p
 def test_the_runs_under_way_are_summed_up_from_their_stretches():
     from hyla.runs.report.sraven_budget import Curve, Stretch
 
-    def curve(mixer: str, last: int, paces: list[float], completed: bool) -> Curve:
-        stretches = [Stretch(f"2026-11-2{i} 10:00", "abc1234", 0, last, pace) for i, pace in enumerate(paces)]
+    def curve(mixer: str, last: int, paces: list[float], completed: bool, cpu: str = "AMD EPYC") -> Curve:
+        stretches = [Stretch(f"2026-11-2{i} 10:00", "abc1234", 0, last, pace, cpu) for i, pace in enumerate(paces)]
         return Curve(mixer, 0, 128, 100_000, completed, last, [], {}, {}, stretches)
 
     assert sraven_20m.under_way([curve("softmax", 100_000, [2.0, 4.0, 9.0], True)]) == "no run under way"
-    curves = [
-        curve("softmax", 100_000, [2.0, 4.0, 9.0], True),  # its last stretch, alone, is not a pace three at once
-        curve("hyla", 28_000, [0.5], False),
-        curve("linear", 28_000 - 2_000, [0.6], False),
-    ]
-    assert sraven_20m.under_way(curves) == (
+    running = [curve("hyla", 28_000, [0.5], False), curve("linear", 28_000 - 2_000, [0.6], False)]
+    latest = (
         "2 runs under way, at steps 26,000–28,000 of 100,000; their latest stretch (from 2026-11-20 10:00 UTC, "
-        "commit `abc1234`) trained at 0.50–0.60 steps/s each, at which the 74,000 steps left take 34.3–41.1 h; "
-        "at the completed runs' paces three at once (2.00–4.00 steps/s each), 5.1–10.3 h"
+        "commit `abc1234`, AMD EPYC) trained at 0.50–0.60 steps/s each, at which the 74,000 steps left take "
+        "34.3–41.1 h"
+    )
+    # a completed run's last stretch, perhaps alone, is not a pace three at once
+    same_cpu = curve("softmax", 100_000, [2.0, 4.0, 9.0], True)
+    assert sraven_20m.under_way([same_cpu, *running]) == (
+        f"{latest}; at the completed runs' paces three at once on this CPU (2.00–4.00 steps/s each), 5.1–10.3 h"
+    )
+    other_cpu = curve("softmax", 100_000, [2.0, 4.0, 9.0], True, cpu="Intel Xeon")
+    assert sraven_20m.under_way([other_cpu, *running]) == (
+        f"{latest}; the completed runs trained three at once at 2.00–4.00 steps/s each on another CPU (Intel Xeon)"
     )
 
 

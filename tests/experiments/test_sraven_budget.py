@@ -148,30 +148,36 @@ def test_the_report_tables_how_each_run_fits_its_training_tasks(budget):
     assert "| 5,000 | 31.00 / 0.7000 | 11.00 / 0.9000 |" in text and "| 10,000 | 41.00 / 0.6000 |  |" in text
 
 
-def test_each_session_of_a_run_is_a_stretch_with_its_logged_pace(budget):
+def test_each_session_of_a_run_is_a_stretch_with_its_pace_while_training_and_its_cpu(budget):
     run = record("hyla", [0.1, 0.2], completed=False)  # steps 5,000 and 10,000 of 10,000
     run["metrics"] = [
         {"step": step, "split": "train", "loss": 1.0, "steps_per_second": pace}
-        for step, pace in [(2000, 1.0), (4000, 4.0), (6000, 2.0), (8000, 2.0)]
+        for step, pace in [(1000, 3.0), (2000, 0.01), (4000, 4.0), (6000, 2.0), (8000, 2.0)]
     ]
     run["env"] = {
         "sessions": [
-            {"time": "2026-11-28T14:27:13+0000", "git_commit": "e2d7e32ff650", "from_step": 0},
-            {"time": "2026-11-28T17:16:42+0000", "git_commit": "5486a871b258", "from_step": 4321},
+            {"time": "2026-11-28T14:27:13+0000", "git_commit": "e2d7e32ff650", "from_step": 0, "cpu": "Intel Xeon"},
+            {"time": "2026-11-28T17:16:42+0000", "git_commit": "5486a871b258", "from_step": 4321, "cpu": "AMD EPYC"},
         ]
     }
     c = budget.curve(run)
     first, second = c.stretches
     assert (first.started, first.commit, first.from_step, first.to_step) == ("2026-11-28 14:27", "e2d7e32", 0, 4321)
-    assert first.steps_per_second == pytest.approx(2 / (1 / 1 + 1 / 4))  # the steps over the seconds they took
-    assert (second.from_step, second.to_step, second.steps_per_second) == (4321, 8000, pytest.approx(2.0))
+    # the record at step 2,000 spans a pause (0.01 steps/s): the median leaves it out of the pace
+    assert (first.steps_per_second, first.cpu) == (pytest.approx(3.0), "Intel Xeon")
+    assert (second.from_step, second.to_step, second.steps_per_second, second.cpu) == (
+        4321,
+        8000,
+        pytest.approx(2.0),
+        "AMD EPYC",
+    )
     assert budget.hours_left([c]) == [pytest.approx(2000 / 2.0 / 3600)]  # at the latest stretch's pace
-    assert "| hyla s0 | 2026-11-28 17:16 | `5486a87` | 4,321 → 8,000 | 2.00 |" in budget.report([c])
+    assert "| hyla s0 | 2026-11-28 17:16 | `5486a87` | AMD EPYC | 4,321 → 8,000 | 2.00 |" in budget.report([c])
 
 
 def test_the_hours_left_count_the_runs_speeding_up_as_others_complete(budget):
     def run(mixer: str, last_step: int, pace: float | None, completed: bool = False):
-        stretch = budget.Stretch("2026-11-28 14:27", "e2d7e32", 0, last_step, pace)
+        stretch = budget.Stretch("2026-11-28 14:27", "e2d7e32", 0, last_step, pace, "AMD EPYC")
         return budget.Curve(mixer, 0, 128, 30_000, completed, last_step, [], {}, {}, [stretch])
 
     # 3,600, 7,200 and 10,800 steps left, each at 1 step/s while three share the two cores (2/3 of a
@@ -187,7 +193,7 @@ def test_the_hours_left_count_the_runs_speeding_up_as_others_complete(budget):
 
 def test_a_run_completing_within_the_latest_stretch_counts_as_sharing_its_pace(budget):
     def run(last_step: int, started: str, completed: bool = False):
-        stretch = budget.Stretch(started, "e2d7e32", 0, last_step, 1.0)
+        stretch = budget.Stretch(started, "e2d7e32", 0, last_step, 1.0, "AMD EPYC")
         return budget.Curve("softmax", 0, 128, 30_000, completed, last_step, [], {}, {}, [stretch])
 
     # the stretch's 1 step/s was logged while three runs shared two cores; with one of them done the

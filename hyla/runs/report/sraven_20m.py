@@ -100,13 +100,13 @@ def order_at(curves: list, step: int) -> str:
 
 def sraven_20m_progress_sections() -> dict[str, str]:
     """How far each paper-budget run is, from its record: `r20m_progress_rows`, one table row per run
-    (mixer, seed): the last step logged, each session (start, commit, steps, pace) and the hours of
+    (mixer, seed): the last step logged, each session (start, commit, CPU, steps, pace) and the hours of
     compute to its end (the runs sharing the machine at their latest stretch's pace), or "completed"."""
     curves = full_budget_curves(files.RESULTS)
     rows = []
     for c, left in zip(curves, hours_left(curves)):
         stretches = "; ".join(
-            f"{s.started} `{s.commit}`: {s.from_step:,} → {s.to_step:,}"
+            f"{s.started} `{s.commit}` {s.cpu or '(CPU not recorded)'}: {s.from_step:,} → {s.to_step:,}"
             + ("" if s.steps_per_second is None else f" at {s.steps_per_second:.2f}")
             for s in c.stretches
         )
@@ -121,20 +121,24 @@ def sraven_20m_progress_sections() -> dict[str, str]:
 
 
 def under_way(curves: list) -> str:
-    """The runs under way in a sentence: their latest stretch (when, from which commit, the step
-    reached, each run's pace), the hours their steps left take at that pace, and at the paces of the
-    completed runs three at once (every stretch of theirs but the last, which some ran alone)."""
+    """The runs under way in a sentence: their latest stretch (when, from which commit, on which CPU,
+    the step reached, each run's pace), the hours their steps left take at that pace, and at the paces
+    of the completed runs three at once on the same CPU (every stretch of theirs but the last, which
+    some ran alone); paces on another CPU are named as such, not turned into hours."""
     running = [c for c in curves if not c.completed and c.stretches]
     if not running:
         return "no run under way"
     stretches = [c.stretches[-1] for c in running]
     paces = [s.steps_per_second for s in stretches if s.steps_per_second]
-    done = [s.steps_per_second for c in curves if c.completed for s in c.stretches[:-1] if s.steps_per_second]
+    cpu = stretches[0].cpu
+    done = [s for c in curves if c.completed for s in c.stretches[:-1] if s.steps_per_second]
+    same = [s.steps_per_second for s in done if s.cpu == cpu]
+    other = sorted({s.cpu or "a CPU not recorded" for s in done if s.cpu != cpu})
     left = max(c.total_steps - c.last_step for c in running)
     text = (
         f"{len(running)} runs under way, at steps {min(c.last_step for c in running):,}–"
         f"{max(c.last_step for c in running):,} of {running[0].total_steps:,}; their latest stretch (from "
-        f"{min(s.started for s in stretches)} UTC, commit `{stretches[0].commit}`) "
+        f"{min(s.started for s in stretches)} UTC, commit `{stretches[0].commit}`, {cpu or 'CPU not recorded'}) "
         + (
             f"trained at {min(paces):.2f}–{max(paces):.2f} steps/s each, at which the {left:,} steps left take "
             f"{hours(left, max(paces))}–{hours(left, min(paces))} h"
@@ -142,12 +146,18 @@ def under_way(curves: list) -> str:
             else "has logged no pace yet"
         )
     )
-    if not done:
-        return text
-    return (
-        f"{text}; at the completed runs' paces three at once ({min(done):.2f}–{max(done):.2f} steps/s "
-        f"each), {hours(left, max(done))}–{hours(left, min(done))} h"
-    )
+    if same:
+        text += (
+            f"; at the completed runs' paces three at once on this CPU ({min(same):.2f}–{max(same):.2f} steps/s "
+            f"each), {hours(left, max(same))}–{hours(left, min(same))} h"
+        )
+    if other:
+        paces_other = [s.steps_per_second for s in done if s.cpu != cpu]
+        text += (
+            f"; the completed runs trained three at once at {min(paces_other):.2f}–{max(paces_other):.2f} steps/s "
+            f"each on another CPU ({', '.join(other)})"
+        )
+    return text
 
 
 def hours(steps: int, steps_per_second: float) -> str:

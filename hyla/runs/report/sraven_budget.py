@@ -25,13 +25,14 @@ experiments/results/table_a1_raven_20m_cpu/: every evaluation of the full-budget
 binomial standard error sqrt(p(1-p)/n) (n: the tasks evaluated at that point), every change of
 order between two mixers, with whether the differences on both sides of it exceed twice their
 combined standard error, and each run's stretches of compute (its sessions, from the records'
-environment) with their logged pace.
+environment) with their pace while training and the CPU they ran on.
 """
 
 from __future__ import annotations
 
 import math
 import shutil
+import statistics
 import subprocess
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -64,7 +65,8 @@ class Stretch:
     commit: str  # the checkout it ran, 7 characters
     from_step: int
     to_step: int
-    steps_per_second: float | None  # over its logged training records (each: the pace since the one before)
+    steps_per_second: float | None  # the median of its logged training records' paces (each: since the one before)
+    cpu: str  # the machine's CPU, as its environment record names it ("" where it names none)
 
 
 @dataclass
@@ -112,9 +114,10 @@ def curve(record: dict) -> Curve:
 
 def stretches(record: dict) -> list[Stretch]:
     """The run's sessions (its environment record's `sessions`: when each started, from which step,
-    from which commit), each to the next one's first step or the run's last, with its pace: the steps
-    over the seconds of its training records (a record's `steps_per_second`: the pace since the one
-    before; records thinned evenly, hyla.runs.records)."""
+    from which commit, on which CPU), each to the next one's first step or the run's last, with its pace
+    while training: the median of its training records' paces (a record's `steps_per_second`: the pace
+    since the one before; records thinned evenly, hyla.runs.records). The median, not the steps over
+    the seconds: one record that spans a pause of the run (or a busy machine) would rule the latter."""
     sessions = record.get("env", {}).get("sessions", [])
     last = max((row["step"] for row in record["metrics"]), default=0)
     ends = [session["from_step"] for session in sessions[1:]] + [last]
@@ -126,8 +129,9 @@ def stretches(record: dict) -> list[Stretch]:
             if row.get("split") == "train" and session["from_step"] < row["step"] <= end and row.get("steps_per_second")
         ]
         started = session["time"][:16].replace("T", " ")
-        pace = len(paces) / sum(1 / p for p in paces) if paces else None
-        out.append(Stretch(started, session.get("git_commit", "")[:7], session["from_step"], end, pace))
+        pace = statistics.median(paces) if paces else None
+        commit = session.get("git_commit", "")[:7]
+        out.append(Stretch(started, commit, session["from_step"], end, pace, session.get("cpu", "")))
     return out
 
 
@@ -388,14 +392,14 @@ def fit_table(curves: list[Curve]) -> str:
 
 
 def stretch_table(curves: list[Curve]) -> str:
-    """Each run's stretches of compute: when, from which commit, which steps, at what pace."""
+    """Each run's stretches of compute: when, from which commit, on which CPU, which steps, at what pace."""
     rows = []
     for c in curves:
         for s in c.stretches:
             pace = "–" if s.steps_per_second is None else f"{s.steps_per_second:.2f}"
             steps = f"{s.from_step:,} → {s.to_step:,}"
-            rows.append([f"{c.mixer} s{c.seed}", s.started, f"`{s.commit}`", steps, pace])
-    return markdown_table(["run", "started (UTC)", "commit", "steps", "steps/s"], rows)
+            rows.append([f"{c.mixer} s{c.seed}", s.started, f"`{s.commit}`", s.cpu or "–", steps, pace])
+    return markdown_table(["run", "started (UTC)", "commit", "CPU", "steps", "steps/s (median)"], rows)
 
 
 def report(full: list[Curve]) -> str:
@@ -435,7 +439,8 @@ def report(full: list[Curve]) -> str:
             fit_table(full) if full else "(no full-budget run recorded yet)",
             "",
             "Stretches of compute: each session of each run, from its start (or resume from a checkpoint) to",
-            "the next one's, with its pace over its logged training records:",
+            "the next one's, with the CPU it ran on and its pace while training (the median of its logged",
+            "training records' paces):",
             "",
             stretch_table(full),
             "",
