@@ -229,10 +229,10 @@ def test_the_paper_budget_rows_follow_the_runs_from_progress_to_completion(tmp_p
     assert sraven_20m.sraven_20m_sections() == done
     rows = sraven_20m.sraven_20m_progress_sections()["r20m_progress_rows"].splitlines()
     assert [row.split(" | ")[:3] for row in rows] == [
-        ["| softmax", "0", "10,000"],
-        ["| linear", "0", "10,000"],
         ["| HYLA", "0", "10,000"],
         ["| HYLA", "1", "5,000"],
+        ["| linear", "0", "10,000"],
+        ["| softmax", "0", "10,000"],
         ["| HYLA − nonlinearity", "0", "5,000"],
     ]
 

@@ -42,13 +42,12 @@ from hyla.analysis.tables import markdown_table, mean_se
 from hyla.runs import records
 from hyla.runs.paper import TABLE_A1
 from hyla.runs.report.cells import MIXER_COLORS, label, over_seeds, paper, seeds_text, signed
-from hyla.runs.report.files import RESULTS, ROOT
+from hyla.runs.report.files import RESULTS, ROOT, SRAVEN_MIXERS
 from hyla.train.run_dir import RunDir
 
 FULL = RESULTS / "table_a1_raven_20m_cpu"
 PROGRESS = RESULTS / "table_a1_raven_20m_cpu_progress"
 QUARTER = RESULTS / "table_a1_raven_40k_cpu"
-MIXERS = ("softmax", "linear", "hyla", "hyla_identity")
 PAIRS = (("hyla", "linear"), ("hyla", "hyla_identity"), ("hyla", "softmax"))  # the paper's claims, as differences
 PAPER_EXAMPLES = 20e6
 RESUME = PROGRESS / "resume"
@@ -148,7 +147,7 @@ def seed_table(curves: list[Curve]) -> str:
     """Per mixer: each completed seed's final OOD panel accuracy ×100 ± its binomial s.e., their mean ±
     the s.e. over seeds, and the paper's Table A1 mean ± s.e. (3 seeds)."""
     rows = []
-    for mixer in MIXERS:
+    for mixer in SRAVEN_MIXERS:
         runs = final_ood(curves, mixer)
         if not runs:
             continue
@@ -244,7 +243,7 @@ def full_budget_curves(results: Path = RESULTS) -> list[Curve]:
         for path in records.find(results / folder / "records"):
             record = records.read(path)
             chosen[record["run"]] = record
-    return sorted((curve(r) for r in chosen.values()), key=lambda c: (MIXERS.index(c.mixer), c.seed))
+    return sorted((curve(r) for r in chosen.values()), key=lambda c: (SRAVEN_MIXERS.index(c.mixer), c.seed))
 
 
 def quarter_budget_curves() -> list[Curve]:
@@ -472,7 +471,7 @@ def figure(full: list[Curve], quarter: list[Curve], path: Path) -> None:
     for c in quarter:
         x = [s * c.batch_size / 1e6 for s, _, _ in c.points]
         ax.plot(x, [100 * p for _, p, _ in c.points], color=MIXER_COLORS[c.mixer], lw=0.8, ls="--", alpha=0.6)
-    drawn = [m for m in MIXERS if any(c.mixer == m for c in full)]
+    drawn = [m for m in SRAVEN_MIXERS if any(c.mixer == m for c in full)]
     for mixer in drawn:
         runs = [c for c in full if c.mixer == mixer and c.points]
         for c in runs:
