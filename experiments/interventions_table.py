@@ -4,8 +4,8 @@ references (constant, a perfect random task or rule, wrecked), as mean ± s.e. o
 each mixer and as the median with its bootstrap 95% interval, each task's tables after a legend
 that defines their sites, conditions, references and columns (docs/interventions.md).
 
-    hyla interventions experiments/results/weights_raven_cpu/models/* --out experiments/results/interventions_raven_cpu
-    python experiments/interventions_table.py experiments/results/interventions_raven_cpu
+    hyla interventions experiments/results/weights_raven_cpu/models/* --out experiments/results/interventions_weights_raven_cpu
+    python experiments/interventions_table.py experiments/results/interventions_weights_raven_cpu
 
 Reads FILE.json, or every interventions_*.json in a folder (each file's groups in turn), as
 `hyla interventions` writes them; prints the same tables as the command does.
