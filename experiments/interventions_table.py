@@ -1,10 +1,11 @@
-"""Markdown tables of `hyla interventions` results: the calibrated transfer (0 = unpatched, 1 = B's own
+r"""Markdown tables of `hyla interventions` results: the calibrated transfer (0 = unpatched, 1 = B's own
 prediction) of the patch and its three controls per split, site and layer setting, beside the
 references (constant, a perfect random task or rule, wrecked), as mean ± s.e. over the models of
 each mixer and as the median with its bootstrap 95% interval, each task's tables after a legend
 that defines their sites, conditions, references and columns (docs/interventions.md).
 
-    hyla interventions experiments/results/weights_raven_cpu/models/* --out experiments/results/interventions_weights_raven_cpu
+    hyla interventions experiments/results/weights_raven_cpu/models/* \
+        --out experiments/results/interventions_weights_raven_cpu
     python experiments/interventions_table.py experiments/results/interventions_weights_raven_cpu
 
 Reads FILE.json, or every interventions_*.json in a folder (each file's groups in turn), as

@@ -167,6 +167,7 @@ class Paired:
     mean: float | None
     se: float | None  # over seeds; None below 2 seeds
     p_value: float | None  # two-sided paired t-test over seeds; None below 2 seeds
+    interval: tuple[float, float] | None  # the mean's 95% t-interval (n − 1 degrees of freedom); None below 2 seeds
 
 
 def paired(curves: list[Curve], a: str, b: str) -> Paired:
@@ -176,20 +177,47 @@ def paired(curves: list[Curve], a: str, b: str) -> Paired:
         for seed in sorted(set(runs_a) & set(runs_b))
     }
     if not by_seed:
-        return Paired(a, b, {}, None, None, None)
+        return Paired(a, b, {}, None, None, None, None)
     mean, se = mean_se([d for d, _ in by_seed.values()])
-    p_value = None
-    if se is not None:
-        from scipy.stats import ttest_rel
+    if se is None:
+        return Paired(a, b, by_seed, mean, None, None, None)
+    from scipy.stats import t, ttest_rel
 
-        seeds = list(by_seed)
-        p_value = float(ttest_rel([runs_a[s][0] for s in seeds], [runs_b[s][0] for s in seeds]).pvalue)
-    return Paired(a, b, by_seed, mean, se, p_value)
+    seeds = list(by_seed)
+    p_value = float(ttest_rel([runs_a[s][0] for s in seeds], [runs_b[s][0] for s in seeds]).pvalue)
+    half = float(t.ppf(0.975, len(seeds) - 1)) * se
+    return Paired(a, b, by_seed, mean, se, p_value, (mean - half, mean + half))
+
+
+def paper_difference(a: str, b: str) -> tuple[float, float]:
+    """The paper's Table A1 difference a − b ×100 on SRAVEN, with the two rows' s.e. combined."""
+    (mean_a, se_a), (mean_b, se_b) = TABLE_A1["sraven"][(a, False)], TABLE_A1["sraven"][(b, False)]
+    return mean_a - mean_b, math.hypot(se_a, se_b)
+
+
+def against_paper(d: Paired) -> str:
+    """The paired difference against the paper's claim that a leads b, in words, from the mean's 95%
+    t-interval: a lead where the interval lies above 0; smaller than the paper's where it lies below
+    the paper's difference less twice its s.e.; not decided where it reaches both."""
+    if d.interval is None:
+        return "not decided at 1 seed"
+    low, high = d.interval
+    theirs, their_se = paper_difference(d.a, d.b)
+    lead, smaller = low > 0, high < theirs - 2 * their_se
+    if lead and not smaller:
+        return "reproduced: a lead (95% CI above 0)"
+    if lead:
+        return "a lead, smaller than the paper's (95% CI above 0, below its low end)"
+    if smaller:
+        return "not reproduced: smaller than the paper's (95% CI below its low end), no lead shown"
+    return f"not decided at {len(d.by_seed)} seeds (the 95% CI reaches 0 and the paper's low end)"
 
 
 def paired_table(curves: list[Curve]) -> str:
     """The paper's claims as paired differences by seed: each seed's difference ± its binomial s.e., the
-    mean ± s.e. over seeds and a two-sided paired t-test (from 2 seeds on)."""
+    mean ± s.e. over seeds, its 95% t-interval and a two-sided paired t-test (from 2 seeds on), the
+    paper's difference (its Table A1 means, ± their s.e. combined) and what ours says of it
+    (`against_paper`)."""
     rows = []
     for a, b in PAIRS:
         d = paired(curves, a, b)
@@ -197,11 +225,22 @@ def paired_table(curves: list[Curve]) -> str:
             continue
         by_seed = ", ".join(f"s{seed} {signed(diff)} ± {se:.2f}" for seed, (diff, se) in d.by_seed.items())
         if d.se is None:
-            mean, test = f"{signed(d.mean)} (1 seed: no spread over seeds)", "–"
+            mean, interval, test = f"{signed(d.mean)} (1 seed: no spread over seeds)", "–", "–"
         else:
             mean, test = f"{signed(d.mean)} ± {d.se:.2f}", f"p = {d.p_value:.3f} ({len(d.by_seed)} seeds)"
-        rows.append([f"{label(a)} − {label(b)}", by_seed, mean, test])
-    header = ["difference ×100", "by seed (± binomial s.e.)", "mean ± s.e. over seeds", "paired t-test"]
+            interval = f"[{signed(d.interval[0])}, {signed(d.interval[1])}]"
+        theirs, their_se = paper_difference(a, b)
+        row = [f"{label(a)} − {label(b)}", by_seed, mean, interval, test, f"{signed(theirs)} ± {their_se:.2f}"]
+        rows.append([*row, against_paper(d)])
+    header = [
+        "difference ×100",
+        "by seed (± binomial s.e.)",
+        "mean ± s.e. over seeds",
+        "95% CI (t)",
+        "paired t-test",
+        "paper (Table A1)",
+        "against the paper's lead",
+    ]
     return markdown_table(header, rows)
 
 
