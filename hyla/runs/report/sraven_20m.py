@@ -133,7 +133,7 @@ def under_way(curves: list) -> str:
     cpu = stretches[0].cpu
     done = [s for c in curves if c.completed for s in c.stretches[:-1] if s.steps_per_second]
     same = [s.steps_per_second for s in done if s.cpu == cpu]
-    other = sorted({s.cpu or "a CPU not recorded" for s in done if s.cpu != cpu})
+    elsewhere = [s for s in done if s.cpu != cpu]
     left = max(c.total_steps - c.last_step for c in running)
     text = (
         f"{len(running)} runs under way, at steps {min(c.last_step for c in running):,}–"
@@ -151,11 +151,12 @@ def under_way(curves: list) -> str:
             f"; at the completed runs' paces three at once on this CPU ({min(same):.2f}–{max(same):.2f} steps/s "
             f"each), {hours(left, max(same))}–{hours(left, min(same))} h"
         )
-    if other:
-        paces_other = [s.steps_per_second for s in done if s.cpu != cpu]
+    if elsewhere:
+        there = [s.steps_per_second for s in elsewhere]
+        cpus = ", ".join(sorted({s.cpu or "a CPU not recorded" for s in elsewhere}))
         text += (
-            f"; the completed runs trained three at once at {min(paces_other):.2f}–{max(paces_other):.2f} steps/s "
-            f"each on another CPU ({', '.join(other)})"
+            f"; the completed runs trained three at once at {min(there):.2f}–{max(there):.2f} steps/s "
+            f"each on another CPU ({cpus})"
         )
     return text
 
