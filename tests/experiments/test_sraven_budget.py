@@ -247,7 +247,7 @@ def test_paired_differences_over_seeds_carry_their_spread_and_a_paired_t_test(bu
     assert "| HYLA − linear | s0 +2.00 ± " in table
     assert f"| +2.67 ± {d.se:.2f} | {interval} | p = {d.p_value:.3f} (3 seeds) | +12.83 ± 2.20 |" in table
     one_seed = budget.paired_table(curves[:1] + curves[3:4])
-    assert "(1 seed: no spread over seeds) | – | – | +12.83 ± 2.20 | not decided at 1 seed |" in one_seed
+    assert "(1 seed: no spread over seeds) | – | – | +12.83 ± 2.20 | 1 seed: no interval |" in one_seed
     assert budget.paired(curves, "hyla", "hyla_identity").by_seed == {}  # no seed in common: no row
 
 
@@ -255,12 +255,11 @@ def test_paired_differences_over_seeds_carry_their_spread_and_a_paired_t_test(bu
     "differences, words",
     [
         # the paper's HYLA − linear: +12.83 ± 2.20, its low end 12.83 − 4.40 = 8.43
-        ([13, 14, 15], "reproduced: a lead (95% CI above 0)"),  # [10.5, 16.5]
-        ([2, 2.5, 3], "a lead, smaller than the paper's (95% CI above 0, below its low end)"),  # [1.3, 3.7]
-        # [-2.5, 7.8]
-        ([2, 5, 1], "not reproduced: smaller than the paper's (95% CI below its low end), no lead shown"),
-        ([0, 10], "not decided at 2 seeds (the 95% CI reaches 0 and the paper's low end)"),  # [-58.5, 68.5]
-        ([4], "not decided at 1 seed"),
+        ([13, 14, 15], "a lead: the 95% CI lies above 0 and reaches the paper's low end"),  # [10.5, 16.5]
+        ([2, 2.5, 3], "a lead smaller than the paper's: the 95% CI lies above 0, below the paper's low end"),
+        ([2, 5, 1], "no lead shown, and smaller than the paper's: the 95% CI reaches 0, below the paper's low end"),
+        ([0, 10], "no lead shown, the paper's not ruled out at 2 seeds: the 95% CI reaches 0 and its low end"),
+        ([4], "1 seed: no interval"),
     ],
 )
 def test_the_paired_difference_is_read_against_the_papers_lead_from_its_interval(budget, differences, words):

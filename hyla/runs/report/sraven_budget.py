@@ -196,21 +196,22 @@ def paper_difference(a: str, b: str) -> tuple[float, float]:
 
 
 def against_paper(d: Paired) -> str:
-    """The paired difference against the paper's claim that a leads b, in words, from the mean's 95%
-    t-interval: a lead where the interval lies above 0; smaller than the paper's where it lies below
-    the paper's difference less twice its s.e.; not decided where it reaches both."""
+    """What the paired difference's 95% t-interval says of the paper's claim that a leads b, in words: a
+    lead where the interval lies above 0; smaller than the paper's where it lies below the paper's
+    difference less twice its s.e.; neither ruled out where it reaches both. A description beside the
+    claims table's verdict (hyla.runs.report.claims_paper), not a second verdict."""
     if d.interval is None:
-        return "not decided at 1 seed"
+        return "1 seed: no interval"
     low, high = d.interval
     theirs, their_se = paper_difference(d.a, d.b)
     lead, smaller = low > 0, high < theirs - 2 * their_se
     if lead and not smaller:
-        return "reproduced: a lead (95% CI above 0)"
+        return "a lead: the 95% CI lies above 0 and reaches the paper's low end"
     if lead:
-        return "a lead, smaller than the paper's (95% CI above 0, below its low end)"
+        return "a lead smaller than the paper's: the 95% CI lies above 0, below the paper's low end"
     if smaller:
-        return "not reproduced: smaller than the paper's (95% CI below its low end), no lead shown"
-    return f"not decided at {len(d.by_seed)} seeds (the 95% CI reaches 0 and the paper's low end)"
+        return "no lead shown, and smaller than the paper's: the 95% CI reaches 0, below the paper's low end"
+    return f"no lead shown, the paper's not ruled out at {len(d.by_seed)} seeds: the 95% CI reaches 0 and its low end"
 
 
 def paired_table(curves: list[Curve]) -> str:
@@ -239,7 +240,7 @@ def paired_table(curves: list[Curve]) -> str:
         "95% CI (t)",
         "paired t-test",
         "paper (Table A1)",
-        "against the paper's lead",
+        "what the 95% CI says of the paper's lead",
     ]
     return markdown_table(header, rows)
 
